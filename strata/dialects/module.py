@@ -1,0 +1,267 @@
+"""The `module` dialect: a model as a program of blocks (seed 003).
+
+A `module.model` binds the generics (Vocab, H, Heads, ...) and holds the
+`module.block` definitions. A block declares its generic parameters, and its
+members: params (weights), state (caches), subs (child blocks, possibly an array of
+`Layers` of them) and functions (entries on the root block). Member types use the
+seed's notation, `Tensor[Out, In; T]`, whose dims are arithmetic over the block's
+generics; the verifier parses them (see `strata.ir.shapes`).
+
+    module.model @tiny {arch = "LlamaForCausalLM", generics = {Vocab = 32 : i64, H = 16 : i64, T = f32}, root = "Model"} {
+      module.block @Linear ["In: Dim", "Out: Dim", "T: Float = bf16"] {path = "std.nn.linear"} {
+        module.param @weight : "Tensor[Out, In; T]"
+        module.param @bias : "Tensor[Out; T]" {optional}
+        module.fn @forward : "<*S: Shape>(x: Tensor[*S, In; T]) -> Tensor[*S, Out; T]" {pub}
+      }
+    }
+
+The module level is declarative: the semantics of each block kind (its functions)
+live in `strata.semantics.module`, and `convert-module-to-op` expands them.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    IntegerAttr,
+    StringAttr,
+    SymbolRefAttr,
+    UnitAttr,
+)
+from xdsl.ir import Attribute, Block, Dialect, Region
+from xdsl.irdl import (
+    IRDLOperation,
+    attr_def,
+    irdl_op_definition,
+    opt_attr_def,
+    region_def,
+    traits_def,
+)
+from xdsl.traits import NoTerminator, SymbolOpInterface, SymbolTable
+from xdsl.utils.exceptions import VerifyException
+
+from strata.ir.shapes import (
+    ShapeSyntaxError,
+    parse_block_generics,
+    parse_fn_signature,
+    parse_sub_type,
+    parse_tensor_type,
+)
+
+
+class MemberOp(IRDLOperation):
+    """A named member of a block; `type` is the seed's notation for it."""
+
+    sym_name = attr_def(StringAttr)
+    member_type = attr_def(StringAttr, attr_name="type")
+
+    assembly_format = "$sym_name `:` $type attr-dict"
+    traits = traits_def(SymbolOpInterface())
+
+    def __init__(self, name: str, typ: str, **attrs: Attribute):
+        super().__init__(attributes={"sym_name": StringAttr(name), "type": StringAttr(typ), **attrs})
+
+    @property
+    def member_name(self) -> str:
+        return self.sym_name.data
+
+    @property
+    def type_text(self) -> str:
+        return self.member_type.data
+
+    def block_op(self) -> BlockOp:
+        parent = self.parent_op()
+        if not isinstance(parent, BlockOp):
+            raise VerifyException(f"{self.name} @{self.member_name} must be inside a module.block")
+        return parent
+
+    def _parse_with(self, fn) -> None:
+        try:
+            fn(self.type_text, self.block_op().generic_names())
+        except ShapeSyntaxError as e:
+            raise VerifyException(f"{self.name} @{self.member_name}: {e}") from None
+
+
+@irdl_op_definition
+class ParamOp(MemberOp):
+    """A weight of the block; `optional` marks a param an instance may lack (a bias).
+
+        module.param @weight : "Tensor[Out, In; T]"
+    """
+
+    name = "module.param"
+    optional = opt_attr_def(UnitAttr)
+
+    def verify_(self) -> None:
+        self._parse_with(parse_tensor_type)
+
+
+@irdl_op_definition
+class StateOp(MemberOp):
+    """Persistent state of the block, kept across calls (the KV cache).
+
+        module.state @cache_k : "Tensor[Batch, KvHeads / Shards, MaxSeq, HeadDim; T]"
+    """
+
+    name = "module.state"
+
+    def verify_(self) -> None:
+        self._parse_with(parse_tensor_type)
+
+
+@irdl_op_definition
+class SubOp(MemberOp):
+    """A child block, `Name<args>` or an array `[Name<args>; Count]`. Instance knobs
+    (a Linear with a bias, an lm_head tied to the embedding) are attributes.
+
+        module.sub @q_proj : "Linear<H, (Heads / Shards) * HeadDim, T>" {bias}
+    """
+
+    name = "module.sub"
+    bias = opt_attr_def(UnitAttr)
+    tied = opt_attr_def(StringAttr)
+
+    def verify_(self) -> None:
+        self._parse_with(parse_sub_type)
+        kind, _, _ = parse_sub_type(self.type_text, self.block_op().generic_names())
+        model = self.block_op().parent_op()
+        if isinstance(model, ModelOp) and model.block(kind) is None:
+            raise VerifyException(f"module.sub @{self.member_name}: no block named '{kind}' in the model")
+
+
+@irdl_op_definition
+class FnOp(MemberOp):
+    """A function of the block; `pub` exports it, `entry` makes it a model entry.
+
+        module.fn @decode : "(token: Tensor[Batch, 1; i32], pos: i32) -> Tensor[Batch, Vocab; T]" {pub, entry}
+    """
+
+    name = "module.fn"
+    pub = opt_attr_def(UnitAttr)
+    entry = opt_attr_def(UnitAttr)
+
+    def verify_(self) -> None:
+        self._parse_with(parse_fn_signature)
+
+
+@irdl_op_definition
+class BlockOp(IRDLOperation):
+    """A block definition: generic parameters and members.
+
+        module.block @RmsNorm ["H: Dim", "T: Float = bf16"] {path = "std.nn.norm", eps = 1.0e-05 : f64} {
+          module.param @weight : "Tensor[H; T]"
+        }
+    """
+
+    name = "module.block"
+    sym_name = attr_def(StringAttr)
+    generics = attr_def(ArrayAttr[StringAttr])
+    body = region_def("single_block")
+
+    assembly_format = "$sym_name $generics attr-dict-with-keyword $body"
+    traits = traits_def(SymbolOpInterface(), NoTerminator())
+
+    def __init__(self, name: str, generics: list[str], attrs: dict[str, Attribute] | None = None):
+        super().__init__(
+            attributes={"sym_name": StringAttr(name), "generics": ArrayAttr([StringAttr(g) for g in generics]), **(attrs or {})},
+            regions=[Region(Block())],
+        )
+
+    @property
+    def block_name(self) -> str:
+        return self.sym_name.data
+
+    def generic_names(self) -> list[str]:
+        return [g.name for g in parse_block_generics([s.data for s in self.generics.data])]
+
+    def members(self) -> list[MemberOp]:
+        return [op for op in self.body.block.ops if isinstance(op, MemberOp)]
+
+    def member(self, name: str) -> MemberOp | None:
+        return next((m for m in self.members() if m.member_name == name), None)
+
+    def verify_(self) -> None:
+        try:
+            parse_block_generics([s.data for s in self.generics.data])
+        except ShapeSyntaxError as e:
+            raise VerifyException(f"module.block @{self.block_name}: {e}") from None
+        seen: set[str] = set()
+        for op in self.body.block.ops:
+            if not isinstance(op, MemberOp):
+                raise VerifyException(f"module.block @{self.block_name}: unexpected op {op.name}")
+            if op.member_name in seen:
+                raise VerifyException(f"module.block @{self.block_name}: member '{op.member_name}' defined twice")
+            seen.add(op.member_name)
+
+
+@irdl_op_definition
+class ModelOp(IRDLOperation):
+    """A model: the generics bound by a checkpoint, the root block and all blocks.
+
+        module.model @tiny {arch = "LlamaForCausalLM", root = "Model", generics = {Vocab = 32 : i64, T = f32}} {
+          module.block @Model ["Vocab: Dim", "T: Float = bf16"] {path = "llama"} {
+          }
+        }
+    """
+
+    name = "module.model"
+    sym_name = attr_def(StringAttr)
+    generics = attr_def(DictionaryAttr)
+    root = attr_def(StringAttr)
+    arch = attr_def(StringAttr)
+    body = region_def("single_block")
+
+    assembly_format = "$sym_name attr-dict-with-keyword $body"
+    traits = traits_def(SymbolOpInterface(), SymbolTable(), NoTerminator())
+
+    def __init__(self, name: str, arch: str, root: str, generics: dict[str, Attribute], attrs: dict[str, Attribute] | None = None):
+        super().__init__(
+            attributes={
+                "sym_name": StringAttr(name),
+                "arch": StringAttr(arch),
+                "root": StringAttr(root),
+                "generics": DictionaryAttr(generics),
+                **(attrs or {}),
+            },
+            regions=[Region(Block())],
+        )
+
+    def blocks(self) -> list[BlockOp]:
+        return [op for op in self.body.block.ops if isinstance(op, BlockOp)]
+
+    def block(self, name: str) -> BlockOp | None:
+        return next((b for b in self.blocks() if b.block_name == name), None)
+
+    def generic_value(self, name: str) -> Attribute:
+        value = self.generics.data.get(name)
+        if value is None:
+            raise VerifyException(f"module.model @{self.sym_name.data}: generic '{name}' is not bound")
+        return value
+
+    def dim(self, name: str) -> int:
+        value = self.generic_value(name)
+        if not isinstance(value, IntegerAttr):
+            raise VerifyException(f"module.model: generic '{name}' is not a dimension")
+        return value.value.data
+
+    def entries(self) -> list[FnOp]:
+        root = self.block(self.root.data)
+        return [m for m in root.members() if isinstance(m, FnOp) and m.entry is not None] if root else []
+
+    def verify_(self) -> None:
+        root = self.block(self.root.data)
+        if root is None:
+            raise VerifyException(f"module.model @{self.sym_name.data}: root block '{self.root.data}' is not defined")
+        for name in root.generic_names():
+            generic = next(g for g in parse_block_generics([s.data for s in root.generics.data]) if g.name == name)
+            if name not in self.generics.data and generic.default is None:
+                raise VerifyException(f"module.model @{self.sym_name.data}: generic '{name}' of the root block is not bound")
+        for op in self.body.block.ops:
+            if not isinstance(op, BlockOp):
+                raise VerifyException(f"module.model: unexpected op {op.name}")
+
+
+Module = Dialect("module", [ModelOp, BlockOp, ParamOp, StateOp, SubOp, FnOp], [])
+
+__all__ = ["Module", "ModelOp", "BlockOp", "ParamOp", "StateOp", "SubOp", "FnOp", "SymbolRefAttr"]

@@ -1,0 +1,69 @@
+"""The built-in default model: a tiny random llama, so that strata runs with no download."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from strata.errors import StrataError
+from strata.frontends.hf_config import LlamaConfig
+from strata.ir.weights import INDEX_FILE, SINGLE_FILE, save_random_llama
+
+DEFAULT_MODEL_NAME = "default-llama"
+DEFAULT_SEED = 0
+
+DEFAULT_CONFIG = LlamaConfig(
+    arch="LlamaForCausalLM",
+    name=DEFAULT_MODEL_NAME,
+    vocab_size=256,
+    hidden_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,  # grouped-query attention, so that GQA paths are exercised by default
+    head_dim=16,
+    intermediate_size=160,
+    rms_norm_eps=1e-5,
+    rope_theta=10000.0,
+    rope_scaling=None,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+    attention_bias=False,
+    o_bias=False,
+    qk_norm=False,
+    dtype="float32",
+)
+
+
+def _is_complete(directory: Path) -> bool:
+    has_weights = (directory / SINGLE_FILE).is_file() or (directory / INDEX_FILE).is_file()
+    return (directory / "config.json").is_file() and has_weights
+
+
+def ensure_default_model(root: Path) -> Path:
+    """Return ``root/default-llama``, writing its config and weights (seed 0) on first use.
+
+    The files are written into a temporary sibling directory that is then renamed into place,
+    so a crash never leaves a half-written model, and concurrent callers agree on one result.
+    """
+    root = Path(root)
+    final = root / DEFAULT_MODEL_NAME
+    if _is_complete(final):
+        return final
+    if final.exists():
+        raise StrataError(f"{final}: exists but holds no complete model; delete it to rebuild")
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL_NAME}.tmp-", dir=root))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the model is not a secret
+    try:
+        save_random_llama(DEFAULT_CONFIG, tmp, seed=DEFAULT_SEED)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            # Another process won the race; its copy is identical (deterministic bytes).
+            if not _is_complete(final):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

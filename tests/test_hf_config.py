@@ -1,0 +1,172 @@
+"""Tests for strata.frontends.hf_config: reading llama-family config.json files."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import transformers
+
+from strata.errors import StrataError
+from strata.frontends.hf_config import (
+    ConfigError,
+    LlamaConfig,
+    RopeScaling,
+    load_hf_config,
+    write_hf_config,
+)
+
+SMALL = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, intermediate_size=48)
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+               "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64}
+
+
+def _save(tmp_path: Path, hf_config: transformers.PretrainedConfig, arch: str) -> Path:
+    hf_config.architectures = [arch]
+    out = tmp_path / "mymodel"
+    hf_config.save_pretrained(out)
+    return out
+
+
+def _write(tmp_path: Path, data: dict | str) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def test_llama_round_trip_with_llama3_rope_and_odd_head_dim(tmp_path: Path) -> None:
+    hf = transformers.LlamaConfig(**SMALL, head_dim=16, rope_parameters=LLAMA3_ROPE,
+                                  max_position_embeddings=256, rms_norm_eps=1e-5,
+                                  tie_word_embeddings=True, dtype="bfloat16")
+    cfg = load_hf_config(_save(tmp_path, hf, "LlamaForCausalLM"))
+    assert cfg == LlamaConfig(
+        arch="LlamaForCausalLM", name="mymodel", vocab_size=64, hidden_size=32, num_layers=2,
+        num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=48, rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 64),
+        max_position_embeddings=256, tie_word_embeddings=True, attention_bias=False,
+        o_bias=False, qk_norm=False, dtype="bfloat16")
+
+
+def test_qwen2_round_trip(tmp_path: Path) -> None:
+    hf = transformers.Qwen2Config(**SMALL, rope_parameters={"rope_type": "default",
+                                                           "rope_theta": 1e6})
+    cfg = load_hf_config(_save(tmp_path, hf, "Qwen2ForCausalLM") / "config.json")
+    assert (cfg.arch, cfg.head_dim, cfg.rope_theta, cfg.rope_scaling) == \
+        ("Qwen2ForCausalLM", 8, 1e6, None)
+    assert (cfg.attention_bias, cfg.o_bias, cfg.qk_norm) == (True, False, False)
+    assert (cfg.max_position_embeddings, cfg.dtype) == (32768, "float32")
+
+
+def test_qwen3_round_trip(tmp_path: Path) -> None:
+    hf = transformers.Qwen3Config(**SMALL, head_dim=12, attention_bias=True)
+    cfg = load_hf_config(_save(tmp_path, hf, "Qwen3ForCausalLM"))
+    assert (cfg.arch, cfg.head_dim, cfg.num_kv_heads) == ("Qwen3ForCausalLM", 12, 2)
+    assert (cfg.attention_bias, cfg.o_bias, cfg.qk_norm) == (True, True, True)
+
+
+def test_qwen3_absent_head_dim_is_128_like_transformers(tmp_path: Path) -> None:
+    cfg = load_hf_config(_write(tmp_path, {"model_type": "qwen3", **SMALL}))
+    assert cfg.head_dim == transformers.Qwen3Config(**SMALL).head_dim == 128
+    cfg = load_hf_config(_write(tmp_path, {"model_type": "qwen3", **SMALL, "head_dim": None}))
+    assert cfg.head_dim == 8
+
+
+def test_legacy_rope_keys_and_torch_dtype(tmp_path: Path) -> None:
+    legacy = {k: v for k, v in LLAMA3_ROPE.items() if k not in ("rope_type", "rope_theta")}
+    data = {"architectures": ["LlamaForCausalLM"], **SMALL, "rope_theta": 500000,
+            "rope_scaling": {"type": "llama3", **legacy}, "torch_dtype": "float16"}
+    cfg = load_hf_config(_write(tmp_path, data))
+    assert cfg.rope_theta == 500000.0 and cfg.dtype == "float16"
+    assert cfg.rope_scaling == RopeScaling("llama3", 8.0, 1.0, 4.0, 64)
+    assert cfg.num_kv_heads == 2 and cfg.head_dim == 8
+
+
+def test_defaults_and_model_type_fallback(tmp_path: Path) -> None:
+    data = {k: v for k, v in SMALL.items() if k != "num_key_value_heads"}
+    cfg = load_hf_config(_write(tmp_path, {"model_type": "llama", **data}))
+    assert cfg.arch == "LlamaForCausalLM" and cfg.num_kv_heads == 4
+    assert (cfg.rope_theta, cfg.rope_scaling, cfg.rms_norm_eps) == (10000.0, None, 1e-6)
+
+
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"])
+def test_to_hf_dict_round_trips_through_transformers(tmp_path: Path, arch: str) -> None:
+    base = load_hf_config(_write(tmp_path, {"architectures": [arch], **SMALL, "head_dim": 16}))
+    cfg = dataclasses.replace(base, name="m", rope_theta=5e5, tie_word_embeddings=True,
+                              rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 64))
+    write_hf_config(cfg, tmp_path / "m")
+    assert load_hf_config(tmp_path / "m") == cfg
+    hf = transformers.AutoConfig.from_pretrained(tmp_path / "m")
+    assert (hf.head_dim, hf.num_key_value_heads, hf.tie_word_embeddings) == (16, 2, True)
+    assert hf.rope_parameters["rope_type"] == "llama3"
+    assert hf.rope_parameters["rope_theta"] == 5e5
+
+
+def _err(tmp_path: Path, data: dict | str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_hf_config(_write(tmp_path, data))
+    assert isinstance(info.value, StrataError)
+    msg = str(info.value)
+    assert "config.json" in msg and "\n" not in msg
+    return msg
+
+
+LLAMA = {"architectures": ["LlamaForCausalLM"], **SMALL}
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"hidden_size": None}, "field 'hidden_size' is missing"),
+    ({"num_attention_heads": 7, "hidden_size": 4096, "num_key_value_heads": 7},
+     "field 'num_attention_heads' (7) must divide 'hidden_size' (4096)"),
+    ({"num_key_value_heads": 3}, "'num_attention_heads' (4) must be a multiple of "
+                                 "'num_key_value_heads' (3)"),
+    ({"architectures": ["FooForCausalLM"]}, "unknown architecture 'FooForCausalLM' (supported: "),
+    ({"vocab_size": "64"}, "field 'vocab_size' must be an integer, got \"64\""),
+    ({"num_hidden_layers": True}, "field 'num_hidden_layers' must be an integer"),
+    ({"intermediate_size": 0}, "field 'intermediate_size' must be a positive integer, got 0"),
+    ({"rms_norm_eps": "1e-5"}, "field 'rms_norm_eps' must be a number"),
+    ({"tie_word_embeddings": 1}, "field 'tie_word_embeddings' must be true or false"),
+    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}},
+     "field 'rope_parameters.rope_type' is 'yarn' (supported: 'default', 'llama3')"),
+    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "field 'rope_scaling.type' is 'linear'"),
+    ({"rope_parameters": {"rope_type": "llama3", "factor": 8.0}},
+     "field 'rope_parameters.low_freq_factor' is missing"),
+    ({"rope_parameters": {**LLAMA3_ROPE, "high_freq_factor": 1.0}},
+     "field 'rope_parameters.high_freq_factor' (1.0) must be greater than"),
+    ({"dtype": "int8"}, "field 'dtype' is 'int8'"),
+    ({"hidden_act": "gelu"}, "field 'hidden_act' is 'gelu'"),
+    ({"mlp_bias": True}, "field 'mlp_bias' is true"),
+])
+def test_errors_name_the_field(tmp_path: Path, change: dict, expected: str) -> None:
+    data = {**LLAMA, **change}
+    data = {k: v for k, v in data.items() if not (k == "hidden_size" and v is None)}
+    assert expected in _err(tmp_path, data)
+
+
+def test_missing_architecture_and_model_type(tmp_path: Path) -> None:
+    assert "field 'architectures' is missing" in _err(tmp_path, SMALL)
+
+
+def test_sliding_window_refused(tmp_path: Path) -> None:
+    data = {"architectures": ["Qwen2ForCausalLM"], **SMALL, "use_sliding_window": True}
+    assert "field 'use_sliding_window'" in _err(tmp_path, data)
+
+
+def test_invalid_json_names_the_line(tmp_path: Path) -> None:
+    assert "config.json:3:" in _err(tmp_path, '{\n  "a": 1,\n  oops\n}')
+    assert "top level" in _err(tmp_path, "[1, 2]")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config.json: no such file"):
+        load_hf_config(tmp_path)
+
+
+def test_inconsistent_programmatic_config_refused(tmp_path: Path) -> None:
+    cfg = load_hf_config(_write(tmp_path, LLAMA))
+    with pytest.raises(ConfigError, match="qk_norm"):
+        dataclasses.replace(cfg, qk_norm=True)

@@ -1,0 +1,258 @@
+"""Tests for strata.ir.weights (the safetensors weight store) and the default model."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+import transformers
+from safetensors.numpy import load_file
+from safetensors.torch import load_file as load_file_torch
+
+from strata.errors import StrataError
+from strata.frontends.hf_config import LlamaConfig, load_hf_config
+from strata.ir.weights import (
+    WeightError,
+    WeightStore,
+    expected_llama_weights,
+    ggml_to_hf_name,
+    hf_to_ggml_name,
+    llama_weight_shapes,
+    save_random_llama,
+    write_safetensors,
+)
+from strata.models.default import DEFAULT_CONFIG, ensure_default_model
+
+TINY = LlamaConfig(
+    arch="LlamaForCausalLM", name="tiny", vocab_size=32, hidden_size=16, num_layers=2,
+    num_heads=4, num_kv_heads=2, head_dim=4, intermediate_size=24, rms_norm_eps=1e-5,
+    rope_theta=10000.0, rope_scaling=None, max_position_embeddings=64,
+    tie_word_embeddings=False, attention_bias=False, o_bias=False, qk_norm=False,
+    dtype="float32")
+QWEN2 = dataclasses.replace(TINY, arch="Qwen2ForCausalLM", attention_bias=True)
+QWEN3 = dataclasses.replace(TINY, arch="Qwen3ForCausalLM", qk_norm=True, head_dim=8,
+                            tie_word_embeddings=True)
+
+
+@pytest.mark.parametrize("hf, ggml", [
+    ("model.embed_tokens.weight", "token_embd.weight"),
+    ("model.norm.weight", "output_norm.weight"),
+    ("lm_head.weight", "output.weight"),
+    ("model.layers.0.input_layernorm.weight", "blk.0.attn_norm.weight"),
+    ("model.layers.3.self_attn.q_proj.weight", "blk.3.attn_q.weight"),
+    ("model.layers.3.self_attn.q_proj.bias", "blk.3.attn_q.bias"),
+    ("model.layers.1.self_attn.k_proj.weight", "blk.1.attn_k.weight"),
+    ("model.layers.1.self_attn.v_proj.bias", "blk.1.attn_v.bias"),
+    ("model.layers.12.self_attn.o_proj.weight", "blk.12.attn_output.weight"),
+    ("model.layers.0.self_attn.q_norm.weight", "blk.0.attn_q_norm.weight"),
+    ("model.layers.0.self_attn.k_norm.weight", "blk.0.attn_k_norm.weight"),
+    ("model.layers.0.post_attention_layernorm.weight", "blk.0.ffn_norm.weight"),
+    ("model.layers.0.mlp.gate_proj.weight", "blk.0.ffn_gate.weight"),
+    ("model.layers.0.mlp.up_proj.weight", "blk.0.ffn_up.weight"),
+    ("model.layers.0.mlp.down_proj.weight", "blk.0.ffn_down.weight"),
+])
+def test_name_mapping(hf: str, ggml: str) -> None:
+    assert hf_to_ggml_name(hf) == ggml
+    assert ggml_to_hf_name(ggml) == hf
+
+
+@pytest.mark.parametrize("name", ["model.layers.0.self_attn.rotary_emb.inv_freq",
+                                  "model.layers.x.mlp.up_proj.weight", "foo"])
+def test_unknown_names_are_ignored(name: str) -> None:
+    assert hf_to_ggml_name(name) is None
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_random_llama(TINY, tmp_path_factory.mktemp("w") / "tiny", seed=1)
+
+
+def test_store_is_memory_mapped_and_matches_safetensors(tiny_dir: Path) -> None:
+    store = WeightStore.open(tiny_dir)
+    reference = load_file(str(tiny_dir / "model.safetensors"))
+    assert len(reference) == len(store.names()) == len(llama_weight_shapes(TINY))
+    for name in store.names():
+        arr = store.get(name)
+        assert isinstance(arr, np.memmap) and not arr.flags.owndata and not arr.flags.writeable
+        np.testing.assert_array_equal(arr, reference[store.hf_name(name)])
+        assert store.info(name) == (arr.shape, "f32")
+    assert store.info("blk.1.attn_k.weight") == ((8, 16), "f32")  # HF [out, in] layout
+    store.check(expected_llama_weights(TINY), tied_output=False)
+    assert load_hf_config(tiny_dir) == dataclasses.replace(TINY, name="tiny")
+
+
+def test_random_weights_are_deterministic_and_sensible(tiny_dir: Path, tmp_path: Path) -> None:
+    again = save_random_llama(TINY, tmp_path / "again", seed=1)
+    assert (again / "model.safetensors").read_bytes() == \
+        (tiny_dir / "model.safetensors").read_bytes()
+    store = WeightStore.open(tiny_dir)
+    assert abs(float(store.get("blk.0.ffn_up.weight").std()) - 0.02) < 0.005
+    assert abs(float(store.get("blk.0.attn_norm.weight").mean()) - 1.0) < 0.1
+
+
+def test_sharded_index(tiny_dir: Path, tmp_path: Path) -> None:
+    sharded = save_random_llama(TINY, tmp_path / "sharded", seed=1, shards=3)
+    files = sorted(p.name for p in sharded.glob("*.safetensors"))
+    assert files == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+    index = json.loads((sharded / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"].values()) == set(files)
+    store, single = WeightStore.open(sharded), WeightStore.open(tiny_dir)
+    assert store.names() == single.names()
+    for name in store.names():
+        np.testing.assert_array_equal(store.get(name), single.get(name))
+    store.check(expected_llama_weights(TINY), tied_output=False)
+
+
+def test_index_pointing_at_missing_shard(tmp_path: Path) -> None:
+    d = save_random_llama(TINY, tmp_path / "m", seed=1, shards=2)
+    (d / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(WeightError, match=r"index.json: shard 'model-00002-of-00002"):
+        WeightStore.open(d)
+
+
+def test_tied_output_aliases_embedding(tmp_path: Path) -> None:
+    d = save_random_llama(QWEN3, tmp_path / "q3", seed=2)
+    store = WeightStore.open(d)
+    assert "output.weight" not in store.names()
+    store.check(expected_llama_weights(QWEN3), tied_output=True)
+    np.testing.assert_array_equal(store.get("output.weight"), store.get("token_embd.weight"))
+    assert store.info("blk.0.attn_q_norm.weight") == ((8,), "f32")
+    untied = WeightStore.open(d)
+    missing = r"tensor 'output.weight' \(HF 'lm_head.weight'\) is missing"
+    with pytest.raises(WeightError, match=missing):
+        untied.check({**expected_llama_weights(QWEN3), "output.weight": ((32, 16), "f32")},
+                     tied_output=False)
+
+
+def test_missing_tensor_shape_mismatch_and_unused(tiny_dir: Path) -> None:
+    store = WeightStore.open(tiny_dir)
+    expected = expected_llama_weights(TINY)
+    with pytest.raises(WeightError) as info:
+        store.check({**expected, "blk.0.attn_q.bias": ((16,), "f32")}, tied_output=False)
+    msg = str(info.value)
+    assert "model.safetensors" in msg and "'blk.0.attn_q.bias'" in msg and "missing" in msg
+    assert "model.layers.0.self_attn.q_proj.bias" in msg
+
+    with pytest.raises(WeightError) as info:
+        store.check({**expected, "blk.1.ffn_down.weight": ((16, 48), "f32")}, tied_output=False)
+    msg = str(info.value)
+    assert "model.safetensors: tensor 'blk.1.ffn_down.weight'" in msg
+    assert "[16, 24]" in msg and "[16, 48]" in msg
+
+    del expected["blk.1.ffn_down.weight"]
+    with pytest.raises(WeightError, match="'blk.1.ffn_down.weight'.*not used"):
+        store.check(expected, tied_output=False)
+    with pytest.raises(WeightError, match="no tensor 'blk.9.ffn_up.weight'"):
+        store.get("blk.9.ffn_up.weight")
+
+
+def test_integer_dtype_for_float_param_refused(tmp_path: Path) -> None:
+    write_safetensors(tmp_path / "model.safetensors",
+                      {"model.norm.weight": np.ones(4, dtype=np.int32)})
+    store = WeightStore.open(tmp_path)
+    assert store.info("output_norm.weight") == ((4,), "i32")
+    with pytest.raises(WeightError, match="'output_norm.weight'.*dtype i32, expected a float"):
+        store.check({"output_norm.weight": ((4,), "f32")}, tied_output=False)
+
+
+def _corrupt(tmp_path: Path, data: bytes) -> str:
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(data)
+    with pytest.raises(WeightError) as info:
+        WeightStore.open(tmp_path)
+    assert isinstance(info.value, StrataError) and "model.safetensors" in str(info.value)
+    return str(info.value)
+
+
+def test_truncated_file(tiny_dir: Path, tmp_path: Path) -> None:
+    data = (tiny_dir / "model.safetensors").read_bytes()
+    msg = _corrupt(tmp_path, data[:-100])
+    assert "tensor 'model.layers.1.self_attn.v_proj.weight'" in msg  # sorted last
+    assert "runs past the end of the file" in msg
+    assert "does not fit in the file" in _corrupt(tmp_path, data[:50])
+    assert "too short" in _corrupt(tmp_path, b"abc")
+
+
+def test_garbage_files(tmp_path: Path) -> None:
+    assert "does not fit" in _corrupt(tmp_path, b"\xff" * 64)
+    bad_json = b"{not json"
+    assert "not valid JSON" in _corrupt(tmp_path, struct.pack("<Q", len(bad_json)) + bad_json)
+
+
+def _raw_file(entry: dict, data: bytes) -> bytes:
+    header = json.dumps({"t": entry}).encode()
+    return struct.pack("<Q", len(header)) + header + data
+
+
+def test_header_validation(tmp_path: Path) -> None:
+    msg = _corrupt(tmp_path, _raw_file({"dtype": "F64", "shape": [2], "data_offsets": [0, 16]},
+                                       bytes(16)))
+    assert "tensor 't' has dtype 'F64'" in msg
+    msg = _corrupt(tmp_path, _raw_file({"dtype": "F32", "shape": [3], "data_offsets": [0, 8]},
+                                       bytes(8)))
+    assert "tensor 't' has 8 bytes of data but shape [3] of F32 needs 12" in msg
+    msg = _corrupt(tmp_path, _raw_file({"dtype": "F32", "shape": [2], "data_offsets": [8, 0]},
+                                       bytes(8)))
+    assert "invalid data_offsets" in msg
+
+
+def test_bf16_round_trip(tmp_path: Path) -> None:
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(ml_dtypes.bfloat16)
+    ints = np.arange(6, dtype=np.int64).reshape(2, 3)
+    write_safetensors(tmp_path / "model.safetensors",
+                      {"model.embed_tokens.weight": x, "model.norm.weight": ints})
+    store = WeightStore.open(tmp_path)
+    assert store.info("token_embd.weight") == ((3, 5), "bf16")
+    assert store.get("token_embd.weight").dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(store.get("token_embd.weight").view(np.uint16),
+                                  x.view(np.uint16))
+    np.testing.assert_array_equal(store.get("output_norm.weight"), ints)
+    # The official reader agrees on the bytes.
+    ref = load_file_torch(str(tmp_path / "model.safetensors"))["model.embed_tokens.weight"]
+    assert ref.dtype == torch.bfloat16
+    np.testing.assert_array_equal(ref.view(torch.int16).numpy().view(np.uint16),
+                                  x.view(np.uint16))
+
+
+def test_save_random_llama_bf16(tmp_path: Path) -> None:
+    d = save_random_llama(QWEN2, tmp_path / "bf", seed=3, dtype="bfloat16", shards=2)
+    assert load_hf_config(d).dtype == "bfloat16"
+    store = WeightStore.open(d)
+    store.check(expected_llama_weights(QWEN2), tied_output=False)
+    assert store.info("blk.0.attn_q.bias") == ((16,), "bf16")
+
+
+@pytest.mark.parametrize("cfg", [TINY, QWEN2, QWEN3], ids=lambda c: c.arch)
+def test_transformers_loads_random_weights(tmp_path: Path, cfg: LlamaConfig) -> None:
+    d = save_random_llama(cfg, tmp_path / "hf", seed=4)
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(
+        d, dtype=torch.float32, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert not info["mismatched_keys"]
+    store = WeightStore.open(d)
+    attn = model.model.layers[1].self_attn
+    np.testing.assert_array_equal(attn.k_proj.weight.detach().numpy(),
+                                  store.get("blk.1.attn_k.weight"))
+    if cfg.attention_bias:
+        np.testing.assert_array_equal(attn.v_proj.bias.detach().numpy(),
+                                      store.get("blk.1.attn_v.bias"))
+
+
+def test_default_model(tmp_path: Path) -> None:
+    d = ensure_default_model(tmp_path)
+    assert d == tmp_path / "default-llama"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["default-llama"]  # no temp dirs left
+    before = (d / "model.safetensors").stat().st_mtime_ns
+    assert ensure_default_model(tmp_path) == d
+    assert (d / "model.safetensors").stat().st_mtime_ns == before
+    cfg = load_hf_config(d)
+    assert cfg == DEFAULT_CONFIG
+    assert (cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads,
+            cfg.intermediate_size) == (256, 64, 2, 4, 2, 160)
+    WeightStore.open(d).check(expected_llama_weights(cfg), tied_output=False)
