@@ -1,0 +1,40 @@
+# The README's two commands: `make demo` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lit pytest bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Runtime deps only: the demo needs no torch.
+$(VENV)/.installed-runtime: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+# torch is pinned to the CPU wheel (see pyproject's `test` extra).
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@ $(VENV)/.installed-runtime
+
+demo: $(VENV)/.installed-runtime
+	$(BIN)/strata demo
+
+lit: $(STAMP)
+	$(BIN)/lit -sv tests/lit
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+test: $(STAMP)
+	$(BIN)/lit -s tests/lit
+	$(BIN)/python -m pytest -q tests
+
+bench: $(STAMP)
+	$(BIN)/python bench/compile_speed.py
+	$(BIN)/python bench/cpu_decode.py
+
+clean:
+	rm -rf $(VENV) .strata-cache

@@ -1,0 +1,55 @@
+"""`strata-opt`: parse Strata IR, run a pass pipeline, print IR or a target's output.
+
+An `xDSLOptMain` subclass, so `-p`, `-t`, `--split-input-file`,
+`--verify-diagnostics` and the rest come from xDSL. Errors are diagnostics with
+the file, line and column, and exit code 1; never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import IO
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.exceptions import DiagnosticException, ParseError, PassFailedException, VerifyException
+from xdsl.xdsl_opt_main import xDSLOptMain
+
+from strata.errors import StrataError
+from strata.ir.context import strata_context, strata_passes
+
+
+def _trace_target(module: ModuleOp, out: IO[str]) -> None:
+    from strata.frontends.trace import trace_table
+
+    out.write(trace_table(module))
+
+
+class StrataOptMain(xDSLOptMain):
+    def register_all_dialects(self) -> None:
+        self.ctx = strata_context()
+
+    def register_all_passes(self) -> None:
+        super().register_all_passes()
+        for name, factory in strata_passes().items():
+            self.register_pass(name, factory)
+
+    def register_all_targets(self) -> None:
+        super().register_all_targets()
+        self.available_targets["trace"] = lambda: _trace_target
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        StrataOptMain(description="Strata modular optimizer driver", args=argv).run()
+    except (ParseError, VerifyException, DiagnosticException, PassFailedException, StrataError) as e:
+        print(f"strata-opt: error: {str(e).strip()}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as e:
+        print(f"strata-opt: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""lit configuration of Strata's FileCheck tests.
+
+Run from the repository root with the project's environment:
+
+    .venv/bin/lit -v tests/lit
+
+`strata-opt` and `filecheck` resolve to the executables installed next to the
+Python interpreter that runs lit (the virtual environment's `bin/`), falling back
+to the PATH, so that the tests never pick up another installation by accident.
+"""
+
+import os
+import shutil
+import sys
+
+import lit.formats
+
+config.name = "strata"
+config.test_format = lit.formats.ShTest(False)
+config.suffixes = [".mlir"]
+config.excludes = ["Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+
+_bin = os.path.dirname(sys.executable)
+
+
+def _tool(name: str) -> str:
+    for candidate in (os.path.join(_bin, name), shutil.which(name)):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    lit_config.fatal(f"cannot find '{name}' next to {sys.executable} or on the PATH")
+
+
+# lit applies substitutions as regular expressions, after `%s` has become a path:
+# match the tool names only as whole words, so that a test file such as
+# `tools/strata-opt-errors.mlir` keeps its path.
+def _word(name: str) -> str:
+    return r"(?<![\w/.-])" + name.replace("-", r"\-") + r"(?![\w.-])"
+
+
+config.substitutions.append((_word("strata-opt"), _tool("strata-opt")))
+config.substitutions.append((_word("filecheck"), _tool("filecheck")))

@@ -1,0 +1,37 @@
+"""Regenerate the module-level test inputs of this folder (not run by lit).
+
+    .venv/bin/python tests/lit/passes/Inputs/generate.py
+"""
+
+from pathlib import Path
+
+from strata.frontends.hf_config import LlamaConfig
+from strata.ir.text import print_ir
+from strata.models.llama import build_llama
+
+HERE = Path(__file__).resolve().parent
+
+
+def config(arch: str, name: str, **kw) -> LlamaConfig:
+    base = dict(
+        arch=arch, name=name, vocab_size=32, hidden_size=16, num_layers=2, num_heads=4, num_kv_heads=2,
+        head_dim=4, intermediate_size=40, rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=None,
+        max_position_embeddings=64, tie_word_embeddings=False, attention_bias=False, o_bias=False,
+        qk_norm=False, dtype="float32",
+    )
+    base.update(kw)
+    return LlamaConfig(**base)
+
+
+MODELS = {
+    "llama2l.mlir": config("LlamaForCausalLM", "llama2l"),
+    "qwen2_2l.mlir": config("Qwen2ForCausalLM", "qwen2_2l", attention_bias=True, rms_norm_eps=1e-6,
+                            rope_theta=1000000.0, tie_word_embeddings=True),
+    "qwen3_2l.mlir": config("Qwen3ForCausalLM", "qwen3_2l", qk_norm=True, rms_norm_eps=1e-6,
+                            rope_theta=1000000.0, tie_word_embeddings=True),
+}
+
+if __name__ == "__main__":
+    for file, cfg in MODELS.items():
+        (HERE / file).write_text(print_ir(build_llama(cfg)))
+        print(HERE / file)

@@ -1,0 +1,65 @@
+"""The op level of Qwen3-8B prefilling 5 tokens equals llama.cpp's trace (seed 000)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from xdsl.context import Context
+
+from conftest import EXAMPLES, SEEDS
+from strata.frontends.hf_config import load_hf_config
+from strata.frontends.trace import parse_trace, trace_table
+from strata.models.llama import build_llama
+from strata.passes.convert_module_to_op import ConvertModuleToOpPass
+
+SEED_000 = SEEDS / "000_fedadef405e17808.txt"
+
+
+def lowered_trace(config, **opts) -> str:
+    module = build_llama(load_hf_config(config))
+    ConvertModuleToOpPass(**opts).apply(Context(), module)
+    module.verify()
+    return trace_table(module)
+
+
+@pytest.mark.skipif(not SEED_000.exists(), reason="no seed 000 beside the checkout (../shared/seeds)")
+def test_qwen3_8b_prefill_matches_llama_cpp_row_for_row():
+    mine = parse_trace(lowered_trace(EXAMPLES / "qwen3-8b", entry="prefill", tokens=5, start=0, ctx=89856, kv_pad=256))
+    seed = parse_trace(SEED_000.read_text())
+    assert len(seed) == 1266
+    assert len(mine) == len(seed)
+    for i, (a, b) in enumerate(zip(mine, seed), start=1):
+        assert a == b, f"row {i}: strata {a} != llama.cpp {b}"
+
+
+def test_cli_trace_prints_the_same_table():
+    cmd = [sys.executable, "-m", "strata.cli", "trace", str(EXAMPLES / "qwen3-8b"), "--entry", "prefill",
+           "--tokens", "5", "--ctx", "89856", "--kv-pad", "256"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    rows = parse_trace(out)
+    assert len(rows) == 1266
+    assert rows[0] == ("embd", "GET_ROWS", "token_embd.weight{4096, 151936, 1, 1} , inp_tokens{5, 1, 1, 1}", "{4096, 5, 1, 1}")
+
+
+def test_other_configs_give_their_own_graphs(tmp_path):
+    """A Llama with no q/k norm, a bias-free graph and another context: the pass is general."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        '{"architectures": ["LlamaForCausalLM"], "vocab_size": 320, "hidden_size": 64, "num_hidden_layers": 3,'
+        ' "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96, "rms_norm_eps": 1e-5,'
+        ' "max_position_embeddings": 128}'
+    )
+    rows = parse_trace(lowered_trace(cfg, entry="prefill", tokens=7, start=3, ctx=128, kv_pad=32))
+    ops = [r[1] for r in rows]
+    assert "RMS_NORM" in ops and ops.count("FLASH_ATTN_EXT") == 3
+    assert not any("normed" in r[0] for r in rows)
+    # n_kv = pad(3 + 7, 32) = 32 rows of the cache, 2 KV heads of 16.
+    assert ("cache_k_l0 (view)", "VIEW", "cache_k_l0{32, 128, 1, 1}", "{16, 2, 32, 1}") in rows
+    assert rows[-1] == ("result_output", "MUL_MAT", "output.weight{64, 320, 1, 1} , result_norm{64, 1, 1, 1}", "{320, 1, 1, 1}")
+    decode = parse_trace(lowered_trace(cfg, entry="decode", start=10, ctx=128, kv_pad=32))
+    assert not any(r[1] == "GET_ROWS" and r[0] != "embd" for r in decode), "decode outputs its only row: no pruning"
+    unfused = parse_trace(lowered_trace(cfg, entry="prefill", tokens=7, start=0, ctx=128, kv_pad=32, flash_attn=False))
+    kinds = [r[1] for r in unfused]
+    assert "FLASH_ATTN_EXT" not in kinds and kinds.count("SOFT_MAX") == 3
