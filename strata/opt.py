@@ -36,7 +36,7 @@ class StrataOptMain(xDSLOptMain):
 
     def register_all_targets(self) -> None:
         super().register_all_targets()
-        self.available_targets["trace"] = lambda: _trace_target
+        self.available_targets["trace"] = _trace_target
 
 
 def main(argv: list[str] | None = None) -> int:

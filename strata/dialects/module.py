@@ -26,6 +26,7 @@ from xdsl.dialects.builtin import (
     DictionaryAttr,
     IntegerAttr,
     StringAttr,
+    SymbolNameConstraint,
     SymbolRefAttr,
     UnitAttr,
 )
@@ -53,7 +54,7 @@ from strata.ir.shapes import (
 class MemberOp(IRDLOperation):
     """A named member of a block; `type` is the seed's notation for it."""
 
-    sym_name = attr_def(StringAttr)
+    sym_name = attr_def(SymbolNameConstraint())
     member_type = attr_def(StringAttr, attr_name="type")
 
     assembly_format = "$sym_name `:` $type attr-dict"
@@ -155,7 +156,7 @@ class BlockOp(IRDLOperation):
     """
 
     name = "module.block"
-    sym_name = attr_def(StringAttr)
+    sym_name = attr_def(SymbolNameConstraint())
     generics = attr_def(ArrayAttr[StringAttr])
     body = region_def("single_block")
 
@@ -206,7 +207,7 @@ class ModelOp(IRDLOperation):
     """
 
     name = "module.model"
-    sym_name = attr_def(StringAttr)
+    sym_name = attr_def(SymbolNameConstraint())
     generics = attr_def(DictionaryAttr)
     root = attr_def(StringAttr)
     arch = attr_def(StringAttr)
