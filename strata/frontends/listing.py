@@ -10,7 +10,8 @@ from __future__ import annotations
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp
 
 from strata.dialects import module as M
-from strata.models.llama import llama_hparams, llama_params
+from strata.ir.instances import instantiate
+from strata.models.llama import ggml_name
 
 
 def _generic_value(attr) -> str:
@@ -60,14 +61,15 @@ def model_listing(module: ModuleOp) -> str:
         out += [f"  {_member_line(m)}" for m in blk.members()]
         knobs = {k: v for k, v in blk.attributes.items() if k not in ("sym_name", "generics", "path")}
         for k, v in sorted(knobs.items()):
-            out.append(f"  const {k} = {v}")
+            value = getattr(v, "value", None)
+            out.append(f"  const {k} = {value.data if value is not None else v}")
         out.append("")
-    hp = llama_hparams(model)
-    params = llama_params(hp)
-    dtype = _generic_value(model.generic_value("T"))
-    out += ["Params", "", f"{len(params)} tensors, {sum(_numel(s) for s, _ in params.values()):,} elements, dtype {dtype}", ""]
-    for name, (shape, _) in params.items():
-        out.append(f"{name}\tTensor[{', '.join(map(str, shape))}; {dtype}]")
+    insts = instantiate(model)
+    params = [i for i in insts if i.kind == "param"]
+    out += ["Params", "", f"{len(params)} tensors, {sum(_numel(i.shape) for i in params):,} elements", ""]
+    out += [f"{i.path}\t{ggml_name(i.path)}\tTensor[{', '.join(map(str, i.shape))}; {i.dtype}]" for i in params]
+    out += ["", "State", ""]
+    out += [f"{i.path}\tTensor[{', '.join(map(str, i.shape))}; {i.dtype}]" for i in insts if i.kind == "state"]
     return "\n".join(out) + "\n"
 
 

@@ -241,6 +241,37 @@ def llama_hparams(model: M.ModelOp) -> LlamaHParams:
     )
 
 
+#: Module-level param path -> llama.cpp's tensor name.
+_TOP_NAMES = {"embedding.weight": "token_embd.weight", "norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+_LAYER_NAMES = {
+    "attention_norm.weight": "attn_norm.weight",
+    "attention.q_proj.weight": "attn_q.weight",
+    "attention.q_proj.bias": "attn_q.bias",
+    "attention.k_proj.weight": "attn_k.weight",
+    "attention.k_proj.bias": "attn_k.bias",
+    "attention.v_proj.weight": "attn_v.weight",
+    "attention.v_proj.bias": "attn_v.bias",
+    "attention.o_proj.weight": "attn_output.weight",
+    "attention.o_proj.bias": "attn_output.bias",
+    "attention.q_norm.weight": "attn_q_norm.weight",
+    "attention.k_norm.weight": "attn_k_norm.weight",
+    "mlp_norm.weight": "ffn_norm.weight",
+    "mlp.gate.weight": "ffn_gate.weight",
+    "mlp.up.weight": "ffn_up.weight",
+    "mlp.down.weight": "ffn_down.weight",
+}
+
+
+def ggml_name(path: str) -> str:
+    """`layers.3.attention.q_proj.weight` -> `blk.3.attn_q.weight`."""
+    if path in _TOP_NAMES:
+        return _TOP_NAMES[path]
+    parts = path.split(".", 2)
+    if len(parts) == 3 and parts[0] == "layers" and parts[2] in _LAYER_NAMES:
+        return f"blk.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
+    raise KeyError(f"no llama.cpp name for the param '{path}'")
+
+
 def llama_params(hp: LlamaHParams) -> dict[str, tuple[tuple[int, ...], str]]:
     """Every param instance of the model: ggml name -> (row-major shape, role).
 

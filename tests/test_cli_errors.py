@@ -1,0 +1,61 @@
+"""Bad input to the drivers: one clear line naming the file or field, exit 1, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args: str, tool: str = "strata.cli"):
+    return subprocess.run([sys.executable, "-m", tool, *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"architectures": ["LlamaForCausalLM"], "vocab_size": 10}', "field 'hidden_size' is missing"),
+        ('{"architectures": ["FooForCausalLM"]}', "unknown architecture 'FooForCausalLM'"),
+        ("{bad", "config.json:1:2: invalid JSON"),
+        ('{"architectures": ["LlamaForCausalLM"], "vocab_size": 10, "hidden_size": 30, "num_hidden_layers": 1,'
+         ' "num_attention_heads": 4, "intermediate_size": 8}', "num_attention_heads"),
+    ],
+)
+def test_bad_config(tmp_path, text, message):
+    (tmp_path / "config.json").write_text(text)
+    r = run("inspect", str(tmp_path))
+    assert r.returncode == 1
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_missing_model_dir():
+    r = run("trace", "/definitely/not/here")
+    assert r.returncode == 1 and "/definitely/not/here" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_prefill_longer_than_context(tmp_path):
+    (tmp_path / "config.json").write_text(
+        '{"architectures": ["LlamaForCausalLM"], "vocab_size": 16, "hidden_size": 16, "num_hidden_layers": 1,'
+        ' "num_attention_heads": 2, "intermediate_size": 8, "max_position_embeddings": 32}'
+    )
+    r = run("trace", str(tmp_path), "--tokens", "40", "--ctx", "32")
+    assert r.returncode == 1 and "exceed the context of 32" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('func.func @f() {\n  %0 = op.inpt "tokens" : tensor<5xi32>\n  func.return\n}\n', ":2:"),
+        ('func.func @f() {\n  %0 = op.input "tokens" : tensor<5x2xi32>\n  func.return\n}\n', "must have rank 1"),
+        ("module.model @m attributes {", "bad.mlir:1:"),
+    ],
+)
+def test_strata_opt_bad_ir(tmp_path, text, message):
+    f = tmp_path / "bad.mlir"
+    f.write_text(text)
+    r = run(str(f), tool="strata.opt")
+    assert r.returncode == 1
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr

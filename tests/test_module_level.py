@@ -1,0 +1,93 @@
+"""The module level: builders for the llama family, instantiation, text round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from strata.frontends.hf_config import load_hf_config
+from strata.frontends.listing import model_listing
+from strata.ir.instances import instantiate
+from strata.ir.text import parse_ir, print_ir
+from strata.models.llama import build_llama, ggml_name, llama_hparams, llama_params
+from strata.dialects.module import ModelOp
+
+CONFIGS = {
+    "llama3": {
+        "architectures": ["LlamaForCausalLM"], "vocab_size": 96, "hidden_size": 48, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 80,
+        "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 32},
+        "rope_theta": 500000.0,
+    },
+    "qwen2": {
+        "architectures": ["Qwen2ForCausalLM"], "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 64, "tie_word_embeddings": True,
+    },
+    "qwen3": {
+        "architectures": ["Qwen3ForCausalLM"], "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 48,
+        "rms_norm_eps": 1e-6, "max_position_embeddings": 64,
+    },
+}
+
+
+def _model(tmp_path, key):
+    (tmp_path / "config.json").write_text(json.dumps(CONFIGS[key]))
+    module = build_llama(load_hf_config(tmp_path))
+    module.verify()
+    return module, next(o for o in module.ops if isinstance(o, ModelOp))
+
+
+@pytest.mark.parametrize("key", sorted(CONFIGS))
+def test_instances_agree_with_the_family_table(tmp_path, key):
+    """The params found by walking the blocks are the ones the lowering and weight store use."""
+    _, model = _model(tmp_path, key)
+    walked = {ggml_name(i.path): i.shape for i in instantiate(model) if i.kind == "param"}
+    table = {name: shape for name, (shape, _) in llama_params(llama_hparams(model)).items()}
+    assert walked == table
+
+
+@pytest.mark.parametrize("key", sorted(CONFIGS))
+def test_module_text_round_trips(tmp_path, key):
+    module, _ = _model(tmp_path, key)
+    text = print_ir(module)
+    assert print_ir(parse_ir(text)) == text
+
+
+def test_knobs_are_visible(tmp_path):
+    _, qwen2 = _model(tmp_path, "qwen2")
+    hp = llama_hparams(qwen2)
+    assert hp.qkv_bias and not hp.o_bias and hp.tied and not hp.qk_norm
+    names = {ggml_name(i.path) for i in instantiate(qwen2) if i.kind == "param"}
+    assert "blk.0.attn_q.bias" in names and "output.weight" not in names and "blk.0.attn_output.bias" not in names
+
+
+def test_head_dim_and_rope_scaling(tmp_path):
+    _, llama = _model(tmp_path, "llama3")
+    hp = llama_hparams(llama)
+    assert hp.head_dim == 16 and hp.hidden == 48
+    assert hp.rope_scaling["factor"] == 8.0 and hp.rope_theta == 500000.0
+    shapes = {ggml_name(i.path): i.shape for i in instantiate(llama) if i.kind == "param"}
+    assert shapes["blk.0.attn_q.weight"] == (64, 48) and shapes["blk.0.attn_output.weight"] == (48, 64)
+
+
+def test_listing_is_shaped_like_seed_003(tmp_path):
+    module, _ = _model(tmp_path, "qwen3")
+    text = model_listing(module)
+    for header in ("Entries", "Generics", "Blocks", "Params", "State"):
+        assert f"\n{header}\n" in text
+    assert "decode\tdecode(token: Tensor[Batch, 1; i32], pos: i32) -> Tensor[Batch, Vocab; T]" in text
+    assert "  sub q_norm: RmsNorm<HeadDim, T>" in text
+    assert "  param bias: Tensor[Out; T]?" in text
+    assert "layers.1.attention.cache_v\tTensor[1, 1, 64, 16; f32]" in text
+
+
+def test_verifier_rejects_unknown_names(tmp_path):
+    module, model = _model(tmp_path, "qwen3")
+    text = print_ir(module).replace('"Tensor[Out, In; T]"', '"Tensor[Out, Inn; T]"')
+    with pytest.raises(Exception, match="unknown name 'Inn'"):
+        parse_ir(text)
