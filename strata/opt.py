@@ -8,7 +8,6 @@ the file, line and column, and exit code 1; never a traceback.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import IO
 
 from xdsl.dialects.builtin import ModuleOp

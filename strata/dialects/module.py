@@ -16,7 +16,7 @@ generics; the verifier parses them (see `strata.ir.shapes`).
     }
 
 The module level is declarative: the semantics of each block kind (its functions)
-live in `strata.semantics.module`, and `convert-module-to-op` expands them.
+live in `strata.semantics.module_interp`, and `convert-module-to-op` expands them.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ across writes to it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
@@ -32,7 +31,6 @@ from xdsl.dialects.builtin import (
     IntegerType,
     StringAttr,
     TensorType,
-    i64,
 )
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
@@ -480,7 +478,7 @@ class CpyOp(BinaryOp):
     name = "op.cpy"
 
     def verify_(self) -> None:
-        a, b, r = shape_of(self.lhs), shape_of(self.rhs), shape_of(self.result)
+        a, b = shape_of(self.lhs), shape_of(self.rhs)
         na, nb = numel(a), numel(b)
         require(na is None or nb is None or na == nb, f"op.cpy: element counts differ ({na} vs {nb})")
         require(self.result.type == self.rhs.type, "op.cpy: result type must be the destination's")

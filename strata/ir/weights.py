@@ -384,11 +384,12 @@ def expected_llama_weights(cfg: LlamaConfig) -> dict[str, tuple[tuple[int, ...],
 
 
 def save_random_llama(cfg: LlamaConfig, directory: str | Path, seed: int,
-                      dtype: str = "float32", shards: int = 1) -> Path:
+                      dtype: str = "float32", shards: int = 1, std: float = 0.02) -> Path:
     """Write random HF-named weights for ``cfg`` and its config.json; returns the directory.
 
-    Matrices and biases are N(0, 0.02); norm weights 1 + 0.1 N(0, 1), so that outputs are
-    well conditioned. The bytes depend only on ``cfg``, ``seed``, ``dtype`` and ``shards``.
+    Matrices are N(0, std), biases N(0, 0.02); norm weights 1 + 0.1 N(0, 1), so that outputs
+    are well conditioned. A tiny model needs std ~0.12 for logits of std ~1 (and varied
+    greedy tokens); 0.02 is HF's init. The bytes depend only on the arguments.
     """
     if dtype not in _NUMPY_DTYPES:
         raise WeightError(f"dtype {dtype!r} is not one of {', '.join(_NUMPY_DTYPES)}")
@@ -397,7 +398,7 @@ def save_random_llama(cfg: LlamaConfig, directory: str | Path, seed: int,
     tensors: dict[str, np.ndarray] = {}
     for name, shape in llama_weight_shapes(cfg).items():
         x = rng.standard_normal(shape, dtype=np.float32)
-        x = 1.0 + 0.1 * x if "norm" in name else 0.02 * x
+        x = 1.0 + 0.1 * x if "norm" in name else (std if x.ndim == 2 else 0.02) * x
         tensors[ggml_to_hf_name(name)] = x.astype(_NUMPY_DTYPES[dtype])
     write_hf_config(dataclasses.replace(cfg, dtype=dtype), directory)
     meta = {"format": "pt"}  # transformers checks this key before trusting the file

@@ -25,7 +25,6 @@ from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
-    Float32Type,
     FloatAttr,
     IntegerAttr,
     ModuleOp,

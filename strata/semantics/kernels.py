@@ -176,10 +176,14 @@ def swiglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
     """SWIGLU: silu(g) * u, float32."""
     g = np.asarray(g, dtype=np.float32)
     u = np.asarray(u, dtype=np.float32)
-    # sigmoid via exp(-|g|) never overflows and keeps full precision for both signs.
-    e = np.exp(-np.abs(g))
-    sig = np.where(g >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-    return g * sig * u
+    # silu(g) = g / (1 + exp(-g)); for g < -88 exp overflows to inf and the quotient is
+    # the correct -0, so the overflow warning is silenced. In place: one temporary.
+    with np.errstate(over="ignore"):
+        d = np.exp(-g)
+    d += np.float32(1.0)
+    np.divide(g, d, out=d)
+    d *= u
+    return d
 
 
 def set_rows(dst: np.ndarray, src: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -217,7 +221,8 @@ def rope(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: str, freq_base: floa
     theta = np.asarray(pos, dtype=np.float64)[:, None] * (float(freq_scale) * inv)[None, :]
     cos = np.cos(theta).astype(np.float32)[:, None, :]  # [S, 1, half]: broadcast over heads
     sin = np.sin(theta).astype(np.float32)[:, None, :]
-    out = x.copy()
+    out = np.empty_like(x)
+    out[..., n_dims:] = x[..., n_dims:]  # usually empty: n_dims == D
     if mode == "neox":
         x0, x1 = x[..., :half], x[..., half:n_dims]
         out[..., :half] = x0 * cos - x1 * sin

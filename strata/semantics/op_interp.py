@@ -1,0 +1,254 @@
+"""Execute an op-level function op by op with the numpy kernels of `kernels.py`.
+
+    state = alloc_state(fn)
+    logits = run_function(fn, WeightStore.open(d), state, tokens, start=0)
+
+The function is one entry produced by `convert-module-to-op` (`@prefill`, `@decode`):
+no arguments, leaves for weights (`op.param`), persistent buffers (`op.state`),
+host inputs (`op.input`) and constants. Ops run in program order, so a read of a
+state buffer after an `op.set_rows` sees the write (the buffers are updated in place).
+
+Every result is checked against its IR type (rank, static dims, element type), so a
+kernel and a pass that disagree about a shape fail here, naming the op, rather than
+somewhere downstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import ml_dtypes
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IntegerAttr,
+    IntegerType,
+    TensorType,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from strata.dialects import op as O
+from strata.errors import StrataError
+from strata.semantics import kernels as K
+
+
+class InterpreterError(StrataError):
+    """An op-level function that cannot be executed (unknown op, bad input, bad shape)."""
+
+
+class Weights(Protocol):
+    def get(self, name: str) -> np.ndarray: ...
+
+
+# ---------------------------------------------------------------------------
+# Types
+# ---------------------------------------------------------------------------
+
+
+def numpy_dtype(elem: Attribute) -> np.dtype:
+    """The numpy dtype of an IR element type (bf16 via ml_dtypes)."""
+    if isinstance(elem, Float32Type):
+        return np.dtype(np.float32)
+    if isinstance(elem, Float16Type):
+        return np.dtype(np.float16)
+    if isinstance(elem, BFloat16Type):
+        return np.dtype(ml_dtypes.bfloat16)
+    if isinstance(elem, Float64Type):
+        return np.dtype(np.float64)
+    if isinstance(elem, IntegerType) and elem.width.data in (8, 16, 32, 64):
+        return np.dtype(f"int{elem.width.data}")
+    raise InterpreterError(f"no numpy dtype for element type {elem}")
+
+
+def shape_with_holes(typ: Attribute) -> tuple[int, ...]:
+    """The shape of a tensor type with dynamic dims as -1 (numpy's 'infer')."""
+    assert isinstance(typ, TensorType)
+    return tuple(-1 if d == DYNAMIC_INDEX else d for d in typ.get_shape())
+
+
+def _describe(op: Operation) -> str:
+    label = op.attributes.get("name")
+    return f"{op.name}" + (f" '{label.data}'" if label is not None else "")  # type: ignore[attr-defined]
+
+
+def _check_result(op: Operation, value: np.ndarray) -> None:
+    typ = op.results[0].type
+    want = shape_with_holes(typ)
+    ok = value.ndim == len(want) and all(w in (-1, g) for w, g in zip(want, value.shape))
+    if not ok:
+        raise InterpreterError(f"{_describe(op)}: computed shape {list(value.shape)}, IR type says {typ}")
+    dtype = numpy_dtype(typ.get_element_type())  # type: ignore[attr-defined]
+    if value.dtype != dtype:
+        raise InterpreterError(f"{_describe(op)}: computed {value.dtype}, IR type says {typ}")
+
+
+# ---------------------------------------------------------------------------
+# State
+# ---------------------------------------------------------------------------
+
+
+def alloc_state(fn: func.FuncOp) -> dict[str, np.ndarray]:
+    """Zeroed buffers for every `op.state` of `fn`, keyed by state name."""
+    out: dict[str, np.ndarray] = {}
+    for op in fn.walk():
+        if isinstance(op, O.StateOp):
+            typ = op.result.type
+            shape = typ.get_shape()  # type: ignore[attr-defined]
+            out[op.state_name.data] = np.zeros(shape, dtype=numpy_dtype(typ.get_element_type()))  # type: ignore[attr-defined]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Adapters: op + operand arrays -> kernel call
+# ---------------------------------------------------------------------------
+
+
+class Env:
+    """What leaves read: the weights, the state, and the call's host inputs."""
+
+    def __init__(self, fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray],
+                 tokens: np.ndarray, start: int):
+        self.weights = weights
+        self.state = state
+        self.tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)
+        self.start = int(start)
+        n_kv = fn.attributes.get("op.n_kv")
+        self.n_kv = n_kv.value.data if isinstance(n_kv, IntegerAttr) else None
+
+
+Adapter = Callable[[Any, list, Env], np.ndarray]
+
+
+def _float(attr: Attribute) -> float:
+    return float(attr.value.data)  # type: ignore[attr-defined]
+
+
+def _int(attr: Attribute) -> int:
+    return int(attr.value.data)  # type: ignore[attr-defined]
+
+
+def _param(op: O.ParamOp, _: list, env: Env) -> np.ndarray:
+    name = op.tensor_name.data
+    try:
+        w = env.weights.get(name)
+    except (KeyError, StrataError) as e:
+        raise InterpreterError(f"op.param '{name}': not in the weight store ({e})") from None
+    want = op.result.type.get_shape()  # type: ignore[attr-defined]
+    if tuple(w.shape) != tuple(want):
+        raise InterpreterError(f"op.param '{name}': stored shape {list(w.shape)}, IR type says {op.result.type}")
+    dtype = numpy_dtype(op.result.type.get_element_type())  # type: ignore[attr-defined]
+    # The IR's element type is the semantics; a checkpoint stored otherwise is converted.
+    return w if w.dtype == dtype else w.astype(dtype)
+
+
+def _state(op: O.StateOp, _: list, env: Env) -> np.ndarray:
+    name = op.state_name.data
+    if name not in env.state:
+        raise InterpreterError(f"op.state '{name}': no buffer given (use alloc_state)")
+    return env.state[name]
+
+
+def _input(op: O.InputOp, _: list, env: Env) -> np.ndarray:
+    kind = op.kind.data
+    shape = op.result.type.get_shape()  # type: ignore[attr-defined]
+    n_kv = env.n_kv if env.n_kv is not None else (shape[1] if kind == "kq_mask" else 0)
+    if shape[0] != DYNAMIC_INDEX and kind != "out_ids" and shape[0] != env.tokens.shape[0]:
+        raise InterpreterError(f"op.input '{kind}': the function takes {shape[0]} tokens, got {env.tokens.shape[0]}")
+    if n_kv and env.start + env.tokens.shape[0] > n_kv:
+        raise InterpreterError(f"op.input '{kind}': {env.start} + {env.tokens.shape[0]} tokens exceed n_kv = {n_kv}")
+    return K.host_input(kind, env.tokens, env.start, n_kv)
+
+
+def _constant(op: O.ConstantOp, _: list, env: Env) -> np.ndarray:
+    typ = op.result.type
+    values = op.value.get_values()
+    return np.asarray(values, dtype=numpy_dtype(typ.get_element_type())).reshape(typ.get_shape())  # type: ignore[attr-defined]
+
+
+def _view(op: O.ViewOp, a: list, env: Env) -> np.ndarray:
+    strides = op.strides.get_values() if op.strides is not None else None
+    return K.view(a[0], shape_with_holes(op.result.type), _int(op.offset), strides)
+
+
+def _soft_max(op: O.SoftMaxOp, a: list, env: Env) -> np.ndarray:
+    return K.soft_max(a[0], a[1] if len(a) > 1 else None, _float(op.scale))
+
+
+def _rope(op: O.RopeOp, a: list, env: Env) -> np.ndarray:
+    factors = a[2] if len(a) > 2 else None
+    return K.rope(a[0], a[1], _int(op.n_dims), op.mode.data, _float(op.freq_base), _float(op.freq_scale), factors)
+
+
+def _flash(op: O.FlashAttnExtOp, a: list, env: Env) -> np.ndarray:
+    return K.flash_attn_ext(a[0], a[1], a[2], a[3] if len(a) > 3 else None, _float(op.scale))
+
+
+ADAPTERS: dict[type[Operation], Adapter] = {
+    O.ParamOp: _param,
+    O.StateOp: _state,
+    O.InputOp: _input,
+    O.ConstantOp: _constant,
+    O.GetRowsOp: lambda op, a, env: K.get_rows(a[0], a[1]),
+    O.RmsNormOp: lambda op, a, env: K.rms_norm(a[0], _float(op.eps)),
+    O.MulOp: lambda op, a, env: K.mul(a[0], a[1]),
+    O.AddOp: lambda op, a, env: K.add(a[0], a[1]),
+    O.MulMatOp: lambda op, a, env: K.mul_mat(a[0], a[1]),
+    O.ReshapeOp: lambda op, a, env: K.reshape(a[0], shape_with_holes(op.result.type)),
+    O.ViewOp: _view,
+    O.PermuteOp: lambda op, a, env: K.permute(a[0], op.dims.get_values()),
+    O.TransposeOp: lambda op, a, env: K.transpose(a[0]),
+    O.ContOp: lambda op, a, env: K.cont(a[0], shape_with_holes(op.result.type)),
+    O.ScaleOp: lambda op, a, env: K.scale(a[0], _float(op.scale)),
+    O.CpyOp: lambda op, a, env: K.cpy(a[0], a[1]),
+    O.ArgmaxOp: lambda op, a, env: K.argmax(a[0]),
+    O.SwigluOp: lambda op, a, env: K.swiglu(a[0], a[1]),
+    O.SetRowsOp: lambda op, a, env: K.set_rows(a[0], a[1], a[2]),
+    O.SoftMaxOp: _soft_max,
+    O.RopeOp: _rope,
+    O.FlashAttnExtOp: _flash,
+}
+
+
+# ---------------------------------------------------------------------------
+# The interpreter
+# ---------------------------------------------------------------------------
+
+
+def run_function(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray],
+                 tokens: np.ndarray, start: int) -> np.ndarray:
+    """Run `fn` on `tokens` [S] at position `start`; returns its result (the logits).
+
+    `state` (from :func:`alloc_state`) is updated in place by the cache writes.
+    """
+    env = Env(fn, weights, state, tokens, start)
+    values: dict[SSAValue, np.ndarray] = {}
+    for op in fn.body.block.ops:
+        if isinstance(op, func.ReturnOp):
+            if len(op.arguments) != 1:
+                raise InterpreterError(f"@{fn.sym_name.data}: expected one returned value, got {len(op.arguments)}")
+            return values[op.arguments[0]]
+        adapter = ADAPTERS.get(type(op))
+        if adapter is None:
+            raise InterpreterError(f"@{fn.sym_name.data}: no reference semantics for op '{op.name}'")
+        args = [values[v] for v in op.operands]
+        result = adapter(op, args, env)
+        _check_result(op, result)
+        values[op.results[0]] = result
+    raise InterpreterError(f"@{fn.sym_name.data}: the function has no func.return")
+
+
+def find_function(module: Operation, name: str | None = None) -> func.FuncOp:
+    """The `func.func` named `name` in `module` (or its only one)."""
+    fns = [op for op in module.walk() if isinstance(op, func.FuncOp)]
+    if name is not None:
+        fns = [f for f in fns if f.sym_name.data == name]
+    if len(fns) != 1:
+        what = f"@{name}" if name else "func.func"
+        raise InterpreterError(f"expected one {what} in the module, found {len(fns)}")
+    return fns[0]

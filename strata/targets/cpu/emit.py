@@ -1,0 +1,666 @@
+"""The CPU target: op-level IR -> one self-contained numpy module.
+
+`CpuEmitter` is a printer with one handler per op-level op and no policy: every op
+becomes one Python statement that calls the op's kernel, in program order. The
+generated module
+
+* imports only ``numpy`` and ``ml_dtypes`` (never strata), and carries the source of
+  just the kernels it calls, copied from :mod:`strata.semantics.kernels` (so each
+  op's semantics is written down once in the repository);
+* defines ``class Model``: ``__init__(weights)`` binds every ``op.param`` once to an
+  attribute (a zero-copy view of the memory-mapped weight) and preallocates every
+  ``op.state`` (the KV cache) from its IR type; one method per entry
+  (``prefill(tokens, start)``, ``decode(token, pos)``) computes its host inputs with
+  ``host_input`` and then runs the ops, with locals named after the IR values.
+
+Model-supplied names (tensor names, the model name) are sanitized before they reach
+the code: identifiers keep only ``[A-Za-z0-9_]``, and the only string literals are
+``repr()`` of names that passed :func:`literal_name`. The output depends only on the
+IR, so the same IR gives byte-identical source.
+
+A dynamic dim (``?``) is the number of tokens of the call (``n_tokens``): the only
+dynamic dim the op level has.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import keyword
+import math
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    IntegerType,
+    ModuleOp,
+    TensorType,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
+from strata.dialects import op as O
+from strata.errors import StrataError
+from strata.semantics import kernels as K
+
+
+class CpuTargetError(StrataError):
+    """Op-level IR that the CPU target cannot print."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Names
+
+
+_SAFE_LITERAL = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
+
+
+def literal_name(name: str, what: str = "name") -> str:
+    """``repr(name)`` for a string literal in generated code; refuses odd characters."""
+    if not _SAFE_LITERAL.fullmatch(name):
+        raise CpuTargetError(
+            f"cpu target: {what} {name!r} has characters outside [A-Za-z0-9_.-] "
+            "(or is empty or longer than 200); refusing to put it in generated code")
+    return repr(name)
+
+
+def sanitize_label(name: str) -> str:
+    """``name`` with every character outside ``[A-Za-z0-9_.-]`` replaced by ``_`` (at most
+    200 characters): safe in a comment, a docstring or a string literal."""
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", name)[:200] or "_"
+
+
+def sanitize_identifier(name: str, taken: set[str] | frozenset[str] = frozenset()) -> str:
+    """A Python identifier for ``name``: only ``[A-Za-z0-9_]``, not starting with a digit
+    or an underscore, not a keyword or builtin, and not in ``taken``."""
+    s = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_")
+    if not s or s[0].isdigit():
+        s = "v" + ("_" + s if s else "")
+    if keyword.iskeyword(s) or keyword.issoftkeyword(s) or hasattr(builtins, s):
+        s += "_"
+    base, n = s, 1
+    while s in taken:
+        n += 1
+        s = f"{base}_{n}"
+    return s
+
+
+class Namer:
+    """Gives each SSA value a unique, sanitized Python name (a scope of locals)."""
+
+    def __init__(self, reserved: set[str]):
+        self.taken = set(reserved)
+
+    def fresh(self, hint: str) -> str:
+        name = sanitize_identifier(hint, self.taken)
+        self.taken.add(name)
+        return name
+
+
+def value_labels(fn: func.FuncOp) -> dict[SSAValue, str]:
+    """The names xDSL's printer gives the results in ``fn`` (hint, hint_1, ..., or 0, 1, ...),
+    so that generated locals can be matched with the op-level IR text."""
+    labels: dict[SSAValue, str] = {}
+    counts: dict[str, int] = {}
+    number = 0
+    for op in fn.body.walk():
+        for res in op.results:
+            if res.name_hint:
+                k = counts.get(res.name_hint, 0)
+                labels[res] = res.name_hint + (f"_{k}" if k else "")
+                counts[res.name_hint] = k + 1
+            else:
+                labels[res] = f"v{number}"
+                number += 1
+    return labels
+
+
+# ---------------------------------------------------------------------------------------------
+# Output buffer
+
+
+class IndentedWriter:
+    """Lines of text with a current indentation level."""
+
+    def __init__(self, unit: str = "    "):
+        self.unit = unit
+        self.level = 0
+        self.lines: list[str] = []
+
+    def line(self, text: str = "") -> None:
+        self.lines.append(self.unit * self.level + text if text else "")
+
+    def block(self, text: str) -> None:
+        """Several lines (e.g. a copied function), each indented to the current level."""
+        for ln in text.rstrip("\n").split("\n"):
+            self.line(ln)
+
+    @contextmanager
+    def indented(self) -> Iterator[None]:
+        self.level += 1
+        try:
+            yield
+        finally:
+            self.level -= 1
+
+    def text(self) -> str:
+        return "\n".join(self.lines).rstrip("\n") + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Literals
+
+
+_NP_DTYPES = {Float32Type: "np.float32", Float16Type: "np.float16", BFloat16Type: "ml_dtypes.bfloat16"}
+_INT_DTYPES = {8: "np.int8", 16: "np.int16", 32: "np.int32", 64: "np.int64"}
+
+
+def dtype_expr(elem: Attribute) -> str:
+    for cls, expr in _NP_DTYPES.items():
+        if isinstance(elem, cls):
+            return expr
+    if isinstance(elem, IntegerType) and elem.width.data in _INT_DTYPES:
+        return _INT_DTYPES[elem.width.data]
+    raise CpuTargetError(f"cpu target: element type {elem} is not supported")
+
+
+def float_lit(x: float) -> str:
+    x = float(x)
+    if math.isnan(x):
+        return "float('nan')"
+    if math.isinf(x):
+        return "float('inf')" if x > 0 else "-float('inf')"
+    return repr(x)
+
+
+def int_tuple(values: Sequence[int]) -> str:
+    items = [str(int(v)) for v in values]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def type_comment(typ: Attribute) -> str:
+    if isinstance(typ, TensorType):
+        elem = typ.get_element_type()
+        return f"{O.fmt_shape(typ.get_shape())} {elem}"
+    return str(typ)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel sources
+
+
+class KernelLibrary:
+    """The kernels' source, from one read of :mod:`strata.semantics.kernels`: each top-level
+    function's text (with its decorators) and the DEPENDENCIES table, parsed from the same
+    text so that the two always agree."""
+
+    def __init__(self, source: str | None = None):
+        self.source = source if source is not None else inspect.getsource(K)
+        tree = ast.parse(self.source)
+        lines = self.source.splitlines()
+        self.functions: dict[str, tuple[int, str]] = {}
+        self.dependencies: dict[str, list[str]] = {}
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                self.functions[node.name] = (first, "\n".join(lines[first - 1:node.end_lineno]))
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Name) and t.id == "DEPENDENCIES" for t in targets):
+                    self.dependencies = ast.literal_eval(node.value)
+
+    def closure(self, names: set[str]) -> list[str]:
+        """``names`` and the helpers they call, in file order."""
+        seen: set[str] = set()
+        stack = sorted(names)
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            if n not in self.functions:
+                raise CpuTargetError(f"cpu target: strata.semantics.kernels has no function {n!r}")
+            seen.add(n)
+            stack.extend(self.dependencies.get(n, []))
+        return sorted(seen, key=lambda n: self.functions[n][0])
+
+    def text(self, name: str) -> str:
+        return self.functions[name][1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The printer
+
+
+#: Module-level names of the generated code that locals and attributes must not shadow.
+_MODULE_NAMES = {"np", "ml_dtypes", "Model", "annotations", "_bind", "MODEL_NAME", "N_CTX"}
+#: Parameters and fixed locals of the entry methods.
+_METHOD_NAMES = {"self", "tokens", "start", "token", "pos", "n_tokens"}
+#: Attributes and methods of Model besides the bound params, state and constants.
+_MODEL_ATTRS = {"reset", "weights", "PARAMS", "STATE", "OUTPUTS", "ENTRIES", "N_CTX", "MODEL_NAME"}
+
+
+class CpuEmitter:
+    """Prints an op-level module (one func.func per entry) as a numpy Python module."""
+
+    def __init__(self, module: ModuleOp, model_name: str | None = None):
+        self.module = module
+        self.model_name = sanitize_label(model_name) if model_name else None
+        self.kernels_used: set[str] = set()
+        self.reserved = set(_MODULE_NAMES) | set(dir(K)) | set(dir(builtins)) | set(keyword.kwlist)
+        # Model attributes: params, state and constants, by a key that identifies them.
+        self.attr_namer = Namer(self.reserved | _MODEL_ATTRS)
+        self.params: dict[str, tuple[str, TensorType]] = {}  # ggml name -> (attr, type)
+        self.states: dict[str, tuple[str, TensorType]] = {}  # state name -> (attr, type)
+        self.constants: list[tuple[str, O.ConstantOp]] = []
+        self.entries: list[func.FuncOp] = []
+        self.handlers: dict[type[Operation], Callable[[Operation], None]] = {
+            O.ParamOp: self.print_param,
+            O.StateOp: self.print_state,
+            O.InputOp: self.print_input,
+            O.ConstantOp: self.print_constant,
+            O.GetRowsOp: self.print_get_rows,
+            O.RmsNormOp: self.print_rms_norm,
+            O.MulOp: self.print_mul,
+            O.AddOp: self.print_add,
+            O.MulMatOp: self.print_mul_mat,
+            O.ReshapeOp: self.print_reshape,
+            O.ViewOp: self.print_view,
+            O.PermuteOp: self.print_permute,
+            O.TransposeOp: self.print_transpose,
+            O.ContOp: self.print_cont,
+            O.ScaleOp: self.print_scale,
+            O.CpyOp: self.print_cpy,
+            O.ArgmaxOp: self.print_argmax,
+            O.SwigluOp: self.print_swiglu,
+            O.SetRowsOp: self.print_set_rows,
+            O.SoftMaxOp: self.print_soft_max,
+            O.RopeOp: self.print_rope,
+            O.FlashAttnExtOp: self.print_flash_attn_ext,
+            func.ReturnOp: self.print_return,
+        }
+        # Per-entry state, set by print_entry.
+        self.out = IndentedWriter()
+        self.names: dict[SSAValue, str] = {}
+        self.labels: dict[SSAValue, str] = {}
+        self.locals = Namer(set())
+        self.inputs: dict[tuple[str, Attribute], str] = {}
+        self.n_kv = 0
+        self.last_use: dict[SSAValue, Operation] = {}
+
+    # -- driver ---------------------------------------------------------------------------
+
+    def emit(self) -> str:
+        try:
+            self.module.verify()
+        except VerifyException as e:
+            raise CpuTargetError(f"cpu target: invalid op-level IR: {e}") from None
+        self.entries = [o for o in self.module.ops if isinstance(o, func.FuncOp)]
+        if not self.entries:
+            raise CpuTargetError("cpu target: the module has no func.func entry")
+        n_ctx = {int(fn.attributes["op.n_ctx"].value.data) for fn in self.entries if "op.n_ctx" in fn.attributes}
+        if len(n_ctx) > 1:
+            raise CpuTargetError(f"cpu target: entries disagree on op.n_ctx ({sorted(n_ctx)})")
+        self.n_ctx = n_ctx.pop() if n_ctx else None
+
+        methods = IndentedWriter()
+        methods.level = 1
+        entry_names: set[str] = set()
+        for fn in self.entries:
+            name = fn.sym_name.data
+            if not name.isidentifier() or name in self.reserved | _MODEL_ATTRS | _METHOD_NAMES or name.startswith("_"):
+                raise CpuTargetError(f"cpu target: entry name {name!r} cannot be a method name")
+            if name in entry_names:
+                raise CpuTargetError(f"cpu target: two entries named {name!r}")
+            entry_names.add(name)
+            self.print_entry(fn, methods)
+
+        out = IndentedWriter()
+        self.print_header(out)
+        library = KernelLibrary()
+        for name in library.closure(self.kernels_used | {"host_input"}):
+            out.line()
+            out.line()
+            out.block(library.text(name))
+        out.line()
+        out.line()
+        self.print_bind(out)
+        out.line()
+        out.line()
+        self.print_class(out, methods)
+        return out.text()
+
+    # -- module parts ---------------------------------------------------------------------
+
+    def print_header(self, out: IndentedWriter) -> None:
+        entries = ", ".join(fn.sym_name.data for fn in self.entries)
+        title = f"Model {self.model_name}" if self.model_name else "A model"
+        out.line(f'"""{title} compiled by strata for the CPU (numpy); generated, do not edit.')
+        out.line()
+        out.line("    model = Model(weights)   # weights: ggml tensor name -> array (mapping or getter)")
+        for fn in self.entries:
+            out.line(f"    logits = model.{self._signature(fn)}")
+        out.line()
+        out.line(f"Entries: {entries}. Needs only numpy and ml_dtypes. The kernels below are copied")
+        out.line("from strata.semantics.kernels; everything after them is printed from the op-level IR.")
+        out.line('"""')
+        out.line()
+        out.line("from __future__ import annotations")
+        out.line()
+        out.line("import ml_dtypes")
+        out.line("import numpy as np")
+        out.line()
+        out.line(f"MODEL_NAME = {literal_name(self.model_name, 'model name') if self.model_name else None}")
+        out.line(f"N_CTX = {self.n_ctx}")
+
+    def print_bind(self, out: IndentedWriter) -> None:
+        out.line("def _bind(weights, name, shape, dtype):")
+        with out.indented():
+            out.line('"""Weight `name` from `weights` (a mapping or a getter) as an array of `shape`;')
+            out.line('a view of the caller\'s (memory-mapped) array unless its dtype differs."""')
+            out.line("get = getattr(weights, 'get', None)")
+            out.line("array = get(name) if get is not None else weights(name) if callable(weights) else weights[name]")
+            out.line("if array is None:")
+            with out.indented():
+                out.line("raise KeyError(f'weight {name!r} is missing')")
+            out.line("array = np.asarray(array)")
+            out.line("if array.shape != shape:")
+            with out.indented():
+                out.line("raise ValueError(f'weight {name!r} has shape {list(array.shape)}, expected {list(shape)}')")
+            out.line("if array.dtype != dtype:")
+            with out.indented():
+                out.line("array = array.astype(dtype)")
+            out.line("return array")
+
+    def print_class(self, out: IndentedWriter, methods: IndentedWriter) -> None:
+        out.line("class Model:")
+        with out.indented():
+            out.line('"""The compiled model: bound weights, the state buffers and one method per entry."""')
+            out.line()
+            out.line("N_CTX = N_CTX")
+            out.line("MODEL_NAME = MODEL_NAME")
+            out.line(f"ENTRIES = {tuple(fn.sym_name.data for fn in self.entries)!r}")
+            out.line("PARAMS = (")
+            with out.indented():
+                for name in self.params:
+                    out.line(f"{literal_name(name, 'tensor name')},")
+            out.line(")")
+            out.line("STATE = {")
+            with out.indented():
+                for name, (_, typ) in self.states.items():
+                    out.line(f"{literal_name(name, 'state name')}: ({int_tuple(typ.get_shape())}, "
+                             f"{dtype_expr(typ.get_element_type())}),")
+            out.line("}")
+            out.line("OUTPUTS = {  # entry -> (shape, dtype) of its result; None: the number of tokens")
+            with out.indented():
+                for fn in self.entries:
+                    (typ,) = fn.function_type.outputs.data
+                    dims = ", ".join("None" if d == DYNAMIC_INDEX else str(d) for d in typ.get_shape())
+                    dims += "," if len(typ.get_shape()) == 1 else ""
+                    out.line(f"{fn.sym_name.data!r}: (({dims}), {dtype_expr(typ.get_element_type())}),")
+            out.line("}")
+            out.line()
+            out.line("def __init__(self, weights):")
+            with out.indented():
+                for name, (attr, typ) in self.params.items():
+                    out.line(f"self.{attr} = _bind(weights, {literal_name(name, 'tensor name')}, "
+                             f"{int_tuple(typ.get_shape())}, {dtype_expr(typ.get_element_type())})")
+                for attr, op in self.constants:
+                    typ = op.result.type
+                    elem = typ.get_element_type()
+                    conv = float_lit if isinstance(elem, O.FLOAT_TYPES) else (lambda v: str(int(v)))
+                    values = ", ".join(conv(v) for v in op.value.get_values())
+                    out.line(f"self.{attr} = np.array([{values}], dtype={dtype_expr(elem)})"
+                             f".reshape({int_tuple(typ.get_shape())})")
+                if not (self.params or self.constants):
+                    out.line("del weights")
+                out.line("self.reset()")
+            out.line()
+            out.line("def reset(self):")
+            with out.indented():
+                out.line('"""Fresh, zeroed state buffers (the KV cache)."""')
+                for name, (attr, typ) in self.states.items():
+                    out.line(f"self.{attr} = np.zeros({int_tuple(typ.get_shape())}, "
+                             f"dtype={dtype_expr(typ.get_element_type())})")
+                if not self.states:
+                    out.line("pass")
+        out.lines.extend(methods.lines)
+
+    # -- entries --------------------------------------------------------------------------
+
+    def _signature(self, fn: func.FuncOp) -> str:
+        name = fn.sym_name.data
+        return f"{name}(token, pos)" if name == "decode" else f"{name}(tokens, start)"
+
+    def print_entry(self, fn: func.FuncOp, out: IndentedWriter) -> None:
+        self.out = out
+        self.names = {}
+        self.labels = value_labels(fn)
+        self.locals = Namer(self.reserved | _METHOD_NAMES)
+        self.inputs = {}
+        self.n_kv = int(fn.attributes["op.n_kv"].value.data) if "op.n_kv" in fn.attributes else self.n_ctx
+        if self.n_kv is None:
+            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} has no op.n_kv attribute")
+        if len(fn.function_type.outputs.data) != 1 or not isinstance(fn.function_type.outputs.data[0], TensorType):
+            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must return one tensor")
+        if fn.function_type.inputs.data:
+            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must take no arguments "
+                                 "(host data comes from op.input)")
+        ops = list(fn.body.walk())
+        self.last_use = {}
+        for op in ops:
+            for v in op.operands:
+                self.last_use[v] = op
+
+        out.line()
+        name = fn.sym_name.data
+        if name == "decode":
+            out.line("def decode(self, token, pos):")
+        else:
+            out.line(f"def {name}(self, tokens, start):")
+        with out.indented():
+            out.line(f'"""Entry @{name}: run the graph on the given tokens; returns its result."""')
+            if name == "decode":
+                out.line("tokens = np.asarray([token], dtype=np.int32)")
+                out.line("start = int(pos)")
+            else:
+                out.line("tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)")
+                out.line("start = int(start)")
+            out.line("n_tokens = tokens.shape[0]")
+            if self.n_ctx is not None:
+                out.line(f"if n_tokens < 1 or start < 0 or start + n_tokens > {self.n_ctx}:")
+                with out.indented():
+                    out.line(f"raise ValueError(f'{name}: {{n_tokens}} tokens at position {{start}} do not fit "
+                             f"the context of {self.n_ctx}')")
+            for op in ops:
+                if op is fn:
+                    continue
+                self.print_op(op)
+
+    def print_op(self, op: Operation) -> None:
+        handler = self.handlers.get(type(op))
+        if handler is None:
+            raise CpuTargetError(f"cpu target: no handler for '{op.name}'")
+        handler(op)
+        if isinstance(op, func.ReturnOp):
+            return
+        # Drop each local after its last use, so that a long entry keeps only live tensors.
+        dead = [self.names[v] for v in op.operands if self.last_use.get(v) is op and self._is_local(v)]
+        dead = list(dict.fromkeys(dead))
+        if dead:
+            self.out.line(f"del {', '.join(dead)}")
+
+    def _is_local(self, v: SSAValue) -> bool:
+        name = self.names.get(v, "")
+        # Attributes (params, state, constants) stay; host inputs are shared by several ops.
+        return name.isidentifier() and not isinstance(v.owner, O.InputOp)
+
+    # -- helpers for handlers ---------------------------------------------------------------
+
+    def ref(self, v: SSAValue | None) -> str:
+        if v is None:
+            return "None"
+        return self.names[v]
+
+    def shape(self, v: SSAValue) -> str:
+        dims = v.type.get_shape()
+        items = ["n_tokens" if d == DYNAMIC_INDEX else str(d) for d in dims]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+    def assign(self, op: Operation, kernel: str, *args: str) -> None:
+        """``<result> = kernel(args)  # type``, naming the result after its IR value."""
+        self.kernels_used.add(kernel)
+        res = op.results[0]
+        name = self.locals.fresh(self.labels.get(res, "v"))
+        self.names[res] = name
+        comment = type_comment(res.type)
+        label = op.attributes.get("name")
+        if label is not None and sanitize_identifier(label.data) != name:
+            # The ggml name, verbatim when it is plain (a comment must never end early).
+            comment = f"{sanitize_label(label.data)}: {comment}"
+        self.out.line(f"{name} = {kernel}({', '.join(args)})  # {comment}")
+
+    # -- leaves ---------------------------------------------------------------------------
+
+    def print_param(self, op: O.ParamOp) -> None:
+        tensor = op.tensor_name.data
+        literal_name(tensor, "tensor name")
+        if tensor not in self.params:
+            self.params[tensor] = (self.attr_namer.fresh(tensor), op.result.type)
+        elif self.params[tensor][1] != op.result.type:
+            raise CpuTargetError(f"cpu target: param '{tensor}' is used with two types "
+                                 f"({self.params[tensor][1]} and {op.result.type})")
+        self.names[op.result] = "self." + self.params[tensor][0]
+
+    def print_state(self, op: O.StateOp) -> None:
+        state = op.state_name.data
+        literal_name(state, "state name")
+        if state not in self.states:
+            self.states[state] = (self.attr_namer.fresh(state), op.result.type)
+        elif self.states[state][1] != op.result.type:
+            raise CpuTargetError(f"cpu target: state '{state}' is used with two types "
+                                 f"({self.states[state][1]} and {op.result.type})")
+        self.names[op.result] = "self." + self.states[state][0]
+
+    def print_constant(self, op: O.ConstantOp) -> None:
+        label = op.label or "constant"
+        attr = self.attr_namer.fresh(label)
+        self.constants.append((attr, op))
+        self.names[op.result] = "self." + attr
+
+    def print_input(self, op: O.InputOp) -> None:
+        kind = op.kind.data
+        if kind not in O.INPUT_KINDS:
+            raise CpuTargetError(f"cpu target: unknown input kind {kind!r}")
+        key = (kind, op.result.type)
+        if key in self.inputs:  # the same host input again (k_idxs, v_idxs, ...): computed once
+            self.names[op.result] = self.inputs[key]
+            return
+        self.assign(op, "host_input", repr(kind), "tokens", "start", str(self.n_kv))
+        self.inputs[key] = self.names[op.result]
+
+    # -- compute ops ----------------------------------------------------------------------
+
+    def print_get_rows(self, op: O.GetRowsOp) -> None:
+        self.assign(op, "get_rows", self.ref(op.lhs), self.ref(op.rhs))
+
+    def print_rms_norm(self, op: O.RmsNormOp) -> None:
+        self.assign(op, "rms_norm", self.ref(op.src), float_lit(op.eps.value.data))
+
+    def print_mul(self, op: O.MulOp) -> None:
+        self.assign(op, "mul", self.ref(op.lhs), self.ref(op.rhs))
+
+    def print_add(self, op: O.AddOp) -> None:
+        self.assign(op, "add", self.ref(op.lhs), self.ref(op.rhs))
+
+    def print_mul_mat(self, op: O.MulMatOp) -> None:
+        self.assign(op, "mul_mat", self.ref(op.lhs), self.ref(op.rhs))
+
+    def print_reshape(self, op: O.ReshapeOp) -> None:
+        self.assign(op, "reshape", self.ref(op.src), self.shape(op.result))
+
+    def print_view(self, op: O.ViewOp) -> None:
+        args = [self.ref(op.src), self.shape(op.result), str(int(op.offset.value.data))]
+        if op.strides is not None:
+            args.append(int_tuple(op.strides.get_values()))
+        self.assign(op, "view", *args)
+
+    def print_permute(self, op: O.PermuteOp) -> None:
+        self.assign(op, "permute", self.ref(op.src), int_tuple(op.dims.get_values()))
+
+    def print_transpose(self, op: O.TransposeOp) -> None:
+        self.assign(op, "transpose", self.ref(op.src))
+
+    def print_cont(self, op: O.ContOp) -> None:
+        self.assign(op, "cont", self.ref(op.src), self.shape(op.result))
+
+    def print_scale(self, op: O.ScaleOp) -> None:
+        self.assign(op, "scale", self.ref(op.src), float_lit(op.scale.value.data))
+
+    def print_cpy(self, op: O.CpyOp) -> None:
+        self.assign(op, "cpy", self.ref(op.lhs), self.ref(op.rhs))
+
+    def print_argmax(self, op: O.ArgmaxOp) -> None:
+        self.assign(op, "argmax", self.ref(op.src))
+
+    def print_swiglu(self, op: O.SwigluOp) -> None:
+        self.assign(op, "swiglu", self.ref(op.lhs), self.ref(op.rhs))
+
+    def print_set_rows(self, op: O.SetRowsOp) -> None:
+        # In place: the result is the written buffer itself.
+        self.kernels_used.add("set_rows")
+        self.out.line(f"set_rows({self.ref(op.dst)}, {self.ref(op.src)}, {self.ref(op.rows)})")
+        self.names[op.result] = self.ref(op.dst)
+
+    def print_soft_max(self, op: O.SoftMaxOp) -> None:
+        self.assign(op, "soft_max", self.ref(op.src), self.ref(op.mask), float_lit(op.scale.value.data))
+
+    def print_rope(self, op: O.RopeOp) -> None:
+        args = [self.ref(op.src), self.ref(op.positions), str(int(op.n_dims.value.data)),
+                literal_name(op.mode.data, "rope mode"), float_lit(op.freq_base.value.data),
+                float_lit(op.freq_scale.value.data)]
+        if op.freq_factors is not None:
+            args.append(self.ref(op.freq_factors))
+        self.assign(op, "rope", *args)
+
+    def print_flash_attn_ext(self, op: O.FlashAttnExtOp) -> None:
+        self.assign(op, "flash_attn_ext", self.ref(op.q), self.ref(op.k), self.ref(op.v),
+                    self.ref(op.mask), float_lit(op.scale.value.data))
+
+    def print_return(self, op: func.ReturnOp) -> None:
+        if len(op.arguments) != 1:
+            raise CpuTargetError("cpu target: an entry must return exactly one tensor")
+        self.out.line(f"return {self.ref(op.arguments[0])}")
+
+
+def emit_cpu(module: ModuleOp, model_name: str | None = None) -> str:
+    """The generated numpy module for an op-level ``module`` (deterministic)."""
+    emitter = CpuEmitter(module, model_name)
+    source = emitter.emit()
+    check_generated(source, emitter.kernels_used | {"host_input"})
+    return source
+
+
+def check_generated(source: str, kernels: set[str]) -> None:
+    """Refuse generated code that imports anything but numpy and ml_dtypes, or lacks a kernel."""
+    tree = ast.parse(source)
+    defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    missing = sorted(set(kernels) - set(defined))
+    if missing or len(defined) != len(set(defined)):
+        raise CpuTargetError(f"cpu target: generated code lacks or repeats kernels (missing: {missing})")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mods = [node.module or ""]
+        else:
+            continue
+        for m in mods:
+            if m.split(".")[0] not in ("numpy", "ml_dtypes", "__future__"):
+                raise CpuTargetError(f"cpu target: generated code would import {m!r}")
