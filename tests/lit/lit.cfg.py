@@ -31,9 +31,10 @@ def _tool(name: str) -> str:
     lit_config.fatal(f"cannot find '{name}' next to {sys.executable} or on the PATH")
 
 
-# lit applies substitutions as regular expressions, after `%s` has become a path:
-# match the tool names only as whole words, so that a test file such as
-# `tools/strata-opt-errors.mlir` keeps its path.
+# lit applies substitutions as regular expressions, in order, each to the line
+# the previous ones left: match the tool names only as whole words, never inside
+# a path (`.venv/bin/strata-opt`, `tools/strata-opt-errors.mlir`, a checkout
+# under a folder called `filecheck`).
 def _word(name: str) -> str:
     return r"(?<![\w/.-])" + name.replace("-", r"\-") + r"(?![\w.-])"
 

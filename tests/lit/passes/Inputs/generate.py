@@ -5,7 +5,7 @@
 
 from pathlib import Path
 
-from strata.frontends.hf_config import LlamaConfig
+from strata.frontends.hf_config import LlamaConfig, RopeScaling
 from strata.ir.text import print_ir
 from strata.models.llama import build_llama
 
@@ -25,6 +25,8 @@ def config(arch: str, name: str, **kw) -> LlamaConfig:
 
 MODELS = {
     "llama2l.mlir": config("LlamaForCausalLM", "llama2l"),
+    "llama3_2l.mlir": config("LlamaForCausalLM", "llama3_2l", rope_theta=500000.0, max_position_embeddings=128,
+                             rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 32)),
     "qwen2_2l.mlir": config("Qwen2ForCausalLM", "qwen2_2l", attention_bias=True, rms_norm_eps=1e-6,
                             rope_theta=1000000.0, tie_word_embeddings=True),
     "qwen3_2l.mlir": config("Qwen3ForCausalLM", "qwen3_2l", qk_norm=True, rms_norm_eps=1e-6,
