@@ -16,6 +16,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from strata.errors import StrataError
 from strata.ir.context import strata_context, strata_passes
+from strata.ir.text import LocatingParser, verify_located
 
 
 def _trace_target(module: ModuleOp, out: IO[str]) -> None:
@@ -27,6 +28,22 @@ def _trace_target(module: ModuleOp, out: IO[str]) -> None:
 class StrataOptMain(xDSLOptMain):
     def register_all_dialects(self) -> None:
         self.ctx = strata_context()
+
+    def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
+        """Parse with op locations, so verifier errors name file:line:col."""
+        if self.args.frontend or file_extension != "mlir":
+            return super().parse_chunk(chunk, file_extension, start_offset)
+        name = self.get_input_name()
+        raw = chunk.read()
+        try:
+            text = raw.decode() if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as e:
+            raise StrataError(f"{name}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        parser = LocatingParser(self.ctx, text, name)
+        parser.line_offset = start_offset
+        module = parser.parse_module(not self.args.no_implicit_module)
+        verify_located(module, parser)
+        return module
 
     def register_all_passes(self) -> None:
         super().register_all_passes()

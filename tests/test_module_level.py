@@ -91,3 +91,12 @@ def test_verifier_rejects_unknown_names(tmp_path):
     text = print_ir(module).replace('"Tensor[Out, In; T]"', '"Tensor[Out, Inn; T]"')
     with pytest.raises(Exception, match="unknown name 'Inn'"):
         parse_ir(text)
+
+
+def test_docstring_examples_parse():
+    """The IR examples in the dialect's docstrings are real IR."""
+    import strata.dialects.module as mod
+
+    for doc in (mod.__doc__, mod.ModelOp.__doc__):
+        text = "\n".join(line for line in doc.splitlines() if line.startswith("    "))
+        parse_ir(text)

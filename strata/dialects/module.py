@@ -7,8 +7,8 @@ members: params (weights), state (caches), subs (child blocks, possibly an array
 seed's notation, `Tensor[Out, In; T]`, whose dims are arithmetic over the block's
 generics; the verifier parses them (see `strata.ir.shapes`).
 
-    module.model @tiny {arch = "LlamaForCausalLM", generics = {Vocab = 32 : i64, H = 16 : i64, T = f32}, root = "Model"} {
-      module.block @Linear ["In: Dim", "Out: Dim", "T: Float = bf16"] {path = "std.nn.linear"} {
+    module.model @tiny attributes {arch = "LlamaForCausalLM", root = "Linear", generics = {In = 16 : i64, Out = 32 : i64, T = f32}} {
+      module.block @Linear ["In: Dim", "Out: Dim", "T: Float = bf16"] attributes {path = "std.nn.linear"} {
         module.param @weight : "Tensor[Out, In; T]"
         module.param @bias : "Tensor[Out; T]" {optional}
         module.fn @forward : "<*S: Shape>(x: Tensor[*S, In; T]) -> Tensor[*S, Out; T]" {pub}
@@ -79,7 +79,11 @@ class MemberOp(IRDLOperation):
 
     def _parse_with(self, fn) -> None:
         try:
-            fn(self.type_text, self.block_op().generic_names())
+            known = self.block_op().generic_names()
+        except ShapeSyntaxError:
+            return  # the block reports its own malformed generics
+        try:
+            fn(self.type_text, known)
         except ShapeSyntaxError as e:
             raise VerifyException(f"{self.name} @{self.member_name}: {e}") from None
 
@@ -125,10 +129,25 @@ class SubOp(MemberOp):
 
     def verify_(self) -> None:
         self._parse_with(parse_sub_type)
-        kind, _, _ = parse_sub_type(self.type_text, self.block_op().generic_names())
+        try:
+            kind, args, _ = parse_sub_type(self.type_text)
+        except ShapeSyntaxError:
+            return  # reported by _parse_with
         model = self.block_op().parent_op()
-        if isinstance(model, ModelOp) and model.block(kind) is None:
+        if not isinstance(model, ModelOp):
+            return
+        child = model.block(kind)
+        if child is None:
             raise VerifyException(f"module.sub @{self.member_name}: no block named '{kind}' in the model")
+        try:
+            generics = parse_block_generics([g.data for g in child.generics.data])
+        except ShapeSyntaxError:
+            return  # the child block reports it
+        required = sum(g.default is None for g in generics)
+        if not required <= len(args) <= len(generics):
+            raise VerifyException(
+                f"module.sub @{self.member_name}: {kind} takes {required} to {len(generics)} generic arguments, got {len(args)}"
+            )
 
 
 @irdl_op_definition
@@ -150,7 +169,7 @@ class FnOp(MemberOp):
 class BlockOp(IRDLOperation):
     """A block definition: generic parameters and members.
 
-        module.block @RmsNorm ["H: Dim", "T: Float = bf16"] {path = "std.nn.norm", eps = 1.0e-05 : f64} {
+        module.block @RmsNorm ["H: Dim", "T: Float = bf16"] attributes {path = "std.nn.norm", eps = 1.0e-05 : f64} {
           module.param @weight : "Tensor[H; T]"
         }
     """
@@ -200,8 +219,9 @@ class BlockOp(IRDLOperation):
 class ModelOp(IRDLOperation):
     """A model: the generics bound by a checkpoint, the root block and all blocks.
 
-        module.model @tiny {arch = "LlamaForCausalLM", root = "Model", generics = {Vocab = 32 : i64, T = f32}} {
-          module.block @Model ["Vocab: Dim", "T: Float = bf16"] {path = "llama"} {
+        module.model @tiny attributes {arch = "LlamaForCausalLM", root = "Model", generics = {Vocab = 32 : i64, T = f32}} {
+          module.block @Model ["Vocab: Dim", "T: Float = bf16"] attributes {path = "llama"} {
+            module.param @embedding : "Tensor[Vocab, 16; T]"
           }
         }
     """
@@ -254,10 +274,20 @@ class ModelOp(IRDLOperation):
         root = self.block(self.root.data)
         if root is None:
             raise VerifyException(f"module.model @{self.sym_name.data}: root block '{self.root.data}' is not defined")
-        for name in root.generic_names():
-            generic = next(g for g in parse_block_generics([s.data for s in root.generics.data]) if g.name == name)
-            if name not in self.generics.data and generic.default is None:
-                raise VerifyException(f"module.model @{self.sym_name.data}: generic '{name}' of the root block is not bound")
+        try:
+            generics = parse_block_generics([s.data for s in root.generics.data])
+        except ShapeSyntaxError:
+            return  # the root block reports it
+        kinds = {g.name: g.kind for g in generics}
+        for g in generics:
+            if g.name not in self.generics.data and g.default is None:
+                raise VerifyException(f"module.model @{self.sym_name.data}: generic '{g.name}' of the root block is not bound")
+        for name, value in self.generics.data.items():
+            kind = kinds.get(name)
+            if kind is None:
+                raise VerifyException(f"module.model @{self.sym_name.data}: '{name}' is not a generic of the root block")
+            if (kind == "Dim") != isinstance(value, IntegerAttr):
+                raise VerifyException(f"module.model @{self.sym_name.data}: generic '{name}' is a {kind}, got {value}")
         for op in self.body.block.ops:
             if not isinstance(op, BlockOp):
                 raise VerifyException(f"module.model: unexpected op {op.name}")

@@ -598,9 +598,11 @@ class RopeOp(OpBase):
         require(len(p) == 1 and dim_eq(p[0], a[0]) and is_int(elem_of(self.positions)), "op.rope: positions must be an integer tensor [S]")
         require(self.mode.data in ("neox", "norm"), f"op.rope: mode must be 'neox' or 'norm', got '{self.mode.data}'")
         n = self.n_dims.value.data
-        require(0 < n <= a[2] and n % 2 == 0, f"op.rope: n_dims {n} must be even and at most D={a[2]}")
+        fits = a[2] == DYNAMIC_INDEX or n <= a[2]
+        require(n > 0 and n % 2 == 0 and fits, f"op.rope: n_dims {n} must be even and at most D={fmt_shape(a[2:])}")
         if self.freq_factors is not None:
-            require(shape_of(self.freq_factors) == (n // 2,), f"op.rope: freq_factors must be tensor<{n // 2}xf32>")
+            ok = shape_of(self.freq_factors) == (n // 2,) and isinstance(elem_of(self.freq_factors), Float32Type)
+            require(ok, f"op.rope: freq_factors must be tensor<{n // 2}xf32>")
 
 
 @irdl_op_definition
@@ -633,7 +635,8 @@ class FlashAttnExtOp(OpBase):
         require(len(q) == len(k) == len(v) == 3, "op.flash_attn_ext: q, k and v must have rank 3")
         require(dim_eq(q[2], k[2]), "op.flash_attn_ext: q and k head sizes differ")
         require(dim_eq(k[1], v[1]) and dim_eq(k[0], v[0]), "op.flash_attn_ext: k and v must have the same heads and rows")
-        require(k[0] != 0 and (q[0] == DYNAMIC_INDEX or q[0] % k[0] == 0), "op.flash_attn_ext: query heads must be a multiple of KV heads")
+        grouped = DYNAMIC_INDEX in (q[0], k[0]) or (k[0] != 0 and q[0] % k[0] == 0)
+        require(grouped, "op.flash_attn_ext: query heads must be a multiple of KV heads")
         require(shapes_eq(r, (q[1], q[0], v[2])), f"op.flash_attn_ext: result must be {fmt_shape((q[1], q[0], v[2]))}")
         if self.mask is not None:
             m = shape_of(self.mask)

@@ -62,6 +62,9 @@ class _Namer:
         self.leaves = 0
 
     def leaf(self, op: Operation) -> str:
+        # ggml numbers every leaf, named or not, in the order the graph meets them.
+        index = self.leaves
+        self.leaves += 1
         if isinstance(op, O.ParamOp):
             return op.tensor_name.data
         if isinstance(op, O.StateOp):
@@ -69,9 +72,7 @@ class _Namer:
         label = op.attributes.get("name")
         if label is not None:
             return label.data  # type: ignore[attr-defined]
-        name = f"leaf_{self.leaves}"
-        self.leaves += 1
-        return name
+        return f"leaf_{index}"
 
     def node(self, op: Operation, index: int) -> str:
         label = op.attributes.get("name")

@@ -212,16 +212,16 @@ def _check_names(names: set[str], known: Sequence[str], text: str) -> None:
             raise ShapeSyntaxError(f"unknown name '{bare}' in '{text}'")
 
 
-def parse_tensor_type(text: str, known: Sequence[str] = ()) -> TensorT:
+def parse_tensor_type(text: str, known: Sequence[str] | None = None) -> TensorT:
     p = _Parser(text)
     t = p.tensor()
     p.done()
-    if known:
+    if known is not None:
         _check_names(t.names(), known, text)
     return t
 
 
-def parse_sub_type(text: str, known: Sequence[str] = ()) -> tuple[str, list[Expr | str], Expr | None]:
+def parse_sub_type(text: str, known: Sequence[str] | None = None) -> tuple[str, list[Expr | str], Expr | None]:
     """`Kind<args>` or `[Kind<args>; Count]` -> (kind, args, count)."""
     p = _Parser(text)
     array = p.peek() == "["
@@ -242,7 +242,7 @@ def parse_sub_type(text: str, known: Sequence[str] = ()) -> tuple[str, list[Expr
         count = p.expr()
         p.take("]")
     p.done()
-    if known:
+    if known is not None:
         names: set[str] = set()
         for a in args:
             names |= a.names() if isinstance(a, Expr) else {a}
@@ -259,7 +259,7 @@ class Signature:
     results: tuple[TensorT, ...]
 
 
-def parse_fn_signature(text: str, known: Sequence[str] = ()) -> Signature:
+def parse_fn_signature(text: str, known: Sequence[str] | None = None) -> Signature:
     p = _Parser(text)
     generics: list[Generic] = []
     if p.peek() == "<":
@@ -291,7 +291,7 @@ def parse_fn_signature(text: str, known: Sequence[str] = ()) -> Signature:
         results.append(p.tensor())
     p.done()
     sig = Signature(tuple(generics), tuple(params), tuple(results))
-    if known:
+    if known is not None:
         scope = list(known) + [g.name for g in generics]
         for _, t in params:
             _check_names(t.names(), scope, text)

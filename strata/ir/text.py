@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
@@ -14,17 +15,54 @@ from strata.errors import StrataError
 from strata.ir.context import strata_context
 
 
+class LocatingParser(Parser):
+    """A parser that remembers where each operation starts, for verifier messages."""
+
+    def __init__(self, ctx, text: str, name: str = "<input>"):
+        super().__init__(ctx, text, name)
+        self.text = text
+        self.name = name
+        self.starts: dict[Operation, int] = {}
+        self.line_offset = 0  # lines before this text (--split-input-file chunks)
+
+    def parse_operation(self) -> Operation:
+        start = self._current_token.span.start
+        op = super().parse_operation()
+        self.starts[op] = start
+        return op
+
+    def location(self, op: Operation) -> str:
+        start = self.starts.get(op)
+        if start is None:
+            return self.name
+        line = self.text.count("\n", 0, start) + 1 + self.line_offset
+        col = start - (self.text.rfind("\n", 0, start) + 1) + 1
+        return f"{self.name}:{line}:{col}"
+
+
+def verify_located(module: ModuleOp, parser: LocatingParser) -> None:
+    """Verify op by op, nested ops before their parent, so the error names the failing op's line."""
+    for op in module.walk(region_first=True):
+        try:
+            op.verify(verify_nested_ops=False)
+        except VerifyException as e:
+            raise VerifyException(f"{parser.location(op)}: {e}") from None
+
+
+def parse_located(text: str, filename: str = "<input>") -> ModuleOp:
+    """Parse and verify; a ParseError or VerifyException carries file:line:col."""
+    parser = LocatingParser(strata_context(), text, filename)
+    module = parser.parse_module()
+    verify_located(module, parser)
+    return module
+
+
 def parse_ir(text: str, filename: str = "<input>") -> ModuleOp:
     """Parse and verify IR text; errors name the file, line and column."""
     try:
-        module = Parser(strata_context(), text, filename).parse_module()
-    except ParseError as e:
+        return parse_located(text, filename)
+    except (ParseError, VerifyException) as e:
         raise StrataError(str(e).strip()) from None
-    try:
-        module.verify()
-    except VerifyException as e:
-        raise StrataError(f"{filename}: invalid IR: {e}") from None
-    return module
 
 
 def read_ir(path: str | Path) -> ModuleOp:

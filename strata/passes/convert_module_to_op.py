@@ -136,9 +136,28 @@ class ConvertModuleToOpPass(ModulePass):
         op.body.block.add_op(func_op)
 
 
-def lower_llama(hp: LlamaHParams, opts: ConvertModuleToOpPass) -> func.FuncOp:
+def _check_options(opts: ConvertModuleToOpPass) -> None:
+    """Refuse options that would give IR nobody can parse back or run."""
+
+    def bad(msg: str) -> StrataError:
+        return StrataError(f"convert-module-to-op: {msg}")
+
     if opts.entry not in ("prefill", "decode"):
-        raise StrataError(f"convert-module-to-op: unknown entry '{opts.entry}' (prefill or decode)")
+        raise bad(f"unknown entry '{opts.entry}' (prefill or decode)")
+    if opts.tokens < 0:
+        raise bad(f"tokens must be >= 0 (0: dynamic), got {opts.tokens}")
+    if opts.entry == "decode" and opts.tokens not in (0, 1):
+        raise bad(f"decode takes one token, got tokens={opts.tokens}")
+    if opts.start < -1:
+        raise bad(f"start must be a position >= 0, or -1 for unknown, got {opts.start}")
+    if opts.ctx < 0:
+        raise bad(f"ctx must be >= 0 (0: the model's MaxSeq), got {opts.ctx}")
+    if opts.kv_pad < 1:
+        raise bad(f"kv-pad must be >= 1, got {opts.kv_pad}")
+
+
+def lower_llama(hp: LlamaHParams, opts: ConvertModuleToOpPass) -> func.FuncOp:
+    _check_options(opts)
     n_ctx = opts.ctx or hp.max_seq
     if opts.entry == "decode":
         S = 1
@@ -147,8 +166,7 @@ def lower_llama(hp: LlamaHParams, opts: ConvertModuleToOpPass) -> func.FuncOp:
     if S != DYN and opts.start >= 0:
         if opts.start + S > n_ctx:
             raise StrataError(f"convert-module-to-op: {opts.start} + {S} tokens exceed the context of {n_ctx}")
-        pad = max(opts.kv_pad, 1)
-        n_kv = min(n_ctx, -(-(opts.start + S) // pad) * pad)
+        n_kv = min(n_ctx, -(-(opts.start + S) // opts.kv_pad) * opts.kv_pad)
     else:
         n_kv = n_ctx
     H, Dh, NH, NKV = hp.hidden, hp.head_dim, hp.heads, hp.kv_heads
@@ -272,4 +290,5 @@ def lower_llama(hp: LlamaHParams, opts: ConvertModuleToOpPass) -> func.FuncOp:
     fn = func.FuncOp(opts.entry, ((), (logits.type,)), Region(block))
     fn.attributes["op.n_ctx"] = IntegerAttr(n_ctx, i64)
     fn.attributes["op.n_kv"] = IntegerAttr(n_kv, i64)
+    fn.verify()
     return fn

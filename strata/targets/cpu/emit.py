@@ -465,7 +465,11 @@ class CpuEmitter:
         else:
             out.line(f"def {name}(self, tokens, start):")
         with out.indented():
-            out.line(f'"""Entry @{name}: run the graph on the given tokens; returns its result."""')
+            if name == "decode":
+                out.line('"""Entry @decode: one token at position `pos`; writes its cache rows, returns its logits."""')
+            else:
+                out.line(f'"""Entry @{name}: `tokens` from position `start`; writes their cache rows, returns the '
+                         'logits of the rows the graph outputs."""')
             if name == "decode":
                 out.line("tokens = np.asarray([token], dtype=np.int32)")
                 out.line("start = int(pos)")
