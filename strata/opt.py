@@ -7,7 +7,10 @@ the file, line and column, and exit code 1; never a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
+from io import StringIO
+from pathlib import Path
 from typing import IO
 
 from xdsl.dialects.builtin import ModuleOp
@@ -25,7 +28,31 @@ def _trace_target(module: ModuleOp, out: IO[str]) -> None:
     out.write(trace_table(module))
 
 
+class _HeldOutput(StringIO):
+    """Collects `-o` output; xDSL closes it even on error, so closing keeps the text."""
+
+    def close(self) -> None:
+        pass
+
+
 class StrataOptMain(xDSLOptMain):
+    held: _HeldOutput | None = None
+
+    def prepare_output(self) -> IO[str]:
+        if self.args.output_file is None:
+            return sys.stdout
+        self.held = _HeldOutput()
+        return self.held
+
+    def run(self) -> None:
+        """Run; with `-o FILE`, replace FILE only once everything succeeded."""
+        super().run()
+        if self.held is not None:
+            target = Path(self.args.output_file)
+            tmp = target.with_name(f".{target.name}.tmp")
+            tmp.write_text(self.held.getvalue())
+            os.replace(tmp, target)
+
     def register_all_dialects(self) -> None:
         self.ctx = strata_context()
 

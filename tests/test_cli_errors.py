@@ -59,3 +59,12 @@ def test_strata_opt_bad_ir(tmp_path, text, message):
     assert r.returncode == 1
     assert message in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_strata_opt_keeps_the_output_file_on_error(tmp_path):
+    bad = tmp_path / "bad.mlir"
+    bad.write_text('func.func @f() {\n  %0 = op.input "tokens" : tensor<5x2xi32>\n  func.return\n}\n')
+    out = tmp_path / "out.mlir"
+    out.write_text("previous result\n")
+    r = run(str(bad), "-o", str(out), tool="strata.opt")
+    assert r.returncode == 1 and out.read_text() == "previous result\n"
