@@ -30,7 +30,7 @@ from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, Intege
 from strata.dialects import module as M
 from strata.errors import StrataError
 from strata.ir.shapes import Expr, parse_block_generics, parse_sub_type, parse_tensor_type
-from strata.models.llama import LlamaHParams, llama_hparams
+from strata.models.llama import LlamaHParams, ggml_name, llama_hparams
 
 
 class ModuleRunError(StrataError):
@@ -41,32 +41,12 @@ class Weights(Protocol):
     def get(self, name: str) -> np.ndarray: ...
 
 
-#: Instance path prefix -> ggml name prefix (the names the weight store uses).
-_GLOBAL_NAMES = {"embedding": "token_embd", "norm": "output_norm", "lm_head": "output"}
-_LAYER_NAMES = {
-    "attention_norm": "attn_norm",
-    "attention.q_proj": "attn_q",
-    "attention.k_proj": "attn_k",
-    "attention.v_proj": "attn_v",
-    "attention.o_proj": "attn_output",
-    "attention.q_norm": "attn_q_norm",
-    "attention.k_norm": "attn_k_norm",
-    "mlp_norm": "ffn_norm",
-    "mlp.gate": "ffn_gate",
-    "mlp.up": "ffn_up",
-    "mlp.down": "ffn_down",
-}
-
-
 def ggml_param_name(path: str) -> str:
-    """`layers.3.attention.q_proj.weight` -> `blk.3.attn_q.weight`."""
-    owner, _, leaf = path.rpartition(".")
-    if owner in _GLOBAL_NAMES:
-        return f"{_GLOBAL_NAMES[owner]}.{leaf}"
-    parts = owner.split(".", 2)
-    if len(parts) == 3 and parts[0] == "layers" and parts[1].isdigit() and parts[2] in _LAYER_NAMES:
-        return f"blk.{parts[1]}.{_LAYER_NAMES[parts[2]]}.{leaf}"
-    raise ModuleRunError(f"no weight-store name for the param '{path}'")
+    """`layers.3.attention.q_proj.weight` -> `blk.3.attn_q.weight` (the weight store's name)."""
+    try:
+        return ggml_name(path)
+    except KeyError as e:
+        raise ModuleRunError(str(e.args[0])) from None
 
 
 def _np_dtype(t: Any) -> np.dtype:
