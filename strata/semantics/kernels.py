@@ -178,8 +178,9 @@ def swiglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
     u = np.asarray(u, dtype=np.float32)
     # silu(g) = g / (1 + exp(-g)); for g < -88 exp overflows to inf and the quotient is
     # the correct -0, so the overflow warning is silenced. In place: one temporary.
+    d = np.negative(g)
     with np.errstate(over="ignore"):
-        d = np.exp(-g)
+        np.exp(d, out=d)
     d += np.float32(1.0)
     np.divide(g, d, out=d)
     d *= u
@@ -195,10 +196,10 @@ def set_rows(dst: np.ndarray, src: np.ndarray, rows: np.ndarray) -> np.ndarray:
 def soft_max(x: np.ndarray, mask, scale: float) -> np.ndarray:
     """SOFT_MAX: softmax(x * scale + mask) over the last dim, float32; the mask
     (or None) broadcasts over x's leading dims."""
-    z = np.asarray(x, dtype=np.float32) * np.float32(scale)
+    z = np.multiply(x, np.float32(scale), dtype=np.float32)
     if mask is not None:
-        z = z + np.asarray(mask, dtype=np.float32)
-    z = z - np.max(z, axis=-1, keepdims=True)
+        z += np.asarray(mask, dtype=np.float32)
+    z -= np.max(z, axis=-1, keepdims=True)
     np.exp(z, out=z)
     z /= np.sum(z, axis=-1, keepdims=True)
     return z
@@ -242,6 +243,14 @@ def flash_attn_ext(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask, scale: flo
     q [Hq, S, D], k [Hkv, N, D], v [Hkv, N, Dv], mask [S, N] or None; query head h
     uses KV head h // (Hq // Hkv).
     """
+    if mask is not None:
+        # Like a flash kernel skipping fully masked blocks: drop the trailing cache rows
+        # no query sees (rows not written yet). One column stays, so that a row masked
+        # everywhere still gives softmax's NaN.
+        mask = np.asarray(mask, dtype=np.float32)
+        live = np.flatnonzero(~np.all(np.isneginf(mask), axis=0))
+        n = max(int(live[-1]) + 1 if live.size else 0, 1)
+        mask, k, v = mask[:, :n], k[:, :n], v[:, :n]
     hq, s, d = q.shape
     hkv, n, dv = v.shape
     group = hq // hkv

@@ -21,14 +21,17 @@ from pathlib import Path
 import numpy as np
 
 from strata.errors import StrataError
+from strata.frontends.hf_config import load_hf_config
 from strata.targets.cpu.driver import (
     CpuDriverError,
+    check_request,
     compile_cpu,
     generate,
     load_compiled,
     manifest_matches,
     model_root,
     open_checked_weights,
+    resolve_ctx,
 )
 
 
@@ -68,8 +71,10 @@ def parse_prompt_ids(text: str) -> list[int]:
 def cmd_run(args: argparse.Namespace) -> int:
     _check_target(args)
     prompt = parse_prompt_ids(args.prompt_ids)
-    if args.max_new_tokens < 0:
-        raise CpuDriverError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    # Check the request against the config first: a bad prompt should not cost a compile.
+    cfg = load_hf_config(args.model)
+    ctx = resolve_ctx(cfg, args.ctx)
+    check_request(prompt, args.max_new_tokens, cfg.vocab_size, ctx)
     root = model_root(args.model)
     cache = Path(args.cache_dir) if args.cache_dir else root / ".strata-cache" / "cpu"
     flash_attn = not getattr(args, "no_flash_attn", False)

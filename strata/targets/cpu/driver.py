@@ -141,8 +141,32 @@ def versions() -> dict[str, str]:
     except Exception:  # noqa: BLE001 - metadata missing in an odd install
         strata_version = "unknown"
         xdsl_version = getattr(xdsl, "__version__", "unknown")
-    return {"strata": strata_version, "xdsl": xdsl_version, "numpy": np.__version__,
-            "ml_dtypes": ml_dtypes.__version__, "python": platform.python_version()}
+    return {"strata": strata_version, "strata_sources_sha256": _sources_sha256(), "xdsl": xdsl_version,
+            "numpy": np.__version__, "ml_dtypes": ml_dtypes.__version__, "python": platform.python_version()}
+
+
+#: The strata modules whose source decides the compiled output. A development (editable)
+#: install changes them without changing its version number, so their bytes are hashed.
+_OUTPUT_SOURCES = (
+    "strata.dialects.op",
+    "strata.frontends.hf_config",
+    "strata.models.llama",
+    "strata.passes.convert_module_to_op",
+    "strata.semantics.kernels",
+    "strata.targets.cpu.emit",
+)
+
+
+def _sources_sha256() -> str:
+    h = hashlib.sha256()
+    for name in _OUTPUT_SOURCES:
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None else None
+        h.update(name.encode() + b"\0")
+        if origin and Path(origin).is_file():
+            h.update(Path(origin).read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,14 +342,8 @@ def generate(model, weights, prompt_ids: Sequence[int], max_new_tokens: int, *,
     that pick new token i. ``on_token(i, id)`` is called as each new token is chosen.
     """
     instance = model.Model(weights) if hasattr(model, "Model") else model
-    n_ctx = int(instance.N_CTX)
     vocab = int(instance.OUTPUTS["decode"][0][-1])
-    prompt = _check_prompt(prompt_ids, vocab)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
-        raise CpuDriverError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
-    if len(prompt) + max_new_tokens > n_ctx:
-        raise CpuDriverError(f"the prompt ({len(prompt)} tokens) plus {max_new_tokens} new tokens "
-                             f"exceed the context of {n_ctx}; compile with a larger ctx")
+    prompt = check_request(prompt_ids, max_new_tokens, vocab, int(instance.N_CTX))
     ids: list[int] = []
     logits = np.zeros((max_new_tokens, vocab), dtype=np.float32)
     if max_new_tokens == 0:
@@ -340,6 +358,17 @@ def generate(model, weights, prompt_ids: Sequence[int], max_new_tokens: int, *,
         if i + 1 < max_new_tokens:
             row = instance.decode(token, len(prompt) + i)[-1]
     return ids, logits
+
+
+def check_request(prompt_ids: Sequence[int], max_new_tokens: int, vocab: int, n_ctx: int) -> np.ndarray:
+    """The prompt as int32 ids, after checking it and the length against vocab and context."""
+    prompt = _check_prompt(prompt_ids, vocab)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+        raise CpuDriverError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+    if len(prompt) + max_new_tokens > n_ctx:
+        raise CpuDriverError(f"the prompt ({len(prompt)} tokens) plus {max_new_tokens} new tokens "
+                             f"exceed the context of {n_ctx}; compile with a larger ctx")
+    return prompt
 
 
 def _check_prompt(prompt_ids: Sequence[int], vocab: int) -> np.ndarray:

@@ -314,11 +314,13 @@ class CpuEmitter:
         entry_names: set[str] = set()
         for fn in self.entries:
             name = fn.sym_name.data
-            if not name.isidentifier() or name in self.reserved | _MODEL_ATTRS | _METHOD_NAMES or name.startswith("_"):
-                raise CpuTargetError(f"cpu target: entry name {name!r} cannot be a method name")
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name) or name in self.reserved | _MODEL_ATTRS | _METHOD_NAMES:
+                raise CpuTargetError(f"cpu target: entry name {sanitize_label(name)!r} cannot be a method name")
             if name in entry_names:
                 raise CpuTargetError(f"cpu target: two entries named {name!r}")
             entry_names.add(name)
+        self.attr_namer.taken |= entry_names  # a param named like an entry must not hide it
+        for fn in self.entries:
             self.print_entry(fn, methods)
 
         out = IndentedWriter()
@@ -353,7 +355,7 @@ class CpuEmitter:
         out.line()
         out.line("from __future__ import annotations")
         out.line()
-        out.line("import ml_dtypes")
+        out.line("import ml_dtypes  # noqa: F401  (bfloat16 for numpy)")
         out.line("import numpy as np")
         out.line()
         out.line(f"MODEL_NAME = {literal_name(self.model_name, 'model name') if self.model_name else None}")
