@@ -49,7 +49,7 @@ def qwen3_06b_shaped():
 
 def ensure_model(cache: Path) -> Path:
     """The random-weight model in ``cache``, written (atomically) on first use."""
-    from strata.ir.weights import save_random_llama
+    from strata.models.checkpoint import save_random_llama
 
     final = cache / "qwen3-0.6b-shaped-f32"
     if (final / "config.json").is_file() and (final / "model.safetensors").is_file():

@@ -21,7 +21,8 @@ from strata.dialects import op as O
 from strata.errors import StrataError
 from strata.frontends.hf_config import LlamaConfig, write_hf_config
 from strata.ir.text import read_ir
-from strata.ir.weights import WeightError, WeightStore, save_random_llama
+from strata.ir.weights import WeightError, WeightStore
+from strata.models.checkpoint import save_random_llama
 from strata.semantics.op_interp import alloc_state, find_function, run_function
 from strata.targets.cpu import CpuTargetError, emit_cpu, sanitize_identifier
 from strata.targets.cpu.commands import cmd_run

@@ -10,7 +10,8 @@ from strata.frontends.hf_config import load_hf_config
 from strata.frontends.listing import model_listing
 from strata.ir.instances import instantiate
 from strata.ir.text import parse_ir, print_ir
-from strata.models.llama import build_llama, ggml_name, llama_hparams, llama_params
+from strata.ir.weights import hf_to_ggml_name
+from strata.models.llama import build_llama, ggml_name, llama_hparams, model_params
 from strata.dialects.module import ModelOp
 
 CONFIGS = {
@@ -43,12 +44,19 @@ def _model(tmp_path, key):
 
 
 @pytest.mark.parametrize("key", sorted(CONFIGS))
-def test_instances_agree_with_the_family_table(tmp_path, key):
-    """The params found by walking the blocks are the ones the lowering and weight store use."""
+def test_params_match_transformers_state_dict(tmp_path, key):
+    """The params read off the blocks are, name for name and shape for shape, HF's."""
+    import torch
+    import transformers
+
     _, model = _model(tmp_path, key)
-    walked = {ggml_name(i.path): i.shape for i in instantiate(model) if i.kind == "param"}
-    table = {name: shape for name, (shape, _) in llama_params(llama_hparams(model)).items()}
-    assert walked == table
+    hf_cfg = transformers.AutoConfig.for_model(**load_hf_config(tmp_path).to_hf_dict())
+    torch.manual_seed(0)
+    hf = transformers.AutoModelForCausalLM.from_config(hf_cfg)
+    hf_shapes = {hf_to_ggml_name(k): tuple(v.shape) for k, v in hf.state_dict().items() if hf_to_ggml_name(k)}
+    if load_hf_config(tmp_path).tie_word_embeddings:
+        hf_shapes.pop("output.weight", None)  # tied: the same tensor as token_embd.weight
+    assert {name: shape for name, (shape, _) in model_params(model).items()} == hf_shapes
 
 
 @pytest.mark.parametrize("key", sorted(CONFIGS))

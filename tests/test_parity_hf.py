@@ -22,7 +22,8 @@ from xdsl.context import Context
 from xdsl.dialects import func
 
 from strata.frontends.hf_config import LlamaConfig, RopeScaling
-from strata.ir.weights import WeightStore, save_random_llama
+from strata.ir.weights import WeightStore
+from strata.models.checkpoint import save_random_llama
 from strata.models.llama import build_llama
 from strata.passes.convert_module_to_op import ConvertModuleToOpPass
 from strata.semantics.module_interp import ModuleRunner

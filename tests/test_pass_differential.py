@@ -19,7 +19,8 @@ from xdsl.dialects import test as xdsl_test
 from xdsl.ir import Block, Region
 
 from strata.frontends.hf_config import LlamaConfig, RopeScaling
-from strata.ir.weights import WeightStore, save_random_llama
+from strata.ir.weights import WeightStore
+from strata.models.checkpoint import save_random_llama
 from strata.models.llama import build_llama
 from strata.passes.convert_module_to_op import ConvertModuleToOpPass
 from strata.semantics.module_interp import ModuleRunner

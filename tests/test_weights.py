@@ -20,13 +20,11 @@ from strata.frontends.hf_config import LlamaConfig, load_hf_config
 from strata.ir.weights import (
     WeightError,
     WeightStore,
-    expected_llama_weights,
     ggml_to_hf_name,
     hf_to_ggml_name,
-    llama_weight_shapes,
-    save_random_llama,
     write_safetensors,
 )
+from strata.models.checkpoint import expected_llama_weights, save_random_llama
 from strata.models.default import DEFAULT_CONFIG, ensure_default_model
 
 TINY = LlamaConfig(
@@ -76,7 +74,7 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_store_is_memory_mapped_and_matches_safetensors(tiny_dir: Path) -> None:
     store = WeightStore.open(tiny_dir)
     reference = load_file(str(tiny_dir / "model.safetensors"))
-    assert len(reference) == len(store.names()) == len(llama_weight_shapes(TINY))
+    assert len(reference) == len(store.names()) == len(expected_llama_weights(TINY))
     for name in store.names():
         arr = store.get(name)
         assert isinstance(arr, np.memmap) and not arr.flags.owndata and not arr.flags.writeable

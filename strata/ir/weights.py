@@ -9,7 +9,6 @@ layout.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
@@ -22,7 +21,6 @@ import ml_dtypes
 import numpy as np
 
 from strata.errors import StrataError
-from strata.frontends.hf_config import LlamaConfig, write_hf_config
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -347,73 +345,3 @@ def _code_of(dtype: np.dtype, name: str) -> str:
         if dtype == np_dtype or dtype == np_dtype.newbyteorder(">"):
             return code
     raise WeightError(f"tensor '{name}': cannot write dtype {dtype} to safetensors")
-
-
-def llama_weight_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
-    """ggml name -> shape (HF layout) of every parameter of ``cfg``, in model order."""
-    h, hd, inner = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
-    q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
-    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab_size, h)}
-    for i in range(cfg.num_layers):
-        b = f"blk.{i}."
-        shapes[b + "attn_norm.weight"] = (h,)
-        for proj, rows in (("attn_q", q), ("attn_k", kv), ("attn_v", kv)):
-            shapes[b + proj + ".weight"] = (rows, h)
-            if cfg.attention_bias:
-                shapes[b + proj + ".bias"] = (rows,)
-        shapes[b + "attn_output.weight"] = (h, q)
-        if cfg.o_bias:
-            shapes[b + "attn_output.bias"] = (h,)
-        if cfg.qk_norm:
-            shapes[b + "attn_q_norm.weight"] = (hd,)
-            shapes[b + "attn_k_norm.weight"] = (hd,)
-        shapes[b + "ffn_norm.weight"] = (h,)
-        shapes[b + "ffn_gate.weight"] = (inner, h)
-        shapes[b + "ffn_up.weight"] = (inner, h)
-        shapes[b + "ffn_down.weight"] = (h, inner)
-    shapes["output_norm.weight"] = (h,)
-    if not cfg.tie_word_embeddings:
-        shapes["output.weight"] = (cfg.vocab_size, h)
-    return shapes
-
-
-def expected_llama_weights(cfg: LlamaConfig) -> dict[str, tuple[tuple[int, ...], str]]:
-    """The ``expected`` argument of :meth:`WeightStore.check` for ``cfg`` (all float params)."""
-    dtype = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[cfg.dtype]
-    return {name: (shape, dtype) for name, shape in llama_weight_shapes(cfg).items()}
-
-
-def save_random_llama(cfg: LlamaConfig, directory: str | Path, seed: int,
-                      dtype: str = "float32", shards: int = 1, std: float = 0.02) -> Path:
-    """Write random HF-named weights for ``cfg`` and its config.json; returns the directory.
-
-    Matrices are N(0, std), biases N(0, 0.02); norm weights 1 + 0.1 N(0, 1), so that outputs
-    are well conditioned. A tiny model needs std ~0.12 for logits of std ~1 (and varied
-    greedy tokens); 0.02 is HF's init. The bytes depend only on the arguments.
-    """
-    if dtype not in _NUMPY_DTYPES:
-        raise WeightError(f"dtype {dtype!r} is not one of {', '.join(_NUMPY_DTYPES)}")
-    directory = Path(directory)
-    rng = np.random.default_rng(seed)
-    tensors: dict[str, np.ndarray] = {}
-    for name, shape in llama_weight_shapes(cfg).items():
-        x = rng.standard_normal(shape, dtype=np.float32)
-        x = 1.0 + 0.1 * x if "norm" in name else (std if x.ndim == 2 else 0.02) * x
-        tensors[ggml_to_hf_name(name)] = x.astype(_NUMPY_DTYPES[dtype])
-    write_hf_config(dataclasses.replace(cfg, dtype=dtype), directory)
-    meta = {"format": "pt"}  # transformers checks this key before trusting the file
-    if shards == 1:
-        write_safetensors(directory / SINGLE_FILE, tensors, meta)
-        return directory
-    names = list(tensors)
-    if not 1 <= shards <= len(names):
-        raise WeightError(f"cannot split {len(names)} tensors into {shards} shards")
-    weight_map: dict[str, str] = {}
-    for i, part in enumerate(np.array_split(np.arange(len(names)), shards)):
-        shard = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-        write_safetensors(directory / shard, {names[j]: tensors[names[j]] for j in part}, meta)
-        weight_map.update({names[j]: shard for j in part})
-    index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())},
-             "weight_map": dict(sorted(weight_map.items()))}
-    (directory / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
-    return directory

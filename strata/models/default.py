@@ -9,7 +9,8 @@ from pathlib import Path
 
 from strata.errors import StrataError
 from strata.frontends.hf_config import LlamaConfig
-from strata.ir.weights import INDEX_FILE, SINGLE_FILE, save_random_llama
+from strata.ir.weights import INDEX_FILE, SINGLE_FILE
+from strata.models.checkpoint import save_random_llama
 
 DEFAULT_MODEL_NAME = "default-llama"
 DEFAULT_SEED = 0

@@ -28,6 +28,7 @@ from xdsl.ir import Attribute
 
 from strata.dialects import module as M
 from strata.frontends.hf_config import LlamaConfig
+from strata.ir.instances import instantiate
 
 DTYPES: dict[str, Attribute] = {"float32": Float32Type(), "float16": Float16Type(), "bfloat16": BFloat16Type()}
 DTYPE_NAMES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
@@ -272,35 +273,6 @@ def ggml_name(path: str) -> str:
     raise KeyError(f"no llama.cpp name for the param '{path}'")
 
 
-def llama_params(hp: LlamaHParams) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Every param instance of the model: ggml name -> (row-major shape, role).
-
-    Derived from the hyperparameters read back from the IR; the weight store checks
-    the checkpoint against it. The role is "weight" for matrices, "norm" or "bias".
-    """
-    q, kv = hp.heads * hp.head_dim, hp.kv_heads * hp.head_dim
-    out: dict[str, tuple[tuple[int, ...], str]] = {"token_embd.weight": ((hp.vocab, hp.hidden), "weight")}
-    for i in range(hp.layers):
-        b = f"blk.{i}."
-        out[b + "attn_norm.weight"] = ((hp.hidden,), "norm")
-        out[b + "attn_q.weight"] = ((q, hp.hidden), "weight")
-        out[b + "attn_k.weight"] = ((kv, hp.hidden), "weight")
-        out[b + "attn_v.weight"] = ((kv, hp.hidden), "weight")
-        if hp.qkv_bias:
-            out[b + "attn_q.bias"] = ((q,), "bias")
-            out[b + "attn_k.bias"] = ((kv,), "bias")
-            out[b + "attn_v.bias"] = ((kv,), "bias")
-        if hp.qk_norm:
-            out[b + "attn_q_norm.weight"] = ((hp.head_dim,), "norm")
-            out[b + "attn_k_norm.weight"] = ((hp.head_dim,), "norm")
-        out[b + "attn_output.weight"] = ((hp.hidden, q), "weight")
-        if hp.o_bias:
-            out[b + "attn_output.bias"] = ((hp.hidden,), "bias")
-        out[b + "ffn_norm.weight"] = ((hp.hidden,), "norm")
-        out[b + "ffn_gate.weight"] = ((hp.inner, hp.hidden), "weight")
-        out[b + "ffn_up.weight"] = ((hp.inner, hp.hidden), "weight")
-        out[b + "ffn_down.weight"] = ((hp.hidden, hp.inner), "weight")
-    out["output_norm.weight"] = ((hp.hidden,), "norm")
-    if not hp.tied:
-        out["output.weight"] = ((hp.vocab, hp.hidden), "weight")
-    return out
+def model_params(model: M.ModelOp) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every param instance of the model, read off its blocks: ggml name -> (shape, dtype)."""
+    return {ggml_name(i.path): (i.shape, i.dtype) for i in instantiate(model) if i.kind == "param"}

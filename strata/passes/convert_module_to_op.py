@@ -41,7 +41,7 @@ from xdsl.passes import ModulePass
 from strata.dialects import module as M
 from strata.dialects import op as O
 from strata.errors import StrataError
-from strata.models.llama import LlamaHParams, llama_hparams, llama_params
+from strata.models.llama import LlamaHParams, llama_hparams, model_params
 
 DYN = DYNAMIC_INDEX
 
@@ -130,7 +130,7 @@ class ConvertModuleToOpPass(ModulePass):
         if len(models) != 1:
             raise StrataError(f"convert-module-to-op: expected one module.model, found {len(models)}")
         model = models[0]
-        func_op = lower_llama(llama_hparams(model), self)
+        func_op = lower_llama(llama_hparams(model), model_params(model), self)
         model.detach()
         model.erase()
         op.body.block.add_op(func_op)
@@ -156,7 +156,9 @@ def _check_options(opts: ConvertModuleToOpPass) -> None:
         raise bad(f"kv-pad must be >= 1, got {opts.kv_pad}")
 
 
-def lower_llama(hp: LlamaHParams, opts: ConvertModuleToOpPass) -> func.FuncOp:
+def lower_llama(
+    hp: LlamaHParams, params: dict[str, tuple[tuple[int, ...], str]], opts: ConvertModuleToOpPass
+) -> func.FuncOp:
     _check_options(opts)
     n_ctx = opts.ctx or hp.max_seq
     if opts.entry == "decode":
@@ -171,7 +173,6 @@ def lower_llama(hp: LlamaHParams, opts: ConvertModuleToOpPass) -> func.FuncOp:
         n_kv = n_ctx
     H, Dh, NH, NKV = hp.hidden, hp.head_dim, hp.heads, hp.kv_heads
     wt = hp.dtype
-    params = llama_params(hp)
 
     block = Block()
     g = GraphBuilder(block)

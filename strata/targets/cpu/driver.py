@@ -197,7 +197,8 @@ def lower_entries(cfg, ctx: int, flash_attn: bool):
 def open_checked_weights(model: str | Path, cfg=None):
     """The model's weight store, checked against its config (WeightError if not matching)."""
     from strata.frontends.hf_config import load_hf_config
-    from strata.ir.weights import WeightStore, expected_llama_weights
+    from strata.ir.weights import WeightStore
+    from strata.models.checkpoint import expected_llama_weights
 
     cfg = cfg or load_hf_config(model)
     store = WeightStore.open(model_root(model))
