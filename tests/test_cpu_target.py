@@ -24,7 +24,7 @@ from strata.ir.text import read_ir
 from strata.ir.weights import WeightError, WeightStore
 from strata.models.checkpoint import save_random_llama
 from strata.semantics.op_interp import alloc_state, find_function, run_function
-from strata.targets.cpu import CpuTargetError, emit_cpu, sanitize_identifier
+from strata.targets.cpu import emit_cpu, sanitize_identifier
 from strata.targets.cpu.commands import cmd_run
 from strata.targets.cpu.driver import (
     CpuDriverError,
@@ -33,7 +33,7 @@ from strata.targets.cpu.driver import (
     load_compiled,
     manifest_matches,
 )
-from strata.targets.cpu.emit import literal_name, sanitize_label
+from strata.targets.codegen import CodegenError, literal_name, sanitize_label
 
 CTX = 64
 
@@ -328,7 +328,7 @@ def test_sanitize_identifier():
     for s in ("blk.0.attn-q weight;import os", "'); os.system('x", "\\u0041", "1+1"):
         assert sanitize_identifier(s).isidentifier()
     assert sanitize_label("x\n'y\"") == "x__y_"
-    with pytest.raises(CpuTargetError, match="refusing"):
+    with pytest.raises(CodegenError, match="refusing"):
         literal_name("blk.0.attn-q weight;import os")
     assert literal_name("blk.0.attn_q.weight") == "'blk.0.attn_q.weight'"
 
@@ -355,7 +355,7 @@ def test_odd_names_never_reach_the_code():
     assert "\nimport os" not in src and "evil\n" not in src and "MODEL_NAME = 'evil_name__'" in src
     assert "embd_x_0 = get_rows(self.token_embd_weight, v1)  # x_import_os__os.system__rm__: 2x4 f32" in src
     # a hostile tensor name is refused, not quoted
-    with pytest.raises(CpuTargetError, match="tensor name 'blk.0.attn-q weight;import os'"):
+    with pytest.raises(CodegenError, match="tensor name 'blk.0.attn-q weight;import os'"):
         emit_cpu(_tiny_graph("blk.0.attn-q weight;import os", "embd"))
 
 

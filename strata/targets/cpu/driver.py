@@ -237,7 +237,7 @@ def compile_cpu(model_dir: str | Path, out_dir: str | Path, *, ctx: int | None =
 
 
 def _plain_name(name: str) -> str:
-    from strata.targets.cpu.emit import sanitize_label
+    from strata.targets.codegen import sanitize_label
 
     return sanitize_label(name)
 

@@ -30,8 +30,7 @@ import inspect
 import keyword
 import math
 import re
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
@@ -47,111 +46,12 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from strata.dialects import op as O
-from strata.errors import StrataError
 from strata.semantics import kernels as K
+from strata.targets.codegen import CodegenError, IndentedWriter, Namer, literal_name, sanitize_identifier, sanitize_label, value_labels
 
 
-class CpuTargetError(StrataError):
+class CpuTargetError(CodegenError):
     """Op-level IR that the CPU target cannot print."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Names
-
-
-_SAFE_LITERAL = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
-
-
-def literal_name(name: str, what: str = "name") -> str:
-    """``repr(name)`` for a string literal in generated code; refuses odd characters."""
-    if not _SAFE_LITERAL.fullmatch(name):
-        raise CpuTargetError(
-            f"cpu target: {what} {name!r} has characters outside [A-Za-z0-9_.-] "
-            "(or is empty or longer than 200); refusing to put it in generated code")
-    return repr(name)
-
-
-def sanitize_label(name: str) -> str:
-    """``name`` with every character outside ``[A-Za-z0-9_.-]`` replaced by ``_`` (at most
-    200 characters): safe in a comment, a docstring or a string literal."""
-    return re.sub(r"[^A-Za-z0-9_.\-]", "_", name)[:200] or "_"
-
-
-def sanitize_identifier(name: str, taken: set[str] | frozenset[str] = frozenset()) -> str:
-    """A Python identifier for ``name``: only ``[A-Za-z0-9_]``, not starting with a digit
-    or an underscore, not a keyword or builtin, and not in ``taken``."""
-    s = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_")
-    if not s or s[0].isdigit():
-        s = "v" + ("_" + s if s else "")
-    if keyword.iskeyword(s) or keyword.issoftkeyword(s) or hasattr(builtins, s):
-        s += "_"
-    base, n = s, 1
-    while s in taken:
-        n += 1
-        s = f"{base}_{n}"
-    return s
-
-
-class Namer:
-    """Gives each SSA value a unique, sanitized Python name (a scope of locals)."""
-
-    def __init__(self, reserved: set[str]):
-        self.taken = set(reserved)
-
-    def fresh(self, hint: str) -> str:
-        name = sanitize_identifier(hint, self.taken)
-        self.taken.add(name)
-        return name
-
-
-def value_labels(fn: func.FuncOp) -> dict[SSAValue, str]:
-    """The names xDSL's printer gives the results in ``fn`` (hint, hint_1, ..., or 0, 1, ...),
-    so that generated locals can be matched with the op-level IR text."""
-    labels: dict[SSAValue, str] = {}
-    counts: dict[str, int] = {}
-    number = 0
-    for op in fn.body.walk():
-        for res in op.results:
-            if res.name_hint:
-                k = counts.get(res.name_hint, 0)
-                labels[res] = res.name_hint + (f"_{k}" if k else "")
-                counts[res.name_hint] = k + 1
-            else:
-                labels[res] = f"v{number}"
-                number += 1
-    return labels
-
-
-# ---------------------------------------------------------------------------------------------
-# Output buffer
-
-
-class IndentedWriter:
-    """Lines of text with a current indentation level."""
-
-    def __init__(self, unit: str = "    "):
-        self.unit = unit
-        self.level = 0
-        self.lines: list[str] = []
-
-    def line(self, text: str = "") -> None:
-        self.lines.append(self.unit * self.level + text if text else "")
-
-    def block(self, text: str) -> None:
-        """Several lines (e.g. a copied function), each indented to the current level."""
-        for ln in text.rstrip("\n").split("\n"):
-            self.line(ln)
-
-    @contextmanager
-    def indented(self) -> Iterator[None]:
-        self.level += 1
-        try:
-            yield
-        finally:
-            self.level -= 1
-
-    def text(self) -> str:
-        return "\n".join(self.lines).rstrip("\n") + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
