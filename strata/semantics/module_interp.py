@@ -23,13 +23,13 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
-import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, IntegerAttr
 
 from strata.dialects import module as M
 from strata.errors import StrataError
 from strata.ir.shapes import Expr, parse_block_generics, parse_sub_type, parse_tensor_type
+from strata.semantics.op_interp import InterpreterError, numpy_dtype
 from strata.models.llama import LlamaHParams, ggml_name, llama_hparams
 
 
@@ -50,17 +50,12 @@ def ggml_param_name(path: str) -> str:
 
 
 def _np_dtype(t: Any) -> np.dtype:
-    """A `T` generic (an IR float type, or the name of a default such as 'bf16')."""
-    table = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
-    if isinstance(t, Float32Type):
-        return np.dtype(np.float32)
-    if isinstance(t, Float16Type):
-        return np.dtype(np.float16)
-    if isinstance(t, BFloat16Type):
-        return np.dtype(ml_dtypes.bfloat16)
-    if isinstance(t, str) and t in table:
-        return np.dtype(table[t])
-    raise ModuleRunError(f"unsupported element type {t}")
+    """A `T` generic: an IR float type, or the name of a default such as 'bf16'."""
+    names = {"f32": Float32Type(), "f16": Float16Type(), "bf16": BFloat16Type()}
+    try:
+        return numpy_dtype(names.get(t, t) if isinstance(t, str) else t)
+    except InterpreterError:
+        raise ModuleRunError(f"unsupported element type {t}") from None
 
 
 # ---------------------------------------------------------------------------

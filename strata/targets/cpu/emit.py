@@ -434,25 +434,20 @@ class CpuEmitter:
 
     # -- leaves ---------------------------------------------------------------------------
 
+    def _bind_attribute(self, table: dict, name: str, what: str, result: SSAValue) -> None:
+        """A param or state is one attribute of the Model, whatever the ops that name it."""
+        literal_name(name, f"{what} name")
+        if name not in table:
+            table[name] = (self.attr_namer.fresh(name), result.type)
+        elif table[name][1] != result.type:
+            raise CpuTargetError(f"cpu target: {what} '{name}' is used with two types ({table[name][1]} and {result.type})")
+        self.names[result] = "self." + table[name][0]
+
     def print_param(self, op: O.ParamOp) -> None:
-        tensor = op.tensor_name.data
-        literal_name(tensor, "tensor name")
-        if tensor not in self.params:
-            self.params[tensor] = (self.attr_namer.fresh(tensor), op.result.type)
-        elif self.params[tensor][1] != op.result.type:
-            raise CpuTargetError(f"cpu target: param '{tensor}' is used with two types "
-                                 f"({self.params[tensor][1]} and {op.result.type})")
-        self.names[op.result] = "self." + self.params[tensor][0]
+        self._bind_attribute(self.params, op.tensor_name.data, "tensor", op.result)
 
     def print_state(self, op: O.StateOp) -> None:
-        state = op.state_name.data
-        literal_name(state, "state name")
-        if state not in self.states:
-            self.states[state] = (self.attr_namer.fresh(state), op.result.type)
-        elif self.states[state][1] != op.result.type:
-            raise CpuTargetError(f"cpu target: state '{state}' is used with two types "
-                                 f"({self.states[state][1]} and {op.result.type})")
-        self.names[op.result] = "self." + self.states[state][0]
+        self._bind_attribute(self.states, op.state_name.data, "state", op.result)
 
     def print_constant(self, op: O.ConstantOp) -> None:
         label = op.label or "constant"
