@@ -295,6 +295,22 @@ def test_flash_attn_ext(hq: int, hkv: int, kv_dtype) -> None:
                                          enable_gqa=True)[0].permute(1, 0, 2), atol=1e-5)
 
 
+def test_flash_attn_ext_skips_only_trailing_masked_rows() -> None:
+    """Rows hidden from every query are skipped only at the end; a hidden row in the middle
+    still counts as a column of -inf, and a row hidden everywhere gives NaN as softmax does."""
+    q, k, v = randn(2, 3, 8, seed=1), randn(1, 6, 8, seed=2), randn(1, 6, 8, seed=3)
+    mask = np.zeros((3, 6), np.float32)
+    mask[:, 2] = -np.inf  # hidden from all, but row 5 after it is visible
+    mask[:, 5] = -np.inf
+    mask[1, :] = -np.inf  # query 1 sees nothing
+    with np.errstate(invalid="ignore"):  # the row that sees nothing: -inf - -inf
+        got = K.flash_attn_ext(q, k, v, mask, 0.5)
+    for h in range(2):
+        p = torch.softmax(t(q)[h] @ t(k)[0].T * 0.5 + t(mask), -1)
+        close(np.nan_to_num(got[:, h], nan=7.0), torch.nan_to_num(p @ t(v)[0], nan=7.0), atol=1e-5)
+    assert np.isnan(got[1]).all() and not np.isnan(got[[0, 2]]).any()
+
+
 def test_host_inputs() -> None:
     toks = np.array([5, 9, 2])
     assert K.host_input("tokens", toks, 4, 8).dtype == np.int32
