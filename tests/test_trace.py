@@ -63,3 +63,18 @@ def test_other_configs_give_their_own_graphs(tmp_path):
     unfused = parse_trace(lowered_trace(cfg, entry="prefill", tokens=7, start=0, ctx=128, kv_pad=32, flash_attn=False))
     kinds = [r[1] for r in unfused]
     assert "FLASH_ATTN_EXT" not in kinds and kinds.count("SOFT_MAX") == 3
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b", "tinyllama-1.1b", "qwen2.5-0.5b", "qwen3-0.6b"])
+def test_example_configs_lower_for_both_entries(name):
+    """Every shipped example lowers to a graph whose shape rows follow its config."""
+    cfg = load_hf_config(EXAMPLES / name)
+    rows = parse_trace(lowered_trace(EXAMPLES / name, entry="prefill", tokens=3, start=0, ctx=512, kv_pad=256))
+    assert rows[0][1] == "GET_ROWS" and rows[-1][0] == "result_output"
+    assert rows[-1][3] == f"{{{cfg.vocab_size}, 1, 1, 1}}"
+    assert sum(r[1] == "FLASH_ATTN_EXT" for r in rows) == cfg.num_layers
+    q = next(r for r in rows if r[0] == "Qcur-0" and r[1] == "RESHAPE")
+    assert q[3] == f"{{{cfg.head_dim}, {cfg.num_heads}, 3, 1}}"
+    assert sum(r[0].endswith("bias") or "bias" in r[2] for r in rows) == (3 * cfg.num_layers if cfg.attention_bias else 0)
+    decode = parse_trace(lowered_trace(EXAMPLES / name, entry="decode", start=7, ctx=512, kv_pad=256))
+    assert sum(r[1] == "SET_ROWS" for r in decode) == 2 * cfg.num_layers

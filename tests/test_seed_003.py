@@ -1,0 +1,83 @@
+"""The module level of Llama-3-8B against seed 003's listing, row for row where they share rows.
+
+Strata's blocks carry one generic the seed does not have, `HeadDim` (the seed writes
+`H / Heads`, which is wrong for Qwen3 and other head sizes), so the rows that mention
+the head size are compared after writing `HeadDim` as the seed would.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import EXAMPLES, SEEDS
+from strata.frontends.hf_config import load_hf_config
+from strata.frontends.listing import model_listing
+from strata.models.llama import build_llama
+
+SEED_003 = SEEDS / "003_d12d2afe00e6155e.txt"
+pytestmark = pytest.mark.skipif(not SEED_003.exists(), reason="no seed 003 beside the checkout (../shared/seeds)")
+
+
+def sections(text: str) -> dict[str, list[str]]:
+    """Top-level sections (Entries, Generics, Blocks) -> their non-empty lines."""
+    out: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line in ("Entries", "Generics", "Blocks", "Params", "State"):
+            current = out.setdefault(line, [])
+        elif current is not None and line.strip():
+            current.append(line)
+    return out
+
+
+def blocks(lines: list[str]) -> dict[str, list[str]]:
+    """Block name -> its header and member rows."""
+    out: dict[str, list[str]] = {}
+    name = None
+    for line in lines:
+        if re.fullmatch(r"[A-Z]\w*", line):
+            name = line
+            out[name] = []
+        elif name is not None and (line.startswith("  ") or "::" in line):
+            out[name].append(line)
+    return out
+
+
+def as_seed_writes_it(row: str) -> str:
+    row = row.replace("HeadDim: Dim, ", "").replace("KvHeads, HeadDim, ", "KvHeads, ")
+    return row.replace("* HeadDim", "* (H / Heads)").replace("HeadDim", "H / Heads")
+
+
+@pytest.fixture(scope="module")
+def listings():
+    ours = model_listing(build_llama(load_hf_config(EXAMPLES / "llama-3-8b")))
+    return sections(ours), sections(SEED_003.read_text())
+
+
+def test_generics_bind_the_same_values(listings):
+    ours, seed = listings
+    theirs = dict(line.split("\t") for line in seed["Generics"] if "\t" in line)
+    mine = dict(line.split("\t") for line in ours["Generics"] if "\t" in line)
+    assert mine.pop("HeadDim") == "128"
+    assert mine == theirs
+
+
+def test_entries_we_have_have_the_seeds_signatures(listings):
+    ours, seed = listings
+    theirs = dict(line.split("\t", 1) for line in seed["Entries"][1:])
+    mine = dict(line.split("\t", 1) for line in ours["Entries"][1:])
+    assert set(mine) >= {"forward", "next_token", "prefill", "decode"}
+    for name, sig in mine.items():
+        assert sig == theirs[name], name
+
+
+@pytest.mark.parametrize("block", ["Embedding", "Linear", "RmsNorm", "SwiGlu", "GroupedQueryAttention", "DecoderLayer", "Model"])
+def test_block_rows_match(listings, block):
+    ours, seed = listings
+    mine = [as_seed_writes_it(r) for r in blocks(ours["Blocks"])[block] if not r.strip().startswith("const ")]
+    theirs = blocks(seed["Blocks"])[block]
+    # Every row we print is one of the seed's, in the seed's order; the seed has more
+    # functions (paged, packed, ...), which later levels bring.
+    assert [r for r in theirs if r in mine] == mine, "\n".join(r for r in mine if r not in theirs)
