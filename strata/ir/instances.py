@@ -10,6 +10,7 @@ tied param and not a new one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from xdsl.dialects.builtin import IntegerAttr
 
@@ -33,6 +34,23 @@ class Instance:
     dtype: str
 
 
+# A model repeats the same type texts in every layer: parse each text once.
+@lru_cache(maxsize=4096)
+def _tensor(text: str):
+    return parse_tensor_type(text)
+
+
+@lru_cache(maxsize=4096)
+def _sub(text: str):
+    kind, args, count = parse_sub_type(text)
+    return kind, tuple(args), count
+
+
+@lru_cache(maxsize=1024)
+def _generics(items: tuple[str, ...]):
+    return tuple(parse_block_generics(list(items)))
+
+
 def _root_env(model: M.ModelOp) -> dict[str, int | str]:
     env: dict[str, int | str] = {}
     for name, value in model.generics.data.items():
@@ -42,7 +60,7 @@ def _root_env(model: M.ModelOp) -> dict[str, int | str]:
 
 def _bind(block: M.BlockOp, args: list, env: dict[str, int | str], where: str) -> dict[str, int | str]:
     """The child block's environment from positional args evaluated in the parent's."""
-    generics = parse_block_generics([g.data for g in block.generics.data])
+    generics = _generics(tuple(g.data for g in block.generics.data))
     if len(args) > len(generics):
         raise InstanceError(f"{where}: {len(args)} arguments for the {len(generics)} generics of {block.block_name}")
     child: dict[str, int | str] = {}
@@ -70,7 +88,7 @@ def _eval(expr: Expr | str, env: dict[str, int | str], where: str) -> int | str:
 
 
 def _dims(text: str, env: dict[str, int | str], where: str) -> tuple[tuple[int, ...], str]:
-    t = parse_tensor_type(text)
+    t = _tensor(text)
     shape = []
     for d in t.dims:
         v = _eval(d, env, where)
@@ -93,7 +111,7 @@ def instantiate(model: M.ModelOp) -> list[Instance]:
 
 def _root_with_defaults(root: M.BlockOp, model: M.ModelOp) -> dict[str, int | str]:
     env = _root_env(model)
-    for g in parse_block_generics([s.data for s in root.generics.data]):
+    for g in _generics(tuple(s.data for s in root.generics.data)):
         if g.name not in env:
             if g.default is None:
                 raise InstanceError(f"model @{model.sym_name.data}: generic '{g.name}' is not bound")
@@ -113,7 +131,7 @@ def _walk(model: M.ModelOp, block: M.BlockOp, env: dict[str, int | str], prefix:
         elif isinstance(m, M.StateOp):
             out.append(Instance(path, "state", *_dims(m.type_text, env, path)))
         elif isinstance(m, M.SubOp):
-            kind, args, count = parse_sub_type(m.type_text)
+            kind, args, count = _sub(m.type_text)
             child = model.block(kind)
             if child is None:
                 raise InstanceError(f"{path}: no block named '{kind}'")

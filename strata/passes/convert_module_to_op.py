@@ -291,5 +291,4 @@ def lower_llama(
     fn = func.FuncOp(opts.entry, ((), (logits.type,)), Region(block))
     fn.attributes["op.n_ctx"] = IntegerAttr(n_ctx, i64)
     fn.attributes["op.n_kv"] = IntegerAttr(n_kv, i64)
-    fn.verify()
     return fn
