@@ -224,7 +224,7 @@ def main() -> int:
     p.add_argument("--cache-dir", default=str(ROOT / ".strata-cache" / "bench"))
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--new", type=int, default=64)
-    p.add_argument("--reps", type=int, default=3, help="runs per engine; the best times count")
+    p.add_argument("--reps", type=int, default=5, help="runs per engine; the best times count (the vCPUs here throttle at random)")
     p.add_argument("--engine", choices=["strata", "torch"], help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--compiled", help=argparse.SUPPRESS)
