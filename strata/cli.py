@@ -29,10 +29,9 @@ def _lower(args: argparse.Namespace):
     from strata.passes.convert_module_to_op import ConvertModuleToOpPass
 
     _, module = _load_module(args.model)
-    if args.tokens < 0:
-        raise StrataError(f"--tokens must be >= 0, got {args.tokens}")
+    tokens = args.tokens if args.tokens is not None else (5 if args.entry == "prefill" else 1)
     opts = ConvertModuleToOpPass(
-        entry=args.entry, tokens=args.tokens, start=args.start, ctx=args.ctx, kv_pad=args.kv_pad, flash_attn=not args.no_flash_attn
+        entry=args.entry, tokens=tokens, start=args.start, ctx=args.ctx, kv_pad=args.kv_pad, flash_attn=not args.no_flash_attn
     )
     opts.apply(Context(), module)
     module.verify()
@@ -97,7 +96,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _add_lowering_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--entry", choices=["prefill", "decode"], default="prefill")
-    p.add_argument("--tokens", type=int, default=5, help="tokens to prefill (0: dynamic)")
+    p.add_argument("--tokens", type=int, default=None, help="tokens to prefill (default 5; 0: dynamic); decode takes 1")
     p.add_argument("--start", type=int, default=0, help="position of the first token (-1: unknown)")
     p.add_argument("--ctx", type=int, default=0, help="context size (default: the model's MaxSeq)")
     p.add_argument("--kv-pad", type=int, default=256, help="round the visible KV rows up to this")

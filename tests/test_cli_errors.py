@@ -68,3 +68,11 @@ def test_strata_opt_keeps_the_output_file_on_error(tmp_path):
     out.write_text("previous result\n")
     r = run(str(bad), "-o", str(out), tool="strata.opt")
     assert r.returncode == 1 and out.read_text() == "previous result\n"
+
+
+def test_ir_decode_needs_no_token_count():
+    from conftest import EXAMPLES
+
+    r = run("ir", str(EXAMPLES / "qwen3-8b"), "--level", "op", "--entry", "decode", "--start", "7", "--ctx", "4096")
+    assert r.returncode == 0, r.stderr
+    assert "func.func @decode() -> tensor<1x151936xf32>" in r.stdout
