@@ -9,6 +9,11 @@ persistent buffer (the KV cache), `op.input` a value the host prepares for an en
 (tokens, positions, cache rows, mask, output rows), `op.constant` a small derived
 table. Every op may carry a `name` attribute: the ggml tensor name (`Qcur-0`).
 
+Types are builtin tensors so that the later levels can refine them in place: a
+quantized weight (seed 001's fp8 block128x128, seed 004's int4 block-128 asymmetric)
+is a tensor whose `encoding` names its format, and a FixedPoint32<frac> value (seed
+004) is a tensor of a fixed-point element type; shapes, names and op semantics stay.
+
 State is a buffer, as in ggml: `op.set_rows` writes rows into an `op.state` and
 returns the written tensor; later ops that read the same `op.state` value see the
 write because ops execute in program order. Passes must not move reads of a state
