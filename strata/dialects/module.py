@@ -27,7 +27,6 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     StringAttr,
     SymbolNameConstraint,
-    SymbolRefAttr,
     UnitAttr,
 )
 from xdsl.ir import Attribute, Block, Dialect, Region
@@ -295,4 +294,4 @@ class ModelOp(IRDLOperation):
 
 Module = Dialect("module", [ModelOp, BlockOp, ParamOp, StateOp, SubOp, FnOp], [])
 
-__all__ = ["Module", "ModelOp", "BlockOp", "ParamOp", "StateOp", "SubOp", "FnOp", "SymbolRefAttr"]
+__all__ = ["Module", "ModelOp", "BlockOp", "ParamOp", "StateOp", "SubOp", "FnOp"]

@@ -34,11 +34,7 @@ def _member_line(m: M.MemberOp) -> str:
         return f"sub {m.member_name}: {m.type_text}" + (f"  ({', '.join(knobs)})" if knobs else "")
     assert isinstance(m, M.FnOp)
     kind = "entry" if m.entry is not None else "fn"
-    return f"{'pub ' if m.pub is not None else ''}{kind} {m.member_name}{_sig(m)}"
-
-
-def _sig(fn: M.FnOp) -> str:
-    return fn.type_text
+    return f"{'pub ' if m.pub is not None else ''}{kind} {m.member_name}{m.type_text}"
 
 
 def model_listing(module: ModuleOp) -> str:
@@ -48,7 +44,7 @@ def model_listing(module: ModuleOp) -> str:
     model = models[0]
     out: list[str] = [f"Model {model.sym_name.data} ({model.arch.data})", "", "Entries", "", "Entry\tSignature"]
     for fn in model.entries():
-        out.append(f"{fn.member_name}\t{fn.member_name}{_sig(fn)}")
+        out.append(f"{fn.member_name}\t{fn.member_name}{fn.type_text}")
     out += ["", "Generics", "", "The root block's generics as this checkpoint binds them.", ""]
     for name, value in model.generics.data.items():
         out.append(f"{name}\t{_generic_value(value)}")

@@ -17,9 +17,6 @@ from xdsl.dialects.builtin import IntegerAttr
 from strata.dialects import module as M
 from strata.ir.shapes import Expr, ShapeSyntaxError, parse_block_generics, parse_sub_type, parse_tensor_type
 
-DTYPE_NAMES = {"f32": "f32", "f16": "f16", "bf16": "bf16"}
-
-
 class InstanceError(ValueError):
     pass
 

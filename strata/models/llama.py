@@ -31,7 +31,6 @@ from strata.frontends.hf_config import LlamaConfig
 from strata.ir.instances import instantiate
 
 DTYPES: dict[str, Attribute] = {"float32": Float32Type(), "float16": Float16Type(), "bfloat16": BFloat16Type()}
-DTYPE_NAMES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 _SHARDING = ["Shards: Dim = 1", "PageSize: Dim = 64"]
 _ATTN_GENERICS = ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float"]
