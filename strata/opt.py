@@ -18,7 +18,8 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError, PassFailedExc
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from strata.errors import StrataError
-from strata.ir.context import strata_context, strata_passes
+from strata.dialects import strata_context
+from strata.passes import strata_passes
 from strata.ir.text import LocatingParser, verify_located
 
 

@@ -20,7 +20,7 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType,
 from strata.dialects import op as O
 from strata.errors import StrataError
 from strata.frontends.hf_config import LlamaConfig, write_hf_config
-from strata.ir.text import read_ir
+from strata.dialects import read_ir
 from strata.ir.weights import WeightError, WeightStore
 from strata.models.checkpoint import save_random_llama
 from strata.semantics.op_interp import alloc_state, find_function, run_function

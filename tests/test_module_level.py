@@ -9,7 +9,8 @@ import pytest
 from strata.frontends.hf_config import load_hf_config
 from strata.frontends.listing import model_listing
 from strata.ir.instances import instantiate
-from strata.ir.text import parse_ir, print_ir
+from strata.dialects import parse_ir
+from strata.ir.text import print_ir
 from strata.ir.weights import hf_to_ggml_name
 from strata.models.llama import build_llama, ggml_name, llama_hparams, model_params
 from strata.dialects.module import ModelOp

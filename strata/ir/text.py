@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 from xdsl.parser import Parser
@@ -12,7 +13,6 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 from io import StringIO
 
 from strata.errors import StrataError
-from strata.ir.context import strata_context
 
 
 class LocatingParser(Parser):
@@ -49,29 +49,31 @@ def verify_located(module: ModuleOp, parser: LocatingParser) -> None:
             raise VerifyException(f"{parser.location(op)}: {e}") from None
 
 
-def parse_located(text: str, filename: str = "<input>") -> ModuleOp:
+def parse_located(text: str, filename: str, ctx: Context) -> ModuleOp:
     """Parse and verify; a ParseError or VerifyException carries file:line:col."""
-    parser = LocatingParser(strata_context(), text, filename)
+    parser = LocatingParser(ctx, text, filename)
     module = parser.parse_module()
     verify_located(module, parser)
     return module
 
 
-def parse_ir(text: str, filename: str = "<input>") -> ModuleOp:
-    """Parse and verify IR text; errors name the file, line and column."""
+def parse_ir(text: str, filename: str, ctx: Context) -> ModuleOp:
+    """Parse and verify IR text; errors name the file, line and column.
+
+    `strata.dialects.parse_ir` calls this with every Strata dialect loaded."""
     try:
-        return parse_located(text, filename)
+        return parse_located(text, filename, ctx)
     except (ParseError, VerifyException) as e:
         raise StrataError(str(e).strip()) from None
 
 
-def read_ir(path: str | Path) -> ModuleOp:
+def read_ir(path: str | Path, ctx: Context) -> ModuleOp:
     p = Path(path)
     try:
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise StrataError(f"{p}: cannot read IR: {e}") from None
-    return parse_ir(text, str(p))
+    return parse_ir(text, str(p), ctx)
 
 
 def print_ir(module: ModuleOp) -> str:

@@ -1,1 +1,26 @@
-"""strata/passes"""
+"""Strata's passes, one per file named after the pass, and their registry.
+
+Adding a pass: write `strata/passes/<name_with_underscores>.py` holding a frozen-dataclass
+`ModulePass` whose `name` is the pass name, and list it in :data:`PASSES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from xdsl.passes import ModulePass
+
+#: pass name -> (module, class name); imported only when the pass is used.
+PASSES: dict[str, tuple[str, str]] = {
+    "convert-module-to-op": ("strata.passes.convert_module_to_op", "ConvertModuleToOpPass"),
+}
+
+
+def strata_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """Pass name -> pass class factory, for `strata-opt -p` and pipelines."""
+
+    def factory(module: str, cls: str) -> Callable[[], type[ModulePass]]:
+        return lambda: getattr(importlib.import_module(module), cls)
+
+    return {name: factory(*where) for name, where in PASSES.items()}
