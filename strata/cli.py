@@ -8,71 +8,173 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from strata.errors import StrataError
 
+#: The largest --ctx / --tokens / --start the IR can describe (it keeps int64 products safe).
+MAX_INT = 2**31 - 1
 
-def _load_module(model: str, max_seq: int | None = None):
-    from strata.frontends.hf_config import load_hf_config
-    from strata.models.llama import build_llama
 
-    cfg = load_hf_config(model)
-    module = build_llama(cfg, max_seq=max_seq)
-    module.verify()
-    return cfg, module
+def _say(text: str) -> None:
+    print(f"strata: {text}", file=sys.stderr, flush=True)
+
+
+def _model(args: argparse.Namespace):
+    from strata.pipeline import load_model
+
+    return load_model(args.model)
 
 
 def _lower(args: argparse.Namespace):
-    from xdsl.context import Context
+    from strata.pipeline import entry_pipeline, lower
 
-    from strata.passes.convert_module_to_op import ConvertModuleToOpPass
-
-    _, module = _load_module(args.model)
     tokens = args.tokens if args.tokens is not None else (5 if args.entry == "prefill" else 1)
-    opts = ConvertModuleToOpPass(
-        entry=args.entry, tokens=tokens, start=args.start, ctx=args.ctx, kv_pad=args.kv_pad, flash_attn=not args.no_flash_attn
-    )
-    opts.apply(Context(), module)
-    module.verify()
-    return module
+    spec = entry_pipeline(args.entry, tokens=tokens, start=args.start, ctx=args.ctx, kv_pad=args.kv_pad,
+                          flash_attn=not args.no_flash_attn)
+    return lower(_model(args), spec)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from strata.frontends.listing import model_listing
+    from strata.exporters.listing import model_listing
 
-    _, module = _load_module(args.model)
-    sys.stdout.write(model_listing(module))
+    sys.stdout.write(model_listing(_model(args).module))
     return 0
 
 
 def cmd_ir(args: argparse.Namespace) -> int:
     from strata.ir.text import print_ir
 
-    module = _load_module(args.model)[1] if args.level == "module" else _lower(args)
+    module = _model(args).module if args.level == "module" else _lower(args)
     sys.stdout.write(print_ir(module))
     return 0
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from strata.frontends.trace import trace_table
+    from strata.exporters.trace import trace_table
 
     sys.stdout.write(trace_table(_lower(args)))
     return 0
 
 
-def cmd_compile(args: argparse.Namespace) -> int:
-    from strata.targets.cpu.commands import cmd_compile as compile_cpu
+def _knobs(args: argparse.Namespace) -> dict:
+    return {"ctx": args.ctx, "flash_attn": not args.no_flash_attn}
 
-    if args.target != "cpu":
-        raise StrataError(f"target '{args.target}' is not available yet (available: cpu)")
-    return compile_cpu(args)
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from strata.pipeline import compile_model, target_pipeline
+
+    model = _model(args)
+    if args.print_pipeline:
+        print(target_pipeline(args.target, model, _knobs(args)))
+        return 0
+    if args.output is None:
+        raise StrataError("compile: give -o OUT (the output directory), or --print-pipeline")
+    t0 = time.perf_counter()
+    out = compile_model(model, args.target, args.output, _knobs(args))
+    _say(f"compiled {args.model} for {args.target} in {time.perf_counter() - t0:.2f} s")
+    print(out)
+    return 0
+
+
+def parse_prompt_ids(text: str) -> list[int]:
+    items = [t.strip() for t in str(text).split(",")]
+    if items == [""]:
+        raise StrataError("--prompt-ids is empty; give comma-separated token ids, e.g. 1,2,3")
+    ids = []
+    for t in items:
+        try:
+            ids.append(int(t, 10))
+        except ValueError:
+            raise StrataError(f"--prompt-ids: {t[:40]!r} is not an integer token id "
+                              "(expected comma-separated ids, e.g. 1,2,3)") from None
+    return ids
+
+
+def check_finite(store, names, allow: bool) -> None:
+    """Refuse weights holding NaN or infinity, naming the first such tensor (or warn)."""
+    import numpy as np
+
+    for name in names:
+        w = store.get(name)
+        flat = w.reshape(-1)
+        for i in range(0, flat.size, 1 << 22):  # in chunks: no copy of a whole big tensor
+            if not np.isfinite(np.asarray(flat[i:i + (1 << 22)], dtype=np.float32)).all():
+                where = f"tensor '{name}' (HF '{store.stored_name(name)}') holds NaN or infinite values"
+                if not allow:
+                    raise StrataError(f"{store.label}: {where}; refusing to run (--allow-nonfinite runs anyway)")
+                _say(f"warning: {store.label}: {where}")
+                break
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from strata.targets.cpu.commands import cmd_run as run_cpu
+    from strata.outputs import check_output_path, write_output
+    from strata.pipeline import cached_compile, resolve_knobs
+    from strata.stage import StageError
+    from strata.targets import target
+    from strata.targets.cpu.driver import check_request, generate, load_compiled
 
-    return run_cpu(args)
+    prompt = parse_prompt_ids(args.prompt_ids)
+    if args.dump_logits:
+        check_output_path(args.dump_logits)  # before the work, not after it
+    model = _model(args)
+    knobs = resolve_knobs(target(args.target), model, _knobs(args))
+    # Check the request against the config first: a bad prompt should not cost a compile.
+    check_request(prompt, args.max_new_tokens, model.config.vocab_size, knobs["ctx"])
+    store = model.open_weights()
+    check_finite(store, list(model.params()), args.allow_nonfinite)
+    default_cache = args.cache_dir is None
+    cache = model.root / ".strata-cache" / args.target if default_cache else Path(args.cache_dir)
+
+    t0 = time.perf_counter()
+    try:
+        out, rebuilt = cached_compile(model, args.target, cache, knobs, store)
+    except StageError as e:
+        hint = "; pass --cache-dir DIR to keep the compiled model elsewhere" if default_cache else ""
+        raise StageError(f"{e}{hint}") from None
+    if rebuilt is None:
+        _say(f"reusing the compiled model in {out}")
+    else:
+        _say(f"compiled {model.root} for {args.target} into {out} in {time.perf_counter() - t0:.2f} s "
+             f"(rebuilt: {rebuilt})" if rebuilt != "there was none" else
+             f"compiled {model.root} for {args.target} into {out} in {time.perf_counter() - t0:.2f} s")
+    module = load_compiled(out)
+
+    n = args.max_new_tokens
+    tty = sys.stderr.isatty()
+    clock = {"start": time.perf_counter(), "first": None}
+
+    def on_token(i: int, token: int) -> None:
+        now = time.perf_counter()
+        if i == 0:
+            clock["first"] = now
+            _say(f"prefill: {len(prompt)} tokens in {now - clock['start']:.3f} s "
+                 f"({len(prompt) / max(now - clock['start'], 1e-9):.1f} tokens/s)")
+        if tty:
+            print(f"\rstrata: generated {i + 1}/{n} tokens", end="", file=sys.stderr, flush=True)
+
+    clock["start"] = time.perf_counter()
+    ids, logits = generate(module, store, prompt, n, on_token=on_token)
+    end = time.perf_counter()
+    if tty and n:
+        print(file=sys.stderr)
+    if n > 1 and clock["first"] is not None:
+        dt = end - clock["first"]
+        _say(f"decode: {n - 1} tokens in {dt:.3f} s ({(n - 1) / max(dt, 1e-9):.1f} tokens/s)")
+    _say(f"generated {n} tokens in {end - clock['start']:.3f} s")
+    # The ids first: whatever happens to the logits file, the result is not lost.
+    print("ids=" + ",".join(str(t) for t in ids), flush=True)
+    if args.dump_logits:
+        import io
+
+        import numpy as np
+
+        buf = io.BytesIO()
+        np.save(buf, logits.astype(np.float32), allow_pickle=False)
+        write_output(args.dump_logits, buf.getvalue())
+        _say(f"logits {list(logits.shape)} float32 saved to {args.dump_logits}")
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -89,57 +191,101 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print("== strata run --prompt-ids 1,2,3,4,5 --max-new-tokens 16")
     run = argparse.Namespace(
         model=model, prompt_ids="1,2,3,4,5", max_new_tokens=16, dump_logits=None, ctx=None,
-        cache_dir=None, no_flash_attn=False, target="cpu",
+        cache_dir=None, no_flash_attn=False, target="cpu", allow_nonfinite=False,
     )
     return cmd_run(run)
 
 
+# ---------------------------------------------------------------------------------------------
+# Arguments
+
+
+def bounded_int(low: int, high: int = MAX_INT):
+    """An argparse type: an integer in [low, high], with a message that names the limits."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer") from None
+        if not low <= value <= high:
+            shown = text if len(text) <= 30 else text[:27] + "..."
+            raise argparse.ArgumentTypeError(f"{shown} is not in [{low}, {high}]")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+MODEL_HELP = "the model: a directory holding an HF config.json and its safetensors (or the config.json itself)"
+
+
+def _add_model(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
+
+
 def _add_lowering_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--entry", choices=["prefill", "decode"], default="prefill")
-    p.add_argument("--tokens", type=int, default=None, help="tokens to prefill (default 5; 0: dynamic); decode takes 1")
-    p.add_argument("--start", type=int, default=0, help="position of the first token (-1: unknown)")
-    p.add_argument("--ctx", type=int, default=0, help="context size (default: the model's MaxSeq)")
-    p.add_argument("--kv-pad", type=int, default=256, help="round the visible KV rows up to this")
+    p.add_argument("--entry", choices=["prefill", "decode"], default="prefill", help="the entry to lower (default prefill)")
+    p.add_argument("--tokens", type=bounded_int(0), default=None,
+                   help="tokens to prefill (default 5; 0: dynamic); decode takes 1")
+    p.add_argument("--start", type=bounded_int(-1), default=0, help="position of the first token (-1: unknown)")
+    p.add_argument("--ctx", type=bounded_int(0), default=0, help="context size in tokens (default: the model's MaxSeq)")
+    p.add_argument("--kv-pad", type=bounded_int(1), default=256, help="round the visible KV rows up to this")
+    p.add_argument("--no-flash-attn", action="store_true", help="unfused MUL_MAT/SOFT_MAX attention")
+
+
+def _add_target_args(p: argparse.ArgumentParser) -> None:
+    from strata.targets import TARGETS
+
+    p.add_argument("--target", choices=sorted(TARGETS), default="cpu", help="what to compile for (default cpu)")
+    p.add_argument("--ctx", type=bounded_int(1), default=None,
+                   help="context size in tokens: the KV cache holds this many "
+                        "(default: min(max_position_embeddings, 4096))")
     p.add_argument("--no-flash-attn", action="store_true", help="unfused MUL_MAT/SOFT_MAX attention")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="strata", description="Strata: a multi-level compiler for LLM inference")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("inspect", help="print the module level as a listing of entries, generics and blocks")
-    p.add_argument("model")
+    _add_model(p)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("ir", help="print the IR of a level")
-    p.add_argument("model")
-    p.add_argument("--level", choices=["module", "op"], default="module")
+    _add_model(p)
+    p.add_argument("--level", choices=["module", "op"], default="module", help="the IR level (default module)")
     _add_lowering_args(p)
     p.set_defaults(func=cmd_ir)
 
     p = sub.add_parser("trace", help="print the op level as llama.cpp's eval-callback table")
-    p.add_argument("model")
+    _add_model(p)
     _add_lowering_args(p)
     p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("compile", help="compile a model for a target")
-    p.add_argument("model")
-    p.add_argument("--target", default="cpu")
-    p.add_argument("-o", "--output", required=True)
-    p.add_argument("--ctx", type=int, default=None)
-    p.add_argument("--no-flash-attn", action="store_true")
+    _add_model(p)
+    _add_target_args(p)
+    p.add_argument("-o", "--output", metavar="OUT", default=None,
+                   help="the output directory (created; a previous strata output there is replaced)")
+    p.add_argument("--print-pipeline", action="store_true",
+                   help="print the target's pass pipeline (runnable by strata-opt -p) and stop")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="compile (or reuse) and generate greedily")
-    p.add_argument("model")
+    _add_model(p)
     p.add_argument("--prompt-ids", required=True, help="comma-separated token ids, e.g. 1,2,3")
-    p.add_argument("--max-new-tokens", type=int, default=16)
-    p.add_argument("--dump-logits", default=None, help="save float32 logits (N, vocab) to this .npy")
-    p.add_argument("--ctx", type=int, default=None)
-    p.add_argument("--cache-dir", default=None)
-    p.add_argument("--no-flash-attn", action="store_true")
-    p.add_argument("--target", default="cpu")
+    p.add_argument("--max-new-tokens", type=bounded_int(0), default=16,
+                   help="how many tokens to generate (default 16)")
+    p.add_argument("--dump-logits", metavar="FILE", default=None,
+                   help="save the float32 logits that chose each new token, [N, vocab], to this .npy")
+    _add_target_args(p)
+    p.add_argument("--cache-dir", metavar="DIR", default=None,
+                   help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
+    p.add_argument("--allow-nonfinite", action="store_true",
+                   help="run even if a weight holds NaN or infinity (warns instead of refusing)")
     p.set_defaults(func=cmd_run)
+
     p = sub.add_parser("demo", help="the main job on the built-in default model")
     p.add_argument("--root", default=".strata-cache/models", help="where the default model is written")
     p.set_defaults(func=cmd_demo)

@@ -24,7 +24,7 @@ from strata.ir.text import LocatingParser, verify_located
 
 
 def _trace_target(module: ModuleOp, out: IO[str]) -> None:
-    from strata.frontends.trace import trace_table
+    from strata.exporters.trace import trace_table
 
     out.write(trace_table(module))
 

@@ -15,8 +15,18 @@ generics; the verifier parses them (see `strata.ir.shapes`).
       }
     }
 
-The module level is declarative: the semantics of each block kind (its functions)
-live in `strata.semantics.module_interp`, and `convert-module-to-op` expands them.
+A block's kind is its `path` (`std.nn.linear`, `std.attn.grouped_query`, ...). The
+module level is declarative: each kind registers its semantics with the module
+interpreter (`strata.semantics.module_interp`) and its expansion with
+`convert-module-to-op`, which both dispatch on the path.
+
+Tensor names are data of the IR too: a `module.sub` or `module.param` may carry the
+segment it contributes to the llama.cpp (`ggml`) and HF (`hf`) name of the params below
+it; absent, the segment is the member's name, and `""` contributes none. So
+`layers.3.attention.q_proj.weight` is `blk.3.attn_q.weight` for ggml and
+`model.layers.3.self_attn.q_proj.weight` for HF when the family's builder stamps
+`layers {ggml = "blk", hf = "model.layers"}`, `attention {ggml = "", hf = "self_attn"}`
+and `q_proj {ggml = "attn_q"}` (see `strata.dialects.instances`).
 """
 
 from __future__ import annotations
@@ -55,6 +65,8 @@ class MemberOp(IRDLOperation):
 
     sym_name = attr_def(SymbolNameConstraint())
     member_type = attr_def(StringAttr, attr_name="type")
+    ggml = opt_attr_def(StringAttr)  # the segment of llama.cpp tensor names (see module docs)
+    hf = opt_attr_def(StringAttr)  # the segment of HF tensor names
 
     assembly_format = "$sym_name `:` $type attr-dict"
     traits = traits_def(SymbolOpInterface())
@@ -69,6 +81,11 @@ class MemberOp(IRDLOperation):
     @property
     def type_text(self) -> str:
         return self.member_type.data
+
+    def name_segment(self, convention: str) -> str:
+        """The segment this member adds to `ggml` or `hf` tensor names ("" for none)."""
+        attr = self.ggml if convention == "ggml" else self.hf
+        return attr.data if attr is not None else self.member_name
 
     def block_op(self) -> BlockOp:
         parent = self.parent_op()
@@ -168,14 +185,17 @@ class FnOp(MemberOp):
 class BlockOp(IRDLOperation):
     """A block definition: generic parameters and members.
 
-        module.block @RmsNorm ["H: Dim", "T: Float = bf16"] attributes {path = "std.nn.norm", eps = 1.0e-05 : f64} {
+        module.block @RmsNorm ["H: Dim", "T: Float = bf16"] attributes {path = "std.nn.rms_norm", eps = 1.0e-05 : f64} {
           module.param @weight : "Tensor[H; T]"
         }
+
+    `path` is the block's kind; the other attributes are the kind's hyperparameters.
     """
 
     name = "module.block"
     sym_name = attr_def(SymbolNameConstraint())
     generics = attr_def(ArrayAttr[StringAttr])
+    path = attr_def(StringAttr)
     body = region_def("single_block")
 
     assembly_format = "$sym_name $generics attr-dict-with-keyword $body"
@@ -190,6 +210,11 @@ class BlockOp(IRDLOperation):
     @property
     def block_name(self) -> str:
         return self.sym_name.data
+
+    @property
+    def kind(self) -> str:
+        """The block kind (`std.nn.linear`): what the interpreter and the lowering dispatch on."""
+        return self.path.data
 
     def generic_names(self) -> list[str]:
         return [g.name for g in parse_block_generics([s.data for s in self.generics.data])]
@@ -219,7 +244,7 @@ class ModelOp(IRDLOperation):
     """A model: the generics bound by a checkpoint, the root block and all blocks.
 
         module.model @tiny attributes {arch = "LlamaForCausalLM", root = "Model", generics = {Vocab = 32 : i64, T = f32}} {
-          module.block @Model ["Vocab: Dim", "T: Float = bf16"] attributes {path = "llama"} {
+          module.block @Model ["Vocab: Dim", "T: Float = bf16"] attributes {path = "std.model.causal_lm"} {
             module.param @embedding : "Tensor[Vocab, 16; T]"
           }
         }

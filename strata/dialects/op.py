@@ -2,7 +2,7 @@
 
 Every op has ggml's semantics, but shapes are ordinary row-major tensor types:
 ggml's `{4096, 5, 1, 1}` (fastest dimension first) is `tensor<5x4096xf32>` here.
-The trace exporter (`strata.frontends.trace`) converts back to ggml order.
+The trace exporter (`strata.exporters.trace`) converts back to ggml order.
 
 Leaves are ops too: `op.param` names a weight in the weight store, `op.state` a
 persistent buffer (the KV cache), `op.input` a value the host prepares for an entry
@@ -16,8 +16,12 @@ is a tensor whose `encoding` names its format, and a FixedPoint32<frac> value (s
 
 State is a buffer, as in ggml: `op.set_rows` writes rows into an `op.state` and
 returns the written tensor; later ops that read the same `op.state` value see the
-write because ops execute in program order. Passes must not move reads of a state
-across writes to it.
+write because ops execute in program order. The effects say so to every pass:
+`op.state` reads memory, `op.set_rows` and `op.cpy` write it, and every other op is
+`Pure`, so xDSL's generic `cse` and `dce` keep the order of reads and writes.
+
+Element types come from the one dtype table (`strata.ir.dtypes`): "float" admits f32,
+f16, bf16 and fp8; a weight may also be an integer or packed int4 tensor.
 """
 
 from __future__ import annotations
@@ -26,14 +30,11 @@ from collections.abc import Sequence
 
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
-    BFloat16Type,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
-    Float16Type,
     Float32Type,
     FloatAttr,
     IntegerAttr,
-    IntegerType,
     StringAttr,
     TensorType,
 )
@@ -46,17 +47,18 @@ from xdsl.irdl import (
     opt_attr_def,
     opt_operand_def,
     result_def,
+    traits_def,
 )
 from xdsl.parser import Parser
 from xdsl.printer import Printer
+from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 from xdsl.utils.exceptions import VerifyException
+
+from strata.ir.dtypes import AnyTensor, FloatTensor, IntTensor, WeightTensor, is_float, is_int
 
 # ---------------------------------------------------------------------------
 # Shape helpers shared by the verifiers (dynamic dims are `?`).
 # ---------------------------------------------------------------------------
-
-FLOAT_TYPES = (Float32Type, Float16Type, BFloat16Type)
-
 
 def shape_of(value: SSAValue | Attribute) -> tuple[int, ...]:
     typ = value.type if isinstance(value, SSAValue) else value
@@ -69,14 +71,6 @@ def elem_of(value: SSAValue | Attribute) -> Attribute:
     typ = value.type if isinstance(value, SSAValue) else value
     assert isinstance(typ, TensorType)
     return typ.get_element_type()
-
-
-def is_float(t: Attribute) -> bool:
-    return isinstance(t, FLOAT_TYPES)
-
-
-def is_int(t: Attribute, width: int | None = None) -> bool:
-    return isinstance(t, IntegerType) and (width is None or t.width.data == width)
 
 
 def fmt_shape(shape: Sequence[int]) -> str:
@@ -128,7 +122,9 @@ def _check_float(op: Operation, value: SSAValue, what: str) -> None:
 
 
 class OpBase(IRDLOperation):
-    """Base of every op-level op: an optional ggml tensor name."""
+    """Base of every op-level op: an optional ggml tensor name. Compute ops are `Pure`
+    (through their bases); the state ops declare their memory effects instead. (IRDL merges
+    the traits of base classes, so `Pure` sits on the bases of pure ops only.)"""
 
     tensor_label = opt_attr_def(StringAttr, attr_name="name")
 
@@ -138,37 +134,46 @@ class OpBase(IRDLOperation):
 
 
 class LeafOp(OpBase):
-    """A tensor with no operands: a weight, a state buffer, a host input or a constant."""
+    """A tensor with no operands that stays the same through a call: a weight, a host
+    input or a constant (the state buffer is `op.state`, which is not pure)."""
 
-    result = result_def(TensorType)
+    result = result_def(AnyTensor)
+    traits = traits_def(Pure())
 
 
 class UnaryOp(OpBase):
-    src = operand_def(TensorType)
-    result = result_def(TensorType)
+    src = operand_def(AnyTensor)
+    result = result_def(AnyTensor)
+    traits = traits_def(Pure())
 
     assembly_format = "$src attr-dict `:` type($src) `->` type($result)"
 
 
 class BinaryOp(OpBase):
-    lhs = operand_def(TensorType)
-    rhs = operand_def(TensorType)
-    result = result_def(TensorType)
+    lhs = operand_def(AnyTensor)
+    rhs = operand_def(AnyTensor)
+    result = result_def(AnyTensor)
+    traits = traits_def(Pure())
 
     assembly_format = (
         "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)"
     )
 
 
-class ElementwiseBinaryOp(BinaryOp):
+class ElementwiseBinaryOp(OpBase):
     """ggml's broadcasting binary op: `rhs` repeats to the shape of `lhs`."""
+
+    lhs = operand_def(FloatTensor)
+    rhs = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure())
+
+    assembly_format = BinaryOp.assembly_format
 
     def verify_(self) -> None:
         a, b, r = shape_of(self.lhs), shape_of(self.rhs), shape_of(self.result)
         require(shapes_eq(a, r), f"{self.name}: result {fmt_shape(r)} must have the shape of lhs {fmt_shape(a)}")
         require(can_repeat(b, a), f"{self.name}: rhs {fmt_shape(b)} cannot be broadcast to lhs {fmt_shape(a)}")
-        for v in (self.lhs, self.rhs, self.result):
-            _check_float(self, v, "every operand")
 
 
 # ---------------------------------------------------------------------------
@@ -194,14 +199,17 @@ class ParamOp(LeafOp):
 
 
 @irdl_op_definition
-class StateOp(LeafOp):
+class StateOp(OpBase):
     """A persistent buffer that outlives one call of an entry (the KV cache).
 
         %k = op.state "cache_k_l0" : tensor<89856x1024xf32>
     """
 
     name = "op.state"
+    result = result_def(AnyTensor)
     state_name = attr_def(StringAttr, attr_name="state")
+    # It yields the buffer's current contents: a read, ordered against the writes.
+    traits = traits_def(MemoryReadEffect())
     assembly_format = "$state attr-dict `:` type($result)"
 
     def __init__(self, state_name: str, typ: TensorType):
@@ -357,7 +365,7 @@ class MulMatOp(BinaryOp):
         require(can_repeat(a[:-2], b[:-2]), f"op.mul_mat: batch dims of {fmt_shape(a)} do not broadcast to {fmt_shape(b)}")
         expect = (*b[:-1], a[-2])
         require(shapes_eq(r, expect), f"op.mul_mat: result must be {fmt_shape(expect)}, got {fmt_shape(r)}")
-        _check_float(self, self.lhs, "lhs")
+        require(WeightTensor.verifies(self.lhs.type), f"op.mul_mat: lhs must be a float, integer or packed tensor, got {self.lhs.type}")
         _check_float(self, self.rhs, "rhs")
         require(isinstance(elem_of(self.result), Float32Type), "op.mul_mat: result must be f32")
 
@@ -473,7 +481,7 @@ class ScaleOp(UnaryOp):
 
 
 @irdl_op_definition
-class CpyOp(BinaryOp):
+class CpyOp(OpBase):
     """CPY: copy `lhs` into the storage of `rhs` (same element count), converting the
     element type; the result is the written tensor (a view of `rhs`).
 
@@ -481,6 +489,12 @@ class CpyOp(BinaryOp):
     """
 
     name = "op.cpy"
+    lhs = operand_def(AnyTensor)
+    rhs = operand_def(AnyTensor)
+    result = result_def(AnyTensor)
+    traits = traits_def(MemoryWriteEffect())
+
+    assembly_format = BinaryOp.assembly_format
 
     def verify_(self) -> None:
         a, b = shape_of(self.lhs), shape_of(self.rhs)
@@ -528,10 +542,11 @@ class SetRowsOp(OpBase):
     """
 
     name = "op.set_rows"
-    dst = operand_def(TensorType)
-    src = operand_def(TensorType)
-    rows = operand_def(TensorType)
-    result = result_def(TensorType)
+    dst = operand_def(AnyTensor)
+    src = operand_def(FloatTensor)
+    rows = operand_def(IntTensor)
+    result = result_def(AnyTensor)
+    traits = traits_def(MemoryWriteEffect())
 
     assembly_format = (
         "$dst `,` $src `,` $rows attr-dict `:` type($dst) `,` type($src) `,` type($rows) `->` type($result)"
@@ -554,9 +569,10 @@ class SoftMaxOp(OpBase):
     """
 
     name = "op.soft_max"
-    src = operand_def(TensorType)
-    mask = opt_operand_def(TensorType)
-    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    src = operand_def(FloatTensor)
+    mask = opt_operand_def(FloatTensor)
+    result = result_def(FloatTensor)
     scale = attr_def(FloatAttr)
 
     assembly_format = "$src (`,` $mask^)? attr-dict `:` type($src) (`,` type($mask)^)? `->` type($result)"
@@ -582,10 +598,11 @@ class RopeOp(OpBase):
     """
 
     name = "op.rope"
-    src = operand_def(TensorType)
-    positions = operand_def(TensorType)
-    freq_factors = opt_operand_def(TensorType)
-    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    src = operand_def(FloatTensor)
+    positions = operand_def(IntTensor)
+    freq_factors = opt_operand_def(FloatTensor)
+    result = result_def(FloatTensor)
     n_dims = attr_def(IntegerAttr)
     mode = attr_def(StringAttr)
     freq_base = attr_def(FloatAttr)
@@ -623,11 +640,12 @@ class FlashAttnExtOp(OpBase):
     """
 
     name = "op.flash_attn_ext"
-    q = operand_def(TensorType)
-    k = operand_def(TensorType)
-    v = operand_def(TensorType)
-    mask = opt_operand_def(TensorType)
-    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    q = operand_def(FloatTensor)
+    k = operand_def(FloatTensor)
+    v = operand_def(FloatTensor)
+    mask = opt_operand_def(FloatTensor)
+    result = result_def(FloatTensor)
     scale = attr_def(FloatAttr)
 
     assembly_format = (
@@ -648,15 +666,7 @@ class FlashAttnExtOp(OpBase):
             require(len(m) == 2 and dim_eq(m[0], q[1]) and dim_eq(m[1], k[1]), "op.flash_attn_ext: mask must be [S, N]")
 
 
-#: The ops that only reinterpret storage (ggml views): named "<src> (suffix)" by default.
-VIEW_SUFFIX: dict[type[Operation], str] = {
-    ViewOp: "view",
-    PermuteOp: "permuted",
-    TransposeOp: "transposed",
-    ReshapeOp: "reshaped",
-    ContOp: "cont",
-}
-
+#: The ops without operands (ggml's leaves).
 LEAF_OPS = (ParamOp, StateOp, InputOp, ConstantOp)
 
 Op = Dialect(

@@ -27,7 +27,11 @@ class LocatingParser(Parser):
 
     def parse_operation(self) -> Operation:
         start = self._current_token.span.start
-        op = super().parse_operation()
+        try:
+            op = super().parse_operation()
+        except VerifyException as e:
+            # A custom syntax checks operand constraints while parsing: locate it like a parse error.
+            self.raise_error(f"{str(e).strip()}", start, self._current_token.span.start)
         self.starts[op] = start
         return op
 

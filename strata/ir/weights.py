@@ -2,88 +2,45 @@
 
 The safetensors reader is our own (a little-endian u64 header length, a JSON header, then raw
 tensor bytes), so that every tensor is a zero-copy view of one ``numpy.memmap`` and no pickle is
-ever loaded. Tensors are addressed by their ggml (llama.cpp) names, the names the rest of strata
-uses; HF names are mapped by :func:`hf_to_ggml_name`. Linear weights keep the HF ``[out, in]``
-layout.
+ever loaded. Tensors are addressed by the names the IR uses (llama.cpp's); the caller gives the
+map from the stored (HF) names, which it reads off the module IR
+(`strata.pipeline.weight_names`), so no model family is known here. Stored tensors outside the
+map are listed in `unused`. Linear weights keep the HF ``[out, in]`` layout.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-import ml_dtypes
 import numpy as np
 
 from strata.errors import StrataError
+from strata.ir import dtypes
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 
-#: safetensors dtype code -> (strata dtype string, numpy dtype); safetensors is little-endian.
-_DTYPES: dict[str, tuple[str, np.dtype]] = {
-    "F32": ("f32", np.dtype("<f4")),
-    "F16": ("f16", np.dtype("<f2")),
-    "BF16": ("bf16", np.dtype(ml_dtypes.bfloat16)),
-    "I32": ("i32", np.dtype("<i4")),
-    "I64": ("i64", np.dtype("<i8")),
-}
-FLOAT_DTYPES = ("f32", "f16", "bf16")
-_NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 # The reference implementation refuses larger headers too; this bounds what garbage can cost us.
 _MAX_HEADER = 100 * 1024 * 1024
-
-_GLOBAL_NAMES = {
-    "model.embed_tokens.weight": "token_embd.weight",
-    "model.norm.weight": "output_norm.weight",
-    "lm_head.weight": "output.weight",
-}
-_LAYER_NAMES = {
-    "input_layernorm": "attn_norm",
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "self_attn.q_norm": "attn_q_norm",
-    "self_attn.k_norm": "attn_k_norm",
-    "post_attention_layernorm": "ffn_norm",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-}
-_HF_LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)")
-_GGML_LAYER = re.compile(r"blk\.(\d+)\.(.+)\.(weight|bias)")
 
 
 class WeightError(StrataError):
     """Weights that cannot be read or do not fit the model."""
 
 
-def hf_to_ggml_name(hf_name: str) -> str | None:
-    """The ggml name of a llama-family HF tensor, or None for tensors strata ignores."""
-    if hf_name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[hf_name]
-    m = _HF_LAYER.fullmatch(hf_name)
-    if m is None or m.group(2) not in _LAYER_NAMES:
-        return None
-    return f"blk.{int(m.group(1))}.{_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
+SAFETENSORS_CODES = [d.safetensors for d in map(dtypes.dtype_named, dtypes.names()) if d.safetensors]
 
 
-def ggml_to_hf_name(ggml_name: str) -> str | None:
-    """The inverse of :func:`hf_to_ggml_name` (None for names it never produces)."""
-    for hf, gg in _GLOBAL_NAMES.items():
-        if gg == ggml_name:
-            return hf
-    m = _GGML_LAYER.fullmatch(ggml_name)
-    inverse = {gg: hf for hf, gg in _LAYER_NAMES.items()}
-    if m is None or m.group(2) not in inverse:
-        return None
-    return f"model.layers.{int(m.group(1))}.{inverse[m.group(2)]}.{m.group(3)}"
+def _storage(code: str) -> np.dtype | None:
+    """The numpy dtype of a safetensors dtype code (little-endian, as safetensors stores)."""
+    found = dtypes.dtype_of_safetensors(code)
+    return None if found is None else found.numpy.newbyteorder("<")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -109,11 +66,13 @@ class SafetensorsFile:
                         for name, raw in header.items()}
         _check_no_overlap(path, self.entries)
         self._map = np.memmap(path, dtype=np.uint8, mode="r")
+        # The header fixes every tensor's name, dtype and shape: what compiled code depends on.
+        self.header_sha256 = hashlib.sha256(self._map[8:data_start]).hexdigest()
 
     def array(self, name: str) -> np.ndarray:
         """A zero-copy view of tensor ``name``."""
         e = self.entries[name]
-        return self._map[e.begin:e.begin + e.nbytes].view(_DTYPES[e.code][1]).reshape(e.shape)
+        return self._map[e.begin:e.begin + e.nbytes].view(_storage(e.code)).reshape(e.shape)
 
 
 def _read_header(path: Path) -> tuple[dict, int, int]:
@@ -148,9 +107,9 @@ def _parse_entry(path: Path, name: str, raw: object, data_start: int, size: int)
     if not isinstance(raw, dict):
         raise bad("has a header entry that is not an object")
     code, shape, offsets = raw.get("dtype"), raw.get("shape"), raw.get("data_offsets")
-    if code not in _DTYPES:
+    if not isinstance(code, str) or _storage(code) is None:
         raise bad(f"has dtype {code!r}, which strata does not support "
-                  f"(supported: {', '.join(_DTYPES)})")
+                  f"(supported: {', '.join(SAFETENSORS_CODES)})")
     if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
         raise bad(f"has an invalid shape {shape!r}")
     if (not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_uint, offsets))
@@ -161,7 +120,7 @@ def _parse_entry(path: Path, name: str, raw: object, data_start: int, size: int)
     if end > available:
         raise bad(f"data [{begin}, {end}) runs past the end of the file "
                   f"({available} bytes of tensor data)")
-    itemsize = _DTYPES[code][1].itemsize
+    itemsize = _storage(code).itemsize
     need = math.prod(shape) * itemsize
     if end - begin != need:
         raise bad(f"has {end - begin} bytes of data but shape {shape} of {code} needs {need}")
@@ -183,101 +142,120 @@ def _is_uint(x: object) -> bool:
 # The store
 
 
-class WeightStore:
-    """All tensors of one model, by ggml name, memory-mapped from one or more safetensors files."""
+#: The element types a float param may be stored in: the IR's type is what it computes in.
+FLOAT_STORAGE = ("f32", "f16", "bf16")
 
-    def __init__(self, label: Path, files: list[SafetensorsFile]) -> None:
+
+class WeightStore:
+    """All tensors of one model, memory-mapped from one or more safetensors files, addressed by
+    the IR's names through `names` (stored name -> IR name; None: the stored names)."""
+
+    def __init__(self, label: Path, files: list[SafetensorsFile], names: Mapping[str, str] | None = None,
+                 ignore: frozenset[str] | set[str] = frozenset()) -> None:
         self.label = label  # the file named in errors: model.safetensors or the index
-        self.tied_output = False
+        self.files = files
         self._where: dict[str, tuple[SafetensorsFile, str]] = {}
+        self._stored_name: dict[str, str] = {}
+        #: Stored tensors the model does not use (outside `names` and `ignore`), sorted.
+        self.unused: list[str] = []
         for f in files:
-            for hf_name in f.entries:
-                name = hf_to_ggml_name(hf_name)
+            for stored in f.entries:
+                name = stored if names is None else names.get(stored)
                 if name is None:
-                    continue  # e.g. rotary_emb.inv_freq: recomputed, not a parameter
+                    if stored not in ignore:
+                        self.unused.append(stored)
+                    continue
                 if name in self._where:
-                    raise WeightError(f"{f.path}: tensor '{hf_name}' is also stored in "
+                    raise WeightError(f"{f.path}: tensor '{stored}' is also stored in "
                                       f"{self._where[name][0].path}")
-                self._where[name] = (f, hf_name)
+                self._where[name] = (f, stored)
+                self._stored_name[name] = stored
+        self.unused.sort()
+        self._expected_stored = {v: k for k, v in names.items()} if names is not None else {}
 
     @classmethod
-    def open(cls, model_dir: str | Path) -> WeightStore:
+    def open(cls, model_dir: str | Path, names: Mapping[str, str] | None = None,
+             ignore: frozenset[str] | set[str] = frozenset()) -> WeightStore:
         """Open ``model.safetensors`` or the sharded index in ``model_dir`` (or one file)."""
         path = Path(model_dir)
         if path.is_file():
-            return cls(path, [SafetensorsFile(path)])
+            return cls(path, [SafetensorsFile(path)], names, ignore)
         if (path / SINGLE_FILE).is_file():
-            return cls(path / SINGLE_FILE, [SafetensorsFile(path / SINGLE_FILE)])
+            return cls(path / SINGLE_FILE, [SafetensorsFile(path / SINGLE_FILE)], names, ignore)
         if (path / INDEX_FILE).is_file():
-            return cls(path / INDEX_FILE, _open_shards(path / INDEX_FILE))
+            return cls(path / INDEX_FILE, _open_shards(path / INDEX_FILE), names, ignore)
         hint = " (pickle checkpoints are never loaded)" if any(path.glob("*.bin")) else ""
         raise WeightError(f"{path}: no {SINGLE_FILE} or {INDEX_FILE} found{hint}")
 
+    def fingerprint(self) -> list[dict[str, object]]:
+        """What compiled code depends on in the stored files: each file's name and size, the
+        sha256 of each safetensors header (names, dtypes, shapes, offsets) and of the index.
+        Tensor data is read at run time and not hashed."""
+        out: list[dict[str, object]] = []
+        if self.label.name == INDEX_FILE:
+            out.append({"file": INDEX_FILE, "size": self.label.stat().st_size,
+                        "sha256": hashlib.sha256(self.label.read_bytes()).hexdigest()})
+        for f in self.files:
+            out.append({"file": f.path.name, "size": f.path.stat().st_size, "header_sha256": f.header_sha256})
+        return out
+
     def names(self) -> list[str]:
-        """The ggml names of the stored tensors, sorted."""
+        """The IR names of the stored tensors the model uses, sorted."""
         return sorted(self._where)
 
     def __contains__(self, name: str) -> bool:
-        return self._resolve(name) in self._where
+        return name in self._where
 
     def info(self, name: str) -> tuple[tuple[int, ...], str]:
-        """(shape, dtype) of tensor ``name``; dtype is one of f32 f16 bf16 i32 i64."""
-        f, hf_name = self._lookup(name)
-        e = f.entries[hf_name]
-        return e.shape, _DTYPES[e.code][0]
+        """(shape, element type name) of tensor ``name`` (f32, bf16, ...: see strata.ir.dtypes)."""
+        f, stored = self._lookup(name)
+        e = f.entries[stored]
+        return e.shape, dtypes.dtype_of_safetensors(e.code).name
 
     def get(self, name: str) -> np.ndarray:
         """A read-only, memory-mapped view of tensor ``name`` (no copy)."""
-        f, hf_name = self._lookup(name)
-        return f.array(hf_name)
+        f, stored = self._lookup(name)
+        return f.array(stored)
 
-    def hf_name(self, name: str) -> str:
-        """The HF name under which tensor ``name`` is stored."""
+    def stored_name(self, name: str) -> str:
+        """The name under which tensor ``name`` is stored (its HF name)."""
         return self._lookup(name)[1]
 
-    def check(self, expected: Mapping[str, tuple[tuple[int, ...], str]],
-              tied_output: bool) -> None:
-        """Check that the store holds exactly ``expected`` (ggml name -> (shape, dtype)).
+    def check(self, expected: Mapping[str, tuple[tuple[int, ...], str]]) -> None:
+        """Check that the store holds every tensor of ``expected`` (name -> (shape, dtype)).
 
-        An expected float dtype (f32, f16 or bf16) accepts any float tensor, since the store's
-        dtypes are what the checkpoint has; integer dtypes must match exactly. With
-        ``tied_output``, 'output.weight' aliases 'token_embd.weight', as in transformers.
+        An expected float dtype accepts any of FLOAT_STORAGE, since the store's dtypes are
+        what the checkpoint has and the IR's type is what it computes in; other dtypes must
+        match exactly.
         """
-        self.tied_output = tied_output
         for name, (shape, dtype) in expected.items():
             self._check_one(name, tuple(shape), dtype)
-        for name in self.names():
-            if name not in expected and not (tied_output and name == "output.weight"):
-                raise WeightError(f"{self.label}: tensor '{name}' ({self._hf(name)}) is not used "
-                                  "by a model with this config")
 
     def _check_one(self, name: str, shape: tuple[int, ...], dtype: str) -> None:
-        if self._resolve(name) not in self._where:
-            raise WeightError(f"{self.label}: tensor '{name}' ({self._hf(name)}) is missing; "
+        if name not in self._where:
+            raise WeightError(f"{self.label}: tensor {self._both(name)} is missing; "
                               f"expected shape {list(shape)}")
         actual_shape, actual_dtype = self.info(name)
-        f, hf_name = self._lookup(name)
+        f, _ = self._lookup(name)
         if actual_shape != shape:
-            raise WeightError(f"{f.path}: tensor '{name}' ({self._hf(name)}) has shape "
+            raise WeightError(f"{f.path}: tensor {self._both(name)} has shape "
                               f"{list(actual_shape)}, expected {list(shape)}")
-        is_float = dtype in FLOAT_DTYPES
-        if (actual_dtype in FLOAT_DTYPES) != is_float or (not is_float and actual_dtype != dtype):
-            want = "a float type (f32, f16, bf16)" if is_float else dtype
-            raise WeightError(f"{f.path}: tensor '{name}' ({self._hf(name)}) has dtype "
+        is_float = dtype in FLOAT_STORAGE
+        if (actual_dtype in FLOAT_STORAGE) != is_float or (not is_float and actual_dtype != dtype):
+            want = f"a float type ({', '.join(FLOAT_STORAGE)})" if is_float else dtype
+            raise WeightError(f"{f.path}: tensor {self._both(name)} has dtype "
                               f"{actual_dtype}, expected {want}")
-
-    def _resolve(self, name: str) -> str:
-        return "token_embd.weight" if self.tied_output and name == "output.weight" else name
 
     def _lookup(self, name: str) -> tuple[SafetensorsFile, str]:
         try:
-            return self._where[self._resolve(name)]
+            return self._where[name]
         except KeyError:
-            raise WeightError(f"{self.label}: no tensor '{name}' ({self._hf(name)})") from None
+            raise WeightError(f"{self.label}: no tensor {self._both(name)}") from None
 
-    def _hf(self, name: str) -> str:
-        hf = ggml_to_hf_name(name)
-        return f"HF '{hf}'" if hf else "no HF name"
+    def _both(self, name: str) -> str:
+        """`'blk.0.attn_q.weight' (HF 'model.layers.0.self_attn.q_proj.weight')`."""
+        stored = self._stored_name.get(name) or self._expected_stored.get(name)
+        return f"'{name}'" + (f" (HF '{stored}')" if stored and stored != name else "")
 
 
 def _open_shards(index: Path) -> list[SafetensorsFile]:
@@ -341,7 +319,7 @@ def write_safetensors(path: str | Path, tensors: Mapping[str, np.ndarray],
 def _code_of(dtype: np.dtype, name: str) -> str:
     if name == "__metadata__":
         raise WeightError("'__metadata__' cannot be a tensor name")
-    for code, (_, np_dtype) in _DTYPES.items():
-        if dtype == np_dtype or dtype == np_dtype.newbyteorder(">"):
-            return code
-    raise WeightError(f"tensor '{name}': cannot write dtype {dtype} to safetensors")
+    found = dtypes.dtype_of_numpy(dtype)
+    if found is None or found.safetensors is None:
+        raise WeightError(f"tensor '{name}': cannot write dtype {dtype} to safetensors")
+    return found.safetensors

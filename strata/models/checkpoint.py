@@ -1,7 +1,8 @@
-"""Checkpoints of llama-family models: the weights a config implies, random checkpoints.
+"""Random checkpoints of any family: the tensors a config implies, with seeded random values.
 
-What a checkpoint must hold is read off the module-level IR (`model_params`), so the
-weight store, the lowering and the random writer agree by construction.
+What a checkpoint must hold is read off the module-level IR (its param instances, with
+their HF names), so the weight store, the lowering and the random writer agree by
+construction.
 """
 
 from __future__ import annotations
@@ -12,43 +13,31 @@ from pathlib import Path
 
 import numpy as np
 
-from strata.dialects.module import ModelOp
-from strata.frontends.hf_config import LlamaConfig, write_hf_config
-from strata.ir.weights import (
-    _NUMPY_DTYPES,
-    INDEX_FILE,
-    SINGLE_FILE,
-    WeightError,
-    ggml_to_hf_name,
-    write_safetensors,
-)
-from strata.models.llama import build_llama, model_params
+from strata.dialects.instances import find_model, model_params
+from strata.frontends.hf_config import write_hf_config
+from strata.ir.dtypes import dtype_of_hf
+from strata.ir.weights import INDEX_FILE, SINGLE_FILE, WeightError, write_safetensors
+from strata.models import build_module
 
 
-def expected_llama_weights(cfg: LlamaConfig) -> dict[str, tuple[tuple[int, ...], str]]:
-    """ggml name -> (shape in HF layout, dtype) of every param of ``cfg``: the
-    ``expected`` argument of :meth:`WeightStore.check`."""
-    model = next(op for op in build_llama(cfg).ops if isinstance(op, ModelOp))
-    return model_params(model)
-
-
-def save_random_llama(cfg: LlamaConfig, directory: str | Path, seed: int,
-                      dtype: str = "float32", shards: int = 1, std: float = 0.02) -> Path:
+def save_random_checkpoint(cfg, directory: str | Path, seed: int, dtype: str = "float32", shards: int = 1,
+                           std: float = 0.02) -> Path:
     """Write random HF-named weights for ``cfg`` and its config.json; returns the directory.
 
-    Matrices are N(0, std), biases N(0, 0.02); norm weights 1 + 0.1 N(0, 1), so that outputs
+    Matrices are N(0, std), vectors N(0, 0.02); norm weights 1 + 0.1 N(0, 1), so that outputs
     are well conditioned. A tiny model needs std ~0.12 for logits of std ~1 (and varied
     greedy tokens); 0.02 is HF's init. The bytes depend only on the arguments.
     """
-    if dtype not in _NUMPY_DTYPES:
-        raise WeightError(f"dtype {dtype!r} is not one of {', '.join(_NUMPY_DTYPES)}")
+    stored = dtype_of_hf(dtype)
+    if stored is None or stored.kind != "float":
+        raise WeightError(f"dtype {dtype!r} is not one of float32, float16, bfloat16")
     directory = Path(directory)
     rng = np.random.default_rng(seed)
     tensors: dict[str, np.ndarray] = {}
-    for name, (shape, _) in expected_llama_weights(cfg).items():
-        x = rng.standard_normal(shape, dtype=np.float32)
+    for name, t in model_params(find_model(build_module(cfg))).items():
+        x = rng.standard_normal(t.shape, dtype=np.float32)
         x = 1.0 + 0.1 * x if "norm" in name else (std if x.ndim == 2 else 0.02) * x
-        tensors[ggml_to_hf_name(name)] = x.astype(_NUMPY_DTYPES[dtype])
+        tensors[t.hf] = x.astype(stored.numpy)
     write_hf_config(dataclasses.replace(cfg, dtype=dtype), directory)
     meta = {"format": "pt"}  # transformers checks this key before trusting the file
     if shards == 1:

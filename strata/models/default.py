@@ -10,7 +10,7 @@ from pathlib import Path
 from strata.errors import StrataError
 from strata.frontends.hf_config import LlamaConfig
 from strata.ir.weights import INDEX_FILE, SINGLE_FILE
-from strata.models.checkpoint import save_random_llama
+from strata.models.checkpoint import save_random_checkpoint
 
 DEFAULT_MODEL_NAME = "default-llama"
 DEFAULT_SEED = 0
@@ -58,7 +58,7 @@ def ensure_default_model(root: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL_NAME}.tmp-", dir=root))
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; the model is not a secret
     try:
-        save_random_llama(DEFAULT_CONFIG, tmp, seed=DEFAULT_SEED)
+        save_random_checkpoint(DEFAULT_CONFIG, tmp, seed=DEFAULT_SEED)
         try:
             os.rename(tmp, final)
         except OSError:

@@ -6,9 +6,9 @@ modules. Hence the rules of this file:
 
 * import only ``numpy`` and ``ml_dtypes``, never strata;
 * every function is self-contained: the only globals it may use are ``np``,
-  ``ml_dtypes`` and the top-level functions of this file named for it in
-  :data:`DEPENDENCIES` (a copier emits those too);
-* no module-level constants besides :data:`DEPENDENCIES`.
+  ``ml_dtypes`` and the other top-level functions of this file (a copier reads which
+  from the function's syntax tree and emits those too);
+* no module-level constants.
 
 Numerics: all float compute is done in float32; f16 and bf16 inputs are upcast
 first (bf16 arrays carry ml_dtypes' dtype, whose casts numpy knows). Layout ops
@@ -20,31 +20,6 @@ from __future__ import annotations
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy; generated modules import it too)
 import numpy as np
-
-#: kernel name -> the top-level functions of this file it calls (for source copying).
-DEPENDENCIES: dict[str, list[str]] = {
-    "get_rows": [],
-    "rms_norm": [],
-    "mul": ["_ggml_repeat_binary"],
-    "add": ["_ggml_repeat_binary"],
-    "_ggml_repeat_binary": [],
-    "mul_mat": [],
-    "reshape": [],
-    "view": [],
-    "permute": [],
-    "transpose": [],
-    "cont": [],
-    "scale": [],
-    "cpy": [],
-    "argmax": [],
-    "swiglu": [],
-    "set_rows": [],
-    "soft_max": [],
-    "rope": [],
-    "flash_attn_ext": ["soft_max"],
-    "host_input": [],
-}
-
 
 def get_rows(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """GET_ROWS: rows `ids` [N] of `table` [R, C] -> [N, C] float32."""

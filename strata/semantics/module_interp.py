@@ -1,14 +1,14 @@
-"""Execute a llama-family `module.model` directly: the module level's semantics.
+"""Execute a `module.model` directly: the module level's semantics, one class per block kind.
 
-    runner = ModuleRunner(model_op, WeightStore.open(d))
+    runner = ModuleRunner(model_op, WeightStore.open(d, names))
     last = runner.prefill(tokens, start=0)      # [Vocab] logits of the last token
     nxt = runner.decode(int(last.argmax()), pos=len(tokens))
     full = runner.forward(tokens)               # [S, Vocab], no cache
 
-The runner instantiates the model's block tree from the IR: each `module.sub` becomes
-an instance of its block kind, with the block's generics bound from the parent's
-arguments (so the dims of every param and state come from the block definitions, and
-are checked against the weight store). Each block kind has a small numpy class here.
+The runner walks the model's block instances (`strata.dialects.instances`): each
+instance becomes an object of the class registered for its kind (`BLOCK_SEMANTICS`,
+keyed by the block's `path`), with its params read from the weight store by their
+llama.cpp names and checked against the shapes the block types give.
 
 This is deliberately a second reference, written independently of the op-level
 kernels (`kernels.py`): activations keep a batch dim [B, S, H], heads are split as
@@ -24,13 +24,13 @@ import math
 from typing import Any, Protocol
 
 import numpy as np
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, IntegerAttr
+from xdsl.dialects.builtin import StringAttr
 
 from strata.dialects import module as M
+from strata.dialects.instances import BlockInstance, instantiate
 from strata.errors import StrataError
-from strata.ir.shapes import Expr, parse_block_generics, parse_sub_type, parse_tensor_type
-from strata.semantics.op_interp import InterpreterError, numpy_dtype
-from strata.models.llama import LlamaHParams, ggml_name, llama_hparams
+from strata.ir.dtypes import DTypeError, dtype_named
+from strata.ir.impls import Implementations
 
 
 class ModuleRunError(StrataError):
@@ -41,134 +41,68 @@ class Weights(Protocol):
     def get(self, name: str) -> np.ndarray: ...
 
 
-def ggml_param_name(path: str) -> str:
-    """`layers.3.attention.q_proj.weight` -> `blk.3.attn_q.weight` (the weight store's name)."""
-    try:
-        return ggml_name(path)
-    except KeyError as e:
-        raise ModuleRunError(str(e.args[0])) from None
-
-
-def _np_dtype(t: Any) -> np.dtype:
-    """A `T` generic: an IR float type, or the name of a default such as 'bf16'."""
-    names = {"f32": Float32Type(), "f16": Float16Type(), "bf16": BFloat16Type()}
-    try:
-        return numpy_dtype(names.get(t, t) if isinstance(t, str) else t)
-    except InterpreterError:
-        raise ModuleRunError(f"unsupported element type {t}") from None
-
-
 # ---------------------------------------------------------------------------
-# Instantiating the block tree
+# Block kinds
 # ---------------------------------------------------------------------------
 
+#: block kind (path) -> the class that runs an instance of it.
+BLOCK_SEMANTICS: Implementations[type[Block]] = Implementations("module interpreter")
 
-class Instance:
-    """One block instance: its bound generics, params, state and children."""
 
-    def __init__(self, ctx: "_Builder", block: M.BlockOp, env: dict[str, Any], path: str,
-                 sub: M.SubOp | None):
-        self.block, self.env, self.path, self.sub = block, env, path, sub
-        self.hp = ctx.hp
+class Block:
+    """A running block instance: its params (from the store), state and child blocks."""
+
+    def __init__(self, inst: BlockInstance, weights: Weights):
+        self.inst, self.env, self.path = inst, inst.env, inst.path
         self.params: dict[str, np.ndarray] = {}
         self.state: dict[str, np.ndarray] = {}
         self.children: dict[str, Any] = {}
-        for member in block.members():
-            name = member.member_name
-            if isinstance(member, M.ParamOp):
-                optional = member.optional is not None
-                # An optional param (a bias) exists when the instance says so.
-                if optional and not (sub is not None and sub.bias is not None):
-                    continue
-                self.params[name] = ctx.param(self, name, member)
-            elif isinstance(member, M.StateOp):
-                t = parse_tensor_type(member.type_text)
-                shape = tuple(self.dim(d) for d in t.dims)
-                self.state[name] = np.zeros(shape, dtype=_np_dtype(env[t.dtype]))
-            elif isinstance(member, M.SubOp):
-                self.children[name] = ctx.instantiate_sub(self, member)
-
-    def dim(self, e: Expr | str) -> int:
-        if isinstance(e, str):
-            raise ModuleRunError(f"{self.path or 'model'}: variadic dim {e} in a param or state type")
-        return int(e.evaluate(self.env))
+        for name, t in inst.params.items():
+            arr = weights.get(t.ggml)
+            if tuple(arr.shape) != t.shape:
+                raise ModuleRunError(f"param {t.path} ({t.ggml}): stored shape {list(arr.shape)}, "
+                                     f"the block type gives {list(t.shape)}")
+            self.params[name] = arr
+        for name, t in inst.state.items():
+            try:
+                dtype = dtype_named(t.dtype).numpy
+            except DTypeError as e:
+                raise ModuleRunError(f"state {t.path}: {e}") from None
+            self.state[name] = np.zeros(t.shape, dtype=dtype)
+        for name, c in inst.children.items():
+            self.children[name] = [make_block(i, weights) for i in c] if isinstance(c, list) else make_block(c, weights)
 
     def w(self, name: str) -> np.ndarray:
         """Param `name` in float32 (the module computes in f32, like the op level)."""
         return np.asarray(self.params[name], dtype=np.float32)
 
-
-class _Builder:
-    def __init__(self, model: M.ModelOp, weights: Weights):
-        self.model, self.weights, self.hp = model, weights, llama_hparams(model)
-
-    def root(self) -> Any:
-        block = self.model.block(self.model.root.data)
-        env = self.bind(block, {k: v for k, v in self.model.generics.data.items()})
-        return self.make(block, env, "", None)
-
-    def bind(self, block: M.BlockOp, given: dict[str, Any]) -> dict[str, Any]:
-        env: dict[str, Any] = {}
-        for g in parse_block_generics([s.data for s in block.generics.data]):
-            if g.name in given:
-                v = given[g.name]
-                env[g.name] = v.value.data if isinstance(v, IntegerAttr) else v
-            elif g.default is not None:
-                env[g.name] = int(g.default) if g.kind == "Dim" else g.default
-            else:
-                raise ModuleRunError(f"module.block @{block.block_name}: generic '{g.name}' is not bound")
-        return env
-
-    def instantiate_sub(self, parent: Instance, sub: M.SubOp) -> Any:
-        kind, args, count = parse_sub_type(sub.type_text)
-        block = self.model.block(kind)
-        if block is None:
-            raise ModuleRunError(f"module.sub @{sub.member_name}: no block '{kind}'")
-        names = [g.name for g in parse_block_generics([s.data for s in block.generics.data])]
-        given = {n: a.evaluate(parent.env) if isinstance(a, Expr) else a for n, a in zip(names, args)}
-        env = self.bind(block, given)
-        base = f"{parent.path}.{sub.member_name}" if parent.path else sub.member_name
-        if count is None:
-            return self.make(block, env, base, sub)
-        return [self.make(block, env, f"{base}.{i}", sub) for i in range(parent.dim(count))]
-
-    def make(self, block: M.BlockOp, env: dict[str, Any], path: str, sub: M.SubOp | None) -> Any:
-        cls = BLOCK_KINDS.get(block.block_name)
-        if cls is None:
-            raise ModuleRunError(f"module.block @{block.block_name}: no reference semantics for this block kind")
-        return cls(self, block, env, path, sub)
-
-    def param(self, inst: Instance, name: str, member: M.ParamOp) -> np.ndarray:
-        path = f"{inst.path}.{name}"
-        t = parse_tensor_type(member.type_text)
-        shape = tuple(inst.dim(d) for d in t.dims)
-        # A tied instance (lm_head {tied = "embedding.weight"}) reads the root's param it names.
-        tied = inst.sub.tied.data if inst.sub is not None and inst.sub.tied is not None else None
-        store_name = ggml_param_name(tied if tied is not None and name == "weight" else path)
-        arr = self.weights.get(store_name)
-        if tuple(arr.shape) != shape:
-            raise ModuleRunError(f"param {path} ({store_name}): stored shape {list(arr.shape)}, "
-                                 f"block type {member.type_text} gives {list(shape)}")
-        return arr
+    def attr(self, name: str) -> float:
+        return self.inst.float_attr(name)
 
 
-# ---------------------------------------------------------------------------
-# Block kinds
-# ---------------------------------------------------------------------------
+def make_block(inst: BlockInstance, weights: Weights) -> Block:
+    cls = BLOCK_SEMANTICS.get(inst.kind)
+    if cls is None:
+        raise ModuleRunError(f"module.block @{inst.block.block_name}: no reference semantics for the block kind "
+                             f"'{inst.kind}' (known: {', '.join(sorted(BLOCK_SEMANTICS.keys()))})")
+    return cls(inst, weights)
 
 
-class Embedding(Instance):
+@BLOCK_SEMANTICS.register("std.nn.embedding")
+class Embedding(Block):
     def forward(self, ids: np.ndarray) -> np.ndarray:
         return self.w("weight")[ids]
 
 
-class RmsNorm(Instance):
+@BLOCK_SEMANTICS.register("std.nn.norm")
+class RmsNorm(Block):
     def forward(self, x: np.ndarray) -> np.ndarray:
         variance = np.mean(np.square(x), axis=-1, keepdims=True)
-        return self.w("weight") * (x * (1.0 / np.sqrt(variance + np.float32(self.hp.eps))))
+        return self.w("weight") * (x * (1.0 / np.sqrt(variance + np.float32(self.attr("eps")))))
 
 
-class Linear(Instance):
+@BLOCK_SEMANTICS.register("std.nn.linear")
+class Linear(Block):
     def forward(self, x: np.ndarray) -> np.ndarray:
         y = np.tensordot(x, self.w("weight"), axes=([-1], [1]))
         if "bias" in self.params:
@@ -176,7 +110,8 @@ class Linear(Instance):
         return y
 
 
-class SwiGlu(Instance):
+@BLOCK_SEMANTICS.register("std.nn.mlp")
+class SwiGlu(Block):
     def forward(self, x: np.ndarray) -> np.ndarray:
         g = self.children["gate"].forward(x)
         with np.errstate(over="ignore"):  # exp(-g) = inf for very negative g gives silu = -0
@@ -184,11 +119,9 @@ class SwiGlu(Instance):
         return self.children["down"].forward(act * self.children["up"].forward(x))
 
 
-def rope_inv_freq(hp: LlamaHParams) -> np.ndarray:
+def rope_inv_freq(theta: float, d: int, rs: dict | None) -> np.ndarray:
     """HF's inverse frequencies, with llama3 scaling applied to them (float64)."""
-    d = hp.head_dim
-    inv = 1.0 / (hp.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
-    rs = hp.rope_scaling
+    inv = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
     if rs is None:
         return inv
     if rs.get("rope_type") != "llama3":
@@ -213,19 +146,27 @@ def rotate_half(x: np.ndarray) -> np.ndarray:
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
-class GroupedQueryAttention(Instance):
+@BLOCK_SEMANTICS.register("std.attn.grouped_query")
+class GroupedQueryAttention(Block):
     def _heads(self, y: np.ndarray, n: int) -> np.ndarray:
         b, s, _ = y.shape
-        return y.reshape(b, s, n, self.hp.head_dim).transpose(0, 2, 1, 3)  # [B, n, S, D]
+        return y.reshape(b, s, n, self.env["HeadDim"]).transpose(0, 2, 1, 3)  # [B, n, S, D]
+
+    def _scaling(self) -> dict | None:
+        attr = self.inst.attr("rope_scaling")
+        if attr is None:
+            return None
+        return {k: (v.data if isinstance(v, StringAttr) else v.value.data) for k, v in attr.data.items()}
 
     def _qkv(self, x: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        hp, c = self.hp, self.children
+        c = self.children
         q = self._heads(c["q_proj"].forward(x), self.env["Heads"] // self.env["Shards"])
         k = self._heads(c["k_proj"].forward(x), self.env["KvHeads"] // self.env["Shards"])
         v = self._heads(c["v_proj"].forward(x), self.env["KvHeads"] // self.env["Shards"])
         if "q_norm" in c:
             q, k = c["q_norm"].forward(q), c["k_norm"].forward(k)
-        freqs = positions.astype(np.float64)[:, None] * rope_inv_freq(hp)[None, :]
+        inv = rope_inv_freq(self.attr("rope_theta"), self.env["HeadDim"], self._scaling())
+        freqs = positions.astype(np.float64)[:, None] * inv[None, :]
         emb = np.concatenate([freqs, freqs], axis=-1)  # [S, D], as HF builds cos/sin
         cos, sin = np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
         q = q * cos + rotate_half(q) * sin
@@ -236,7 +177,7 @@ class GroupedQueryAttention(Instance):
         """q [B, Heads, S, D] at positions q_pos over keys at positions 0..N-1."""
         rep = q.shape[1] // k.shape[1]
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)  # KV head j serves heads j*rep..
-        scores = (q @ np.swapaxes(k, -1, -2)) / math.sqrt(self.hp.head_dim)
+        scores = (q @ np.swapaxes(k, -1, -2)) / math.sqrt(self.env["HeadDim"])
         causal = np.arange(k.shape[2])[None, :] <= q_pos[:, None]
         scores = np.where(causal, scores, -np.inf)
         e = np.exp(scores - scores.max(axis=-1, keepdims=True))
@@ -267,7 +208,8 @@ class GroupedQueryAttention(Instance):
         return self.prefill(x, pos)
 
 
-class DecoderLayer(Instance):
+@BLOCK_SEMANTICS.register("std.layer.decoder")
+class DecoderLayer(Block):
     def _run(self, x: np.ndarray, attend) -> np.ndarray:
         c = self.children
         h = x + attend(c["attention_norm"].forward(x))
@@ -283,7 +225,8 @@ class DecoderLayer(Instance):
         return self._run(x, lambda y: self.children["attention"].decode(y, pos))
 
 
-class Model(Instance):
+@BLOCK_SEMANTICS.register("std.model.causal_lm")
+class Model(Block):
     def logits(self, x: np.ndarray) -> np.ndarray:
         return self.children["lm_head"].forward(self.children["norm"].forward(x))
 
@@ -308,34 +251,23 @@ class Model(Instance):
         return self.logits(x[:, -1])
 
 
-BLOCK_KINDS: dict[str, type[Instance]] = {
-    "Embedding": Embedding,
-    "RmsNorm": RmsNorm,
-    "Linear": Linear,
-    "SwiGlu": SwiGlu,
-    "GroupedQueryAttention": GroupedQueryAttention,
-    "DecoderLayer": DecoderLayer,
-    "Model": Model,
-}
-
-
 # ---------------------------------------------------------------------------
 # The runner
 # ---------------------------------------------------------------------------
 
 
 class ModuleRunner:
-    """Runs the entries of a llama-family `module.model` (Batch = 1) on a weight store."""
+    """Runs the entries of a causal-LM `module.model` (Batch = 1) on a weight store."""
 
     def __init__(self, model_op: M.ModelOp, weights: Weights):
         self.model_op = model_op
-        self.hp = llama_hparams(model_op)
-        self.root: Model = _Builder(model_op, weights).root()
+        self.root = make_block(instantiate(model_op), weights)
+        self.vocab = self.root.inst.dim("Vocab")
 
     def _ids(self, tokens: np.ndarray | list[int]) -> np.ndarray:
         ids = np.asarray(tokens, dtype=np.int64).reshape(1, -1)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.hp.vocab):
-            raise ModuleRunError(f"token ids must be in [0, {self.hp.vocab})")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab):
+            raise ModuleRunError(f"token ids must be in [0, {self.vocab})")
         return ids
 
     def forward(self, tokens: np.ndarray | list[int]) -> np.ndarray:
@@ -351,11 +283,17 @@ class ModuleRunner:
         return self.root.decode(self._ids([token]), int(pos))[0]
 
     def state(self) -> dict[str, np.ndarray]:
-        """The KV caches by instance path (`layers.0.attention.cache_k`), [Batch, KvHeads, MaxSeq, D]."""
+        """Every state buffer by instance path (`layers.0.attention.cache_k`: [Batch, KvHeads, MaxSeq, D])."""
         out: dict[str, np.ndarray] = {}
-        for i, layer in enumerate(self.root.children["layers"]):
-            for name, buf in layer.children["attention"].state.items():
-                out[f"layers.{i}.attention.{name}"] = buf
+
+        def walk(block: Block) -> None:
+            for name, buf in block.state.items():
+                out[f"{block.path}.{name}" if block.path else name] = buf
+            for c in block.children.values():
+                for b in c if isinstance(c, list) else [c]:
+                    walk(b)
+
+        walk(self.root)
         return out
 
     def reset(self) -> None:

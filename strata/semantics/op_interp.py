@@ -3,6 +3,9 @@
     state = alloc_state(fn)
     logits = run_function(fn, WeightStore.open(d), state, tokens, start=0)
 
+Each op's semantics is registered with `INTERPRETER` (`@INTERPRETER.register(O.AddOp)`),
+and computed by the numpy kernels of `kernels.py`.
+
 The function is one entry produced by `convert-module-to-op` (`@prefill`, `@decode`):
 no arguments, leaves for weights (`op.param`), persistent buffers (`op.state`),
 host inputs (`op.input`) and constants. Ops run in program order, so a read of a
@@ -18,23 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import ml_dtypes
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import (
-    DYNAMIC_INDEX,
-    BFloat16Type,
-    Float16Type,
-    Float32Type,
-    Float64Type,
-    IntegerAttr,
-    IntegerType,
-    TensorType,
-)
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from strata.dialects import op as O
 from strata.errors import StrataError
+from strata.ir import dtypes
+from strata.ir.impls import Implementations
 from strata.semantics import kernels as K
 
 
@@ -52,18 +47,11 @@ class Weights(Protocol):
 
 
 def numpy_dtype(elem: Attribute) -> np.dtype:
-    """The numpy dtype of an IR element type (bf16 via ml_dtypes)."""
-    if isinstance(elem, Float32Type):
-        return np.dtype(np.float32)
-    if isinstance(elem, Float16Type):
-        return np.dtype(np.float16)
-    if isinstance(elem, BFloat16Type):
-        return np.dtype(ml_dtypes.bfloat16)
-    if isinstance(elem, Float64Type):
-        return np.dtype(np.float64)
-    if isinstance(elem, IntegerType) and elem.width.data in (8, 16, 32, 64):
-        return np.dtype(f"int{elem.width.data}")
-    raise InterpreterError(f"no numpy dtype for element type {elem}")
+    """The numpy dtype of an IR element type (from the dtype table)."""
+    found = dtypes.lookup(elem)
+    if found is None:
+        raise InterpreterError(f"no numpy dtype for element type {elem}")
+    return found.numpy
 
 
 def shape_with_holes(typ: Attribute) -> tuple[int, ...]:
@@ -105,7 +93,7 @@ def alloc_state(fn: func.FuncOp) -> dict[str, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------
-# Adapters: op + operand arrays -> kernel call
+# Implementations: op + operand arrays -> kernel call
 # ---------------------------------------------------------------------------
 
 
@@ -122,7 +110,10 @@ class Env:
         self.n_kv = n_kv.value.data if isinstance(n_kv, IntegerAttr) else None
 
 
-Adapter = Callable[[Any, list, Env], np.ndarray]
+Impl = Callable[[Any, list, Env], np.ndarray]
+
+#: op class -> its semantics: (op, operand arrays, env) -> the result array.
+INTERPRETER: Implementations[Impl] = Implementations("op interpreter")
 
 
 def _float(attr: Attribute) -> float:
@@ -133,6 +124,7 @@ def _int(attr: Attribute) -> int:
     return int(attr.value.data)  # type: ignore[attr-defined]
 
 
+@INTERPRETER.register(O.ParamOp)
 def _param(op: O.ParamOp, _: list, env: Env) -> np.ndarray:
     name = op.tensor_name.data
     try:
@@ -147,6 +139,7 @@ def _param(op: O.ParamOp, _: list, env: Env) -> np.ndarray:
     return w if w.dtype == dtype else w.astype(dtype)
 
 
+@INTERPRETER.register(O.StateOp)
 def _state(op: O.StateOp, _: list, env: Env) -> np.ndarray:
     name = op.state_name.data
     if name not in env.state:
@@ -154,6 +147,7 @@ def _state(op: O.StateOp, _: list, env: Env) -> np.ndarray:
     return env.state[name]
 
 
+@INTERPRETER.register(O.InputOp)
 def _input(op: O.InputOp, _: list, env: Env) -> np.ndarray:
     kind = op.kind.data
     shape = op.result.type.get_shape()  # type: ignore[attr-defined]
@@ -165,54 +159,49 @@ def _input(op: O.InputOp, _: list, env: Env) -> np.ndarray:
     return K.host_input(kind, env.tokens, env.start, n_kv)
 
 
+@INTERPRETER.register(O.ConstantOp)
 def _constant(op: O.ConstantOp, _: list, env: Env) -> np.ndarray:
     typ = op.result.type
     values = op.value.get_values()
     return np.asarray(values, dtype=numpy_dtype(typ.get_element_type())).reshape(typ.get_shape())  # type: ignore[attr-defined]
 
 
+@INTERPRETER.register(O.ViewOp)
 def _view(op: O.ViewOp, a: list, env: Env) -> np.ndarray:
     strides = op.strides.get_values() if op.strides is not None else None
     return K.view(a[0], shape_with_holes(op.result.type), _int(op.offset), strides)
 
 
+@INTERPRETER.register(O.SoftMaxOp)
 def _soft_max(op: O.SoftMaxOp, a: list, env: Env) -> np.ndarray:
     return K.soft_max(a[0], a[1] if len(a) > 1 else None, _float(op.scale))
 
 
+@INTERPRETER.register(O.RopeOp)
 def _rope(op: O.RopeOp, a: list, env: Env) -> np.ndarray:
     factors = a[2] if len(a) > 2 else None
     return K.rope(a[0], a[1], _int(op.n_dims), op.mode.data, _float(op.freq_base), _float(op.freq_scale), factors)
 
 
+@INTERPRETER.register(O.FlashAttnExtOp)
 def _flash(op: O.FlashAttnExtOp, a: list, env: Env) -> np.ndarray:
     return K.flash_attn_ext(a[0], a[1], a[2], a[3] if len(a) > 3 else None, _float(op.scale))
 
 
-ADAPTERS: dict[type[Operation], Adapter] = {
-    O.ParamOp: _param,
-    O.StateOp: _state,
-    O.InputOp: _input,
-    O.ConstantOp: _constant,
-    O.GetRowsOp: lambda op, a, env: K.get_rows(a[0], a[1]),
-    O.RmsNormOp: lambda op, a, env: K.rms_norm(a[0], _float(op.eps)),
-    O.MulOp: lambda op, a, env: K.mul(a[0], a[1]),
-    O.AddOp: lambda op, a, env: K.add(a[0], a[1]),
-    O.MulMatOp: lambda op, a, env: K.mul_mat(a[0], a[1]),
-    O.ReshapeOp: lambda op, a, env: K.reshape(a[0], shape_with_holes(op.result.type)),
-    O.ViewOp: _view,
-    O.PermuteOp: lambda op, a, env: K.permute(a[0], op.dims.get_values()),
-    O.TransposeOp: lambda op, a, env: K.transpose(a[0]),
-    O.ContOp: lambda op, a, env: K.cont(a[0], shape_with_holes(op.result.type)),
-    O.ScaleOp: lambda op, a, env: K.scale(a[0], _float(op.scale)),
-    O.CpyOp: lambda op, a, env: K.cpy(a[0], a[1]),
-    O.ArgmaxOp: lambda op, a, env: K.argmax(a[0]),
-    O.SwigluOp: lambda op, a, env: K.swiglu(a[0], a[1]),
-    O.SetRowsOp: lambda op, a, env: K.set_rows(a[0], a[1], a[2]),
-    O.SoftMaxOp: _soft_max,
-    O.RopeOp: _rope,
-    O.FlashAttnExtOp: _flash,
-}
+INTERPRETER.add(O.GetRowsOp, lambda op, a, env: K.get_rows(a[0], a[1]))
+INTERPRETER.add(O.RmsNormOp, lambda op, a, env: K.rms_norm(a[0], _float(op.eps)))
+INTERPRETER.add(O.MulOp, lambda op, a, env: K.mul(a[0], a[1]))
+INTERPRETER.add(O.AddOp, lambda op, a, env: K.add(a[0], a[1]))
+INTERPRETER.add(O.MulMatOp, lambda op, a, env: K.mul_mat(a[0], a[1]))
+INTERPRETER.add(O.ReshapeOp, lambda op, a, env: K.reshape(a[0], shape_with_holes(op.result.type)))
+INTERPRETER.add(O.PermuteOp, lambda op, a, env: K.permute(a[0], op.dims.get_values()))
+INTERPRETER.add(O.TransposeOp, lambda op, a, env: K.transpose(a[0]))
+INTERPRETER.add(O.ContOp, lambda op, a, env: K.cont(a[0], shape_with_holes(op.result.type)))
+INTERPRETER.add(O.ScaleOp, lambda op, a, env: K.scale(a[0], _float(op.scale)))
+INTERPRETER.add(O.CpyOp, lambda op, a, env: K.cpy(a[0], a[1]))
+INTERPRETER.add(O.ArgmaxOp, lambda op, a, env: K.argmax(a[0]))
+INTERPRETER.add(O.SwigluOp, lambda op, a, env: K.swiglu(a[0], a[1]))
+INTERPRETER.add(O.SetRowsOp, lambda op, a, env: K.set_rows(a[0], a[1], a[2]))
 
 
 # ---------------------------------------------------------------------------
@@ -233,11 +222,11 @@ def run_function(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray]
             if len(op.arguments) != 1:
                 raise InterpreterError(f"@{fn.sym_name.data}: expected one returned value, got {len(op.arguments)}")
             return values[op.arguments[0]]
-        adapter = ADAPTERS.get(type(op))
-        if adapter is None:
+        impl = INTERPRETER.get(type(op))
+        if impl is None:
             raise InterpreterError(f"@{fn.sym_name.data}: no reference semantics for op '{op.name}'")
         args = [values[v] for v in op.operands]
-        result = adapter(op, args, env)
+        result = impl(op, args, env)
         _check_result(op, result)
         values[op.results[0]] = result
     raise InterpreterError(f"@{fn.sym_name.data}: the function has no func.return")

@@ -1,8 +1,8 @@
 """The CPU target: op-level IR -> one self-contained numpy module.
 
-`CpuEmitter` is a printer with one handler per op-level op and no policy: every op
-becomes one Python statement that calls the op's kernel, in program order. The
-generated module
+`CpuEmitter` is a printer with one handler per op-level op (registered with
+`CPU_EMITTER`, keyed by op class) and no policy: every op becomes one Python statement
+that calls the op's kernel, in program order. The generated module
 
 * imports only ``numpy`` and ``ml_dtypes`` (never strata), and carries the source of
   just the kernels it calls, copied from :mod:`strata.semantics.kernels` (so each
@@ -33,19 +33,13 @@ import re
 from collections.abc import Callable, Sequence
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import (
-    DYNAMIC_INDEX,
-    BFloat16Type,
-    Float16Type,
-    Float32Type,
-    IntegerType,
-    ModuleOp,
-    TensorType,
-)
+from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from strata.dialects import op as O
+from strata.ir import dtypes
+from strata.ir.impls import Implementations
 from strata.semantics import kernels as K
 from strata.targets.codegen import CodegenError, IndentedWriter, Namer, literal_name, sanitize_identifier, sanitize_label, value_labels
 
@@ -58,17 +52,12 @@ class CpuTargetError(CodegenError):
 # Literals
 
 
-_NP_DTYPES = {Float32Type: "np.float32", Float16Type: "np.float16", BFloat16Type: "ml_dtypes.bfloat16"}
-_INT_DTYPES = {8: "np.int8", 16: "np.int16", 32: "np.int32", 64: "np.int64"}
-
-
 def dtype_expr(elem: Attribute) -> str:
-    for cls, expr in _NP_DTYPES.items():
-        if isinstance(elem, cls):
-            return expr
-    if isinstance(elem, IntegerType) and elem.width.data in _INT_DTYPES:
-        return _INT_DTYPES[elem.width.data]
-    raise CpuTargetError(f"cpu target: element type {elem} is not supported")
+    """The numpy spelling of an element type (from the dtype table)."""
+    found = dtypes.lookup(elem)
+    if found is None or "cpu" not in found.spellings:
+        raise CpuTargetError(f"cpu target: element type {elem} is not supported")
+    return found.spelling("cpu")
 
 
 def float_lit(x: float) -> str:
@@ -96,25 +85,32 @@ def type_comment(typ: Attribute) -> str:
 # Kernel sources
 
 
+def _free_names(fn: ast.FunctionDef) -> set[str]:
+    """The names a function reads but does not bind (its arguments and assignments bind)."""
+    nodes = list(ast.walk(fn))
+    loads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    bound = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    bound |= {a.arg for a in nodes if isinstance(a, ast.arg)}
+    return loads - bound
+
+
 class KernelLibrary:
     """The kernels' source, from one read of :mod:`strata.semantics.kernels`: each top-level
-    function's text (with its decorators) and the DEPENDENCIES table, parsed from the same
-    text so that the two always agree."""
+    function's text (with its decorators), and the other top-level functions it refers to,
+    read off its syntax tree (so no table of dependencies can fall out of date)."""
 
     def __init__(self, source: str | None = None):
         self.source = source if source is not None else inspect.getsource(K)
         tree = ast.parse(self.source)
         lines = self.source.splitlines()
         self.functions: dict[str, tuple[int, str]] = {}
-        self.dependencies: dict[str, list[str]] = {}
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef):
-                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                self.functions[node.name] = (first, "\n".join(lines[first - 1:node.end_lineno]))
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                if any(isinstance(t, ast.Name) and t.id == "DEPENDENCIES" for t in targets):
-                    self.dependencies = ast.literal_eval(node.value)
+        nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+        for node in nodes:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            self.functions[node.name] = (first, "\n".join(lines[first - 1:node.end_lineno]))
+        self.dependencies: dict[str, list[str]] = {
+            node.name: sorted(_free_names(node) & set(self.functions) - {node.name}) for node in nodes
+        }
 
     def closure(self, names: set[str]) -> list[str]:
         """``names`` and the helpers they call, in file order."""
@@ -160,31 +156,6 @@ class CpuEmitter:
         self.states: dict[str, tuple[str, TensorType]] = {}  # state name -> (attr, type)
         self.constants: list[tuple[str, O.ConstantOp]] = []
         self.entries: list[func.FuncOp] = []
-        self.handlers: dict[type[Operation], Callable[[Operation], None]] = {
-            O.ParamOp: self.print_param,
-            O.StateOp: self.print_state,
-            O.InputOp: self.print_input,
-            O.ConstantOp: self.print_constant,
-            O.GetRowsOp: self.print_get_rows,
-            O.RmsNormOp: self.print_rms_norm,
-            O.MulOp: self.print_mul,
-            O.AddOp: self.print_add,
-            O.MulMatOp: self.print_mul_mat,
-            O.ReshapeOp: self.print_reshape,
-            O.ViewOp: self.print_view,
-            O.PermuteOp: self.print_permute,
-            O.TransposeOp: self.print_transpose,
-            O.ContOp: self.print_cont,
-            O.ScaleOp: self.print_scale,
-            O.CpyOp: self.print_cpy,
-            O.ArgmaxOp: self.print_argmax,
-            O.SwigluOp: self.print_swiglu,
-            O.SetRowsOp: self.print_set_rows,
-            O.SoftMaxOp: self.print_soft_max,
-            O.RopeOp: self.print_rope,
-            O.FlashAttnExtOp: self.print_flash_attn_ext,
-            func.ReturnOp: self.print_return,
-        }
         # Per-entry state, set by print_entry.
         self.out = IndentedWriter()
         self.names: dict[SSAValue, str] = {}
@@ -390,10 +361,10 @@ class CpuEmitter:
                 self.print_op(op)
 
     def print_op(self, op: Operation) -> None:
-        handler = self.handlers.get(type(op))
+        handler = CPU_EMITTER.get(type(op))
         if handler is None:
             raise CpuTargetError(f"cpu target: no handler for '{op.name}'")
-        handler(op)
+        handler(self, op)
         if isinstance(op, func.ReturnOp):
             return
         # Drop each local after its last use, so that a long entry keeps only live tensors.
@@ -443,101 +414,126 @@ class CpuEmitter:
             raise CpuTargetError(f"cpu target: {what} '{name}' is used with two types ({table[name][1]} and {result.type})")
         self.names[result] = "self." + table[name][0]
 
-    def print_param(self, op: O.ParamOp) -> None:
-        self._bind_attribute(self.params, op.tensor_name.data, "tensor", op.result)
 
-    def print_state(self, op: O.StateOp) -> None:
-        self._bind_attribute(self.states, op.state_name.data, "state", op.result)
+#: op class -> its printer: (emitter, op) -> None, writing the op's statement.
+CPU_EMITTER: Implementations[Callable[[CpuEmitter, Operation], None]] = Implementations("cpu emitter")
 
-    def print_constant(self, op: O.ConstantOp) -> None:
-        label = op.label or "constant"
-        attr = self.attr_namer.fresh(label)
-        self.constants.append((attr, op))
-        self.names[op.result] = "self." + attr
 
-    def print_input(self, op: O.InputOp) -> None:
-        kind = op.kind.data
-        if kind not in O.INPUT_KINDS:
-            raise CpuTargetError(f"cpu target: unknown input kind {kind!r}")
-        key = (kind, op.result.type)
-        if key in self.inputs:  # the same host input again (k_idxs, v_idxs, ...): computed once
-            self.names[op.result] = self.inputs[key]
-            return
-        self.assign(op, "host_input", repr(kind), "tokens", "start", str(self.n_kv))
-        self.inputs[key] = self.names[op.result]
+@CPU_EMITTER.register(O.ParamOp)
+def _param(e: CpuEmitter, op: O.ParamOp) -> None:
+    e._bind_attribute(e.params, op.tensor_name.data, "tensor", op.result)
 
-    # -- compute ops ----------------------------------------------------------------------
 
-    def print_get_rows(self, op: O.GetRowsOp) -> None:
-        self.assign(op, "get_rows", self.ref(op.lhs), self.ref(op.rhs))
+@CPU_EMITTER.register(O.StateOp)
+def _state(e: CpuEmitter, op: O.StateOp) -> None:
+    e._bind_attribute(e.states, op.state_name.data, "state", op.result)
 
-    def print_rms_norm(self, op: O.RmsNormOp) -> None:
-        self.assign(op, "rms_norm", self.ref(op.src), float_lit(op.eps.value.data))
 
-    def print_mul(self, op: O.MulOp) -> None:
-        self.assign(op, "mul", self.ref(op.lhs), self.ref(op.rhs))
+@CPU_EMITTER.register(O.ConstantOp)
+def _constant(e: CpuEmitter, op: O.ConstantOp) -> None:
+    label = op.label or "constant"
+    attr = e.attr_namer.fresh(label)
+    e.constants.append((attr, op))
+    e.names[op.result] = "self." + attr
 
-    def print_add(self, op: O.AddOp) -> None:
-        self.assign(op, "add", self.ref(op.lhs), self.ref(op.rhs))
 
-    def print_mul_mat(self, op: O.MulMatOp) -> None:
-        self.assign(op, "mul_mat", self.ref(op.lhs), self.ref(op.rhs))
+@CPU_EMITTER.register(O.InputOp)
+def _input(e: CpuEmitter, op: O.InputOp) -> None:
+    kind = op.kind.data
+    if kind not in O.INPUT_KINDS:
+        raise CpuTargetError(f"cpu target: unknown input kind {kind!r}")
+    key = (kind, op.result.type)
+    if key in e.inputs:  # the same host input again (k_idxs, v_idxs, ...): computed once
+        e.names[op.result] = e.inputs[key]
+        return
+    e.assign(op, "host_input", repr(kind), "tokens", "start", str(e.n_kv))
+    e.inputs[key] = e.names[op.result]
 
-    def print_reshape(self, op: O.ReshapeOp) -> None:
-        self.assign(op, "reshape", self.ref(op.src), self.shape(op.result))
 
-    def print_view(self, op: O.ViewOp) -> None:
-        args = [self.ref(op.src), self.shape(op.result), str(int(op.offset.value.data))]
-        if op.strides is not None:
-            args.append(int_tuple(op.strides.get_values()))
-        self.assign(op, "view", *args)
+# compute ops
 
-    def print_permute(self, op: O.PermuteOp) -> None:
-        self.assign(op, "permute", self.ref(op.src), int_tuple(op.dims.get_values()))
+#: Ops printed as `kernel(operands...)`, with no attributes: op class -> kernel name.
+PLAIN_KERNELS: dict[type[Operation], str] = {
+    O.GetRowsOp: "get_rows", O.MulOp: "mul", O.AddOp: "add", O.MulMatOp: "mul_mat", O.TransposeOp: "transpose",
+    O.CpyOp: "cpy", O.ArgmaxOp: "argmax", O.SwigluOp: "swiglu",
+}
 
-    def print_transpose(self, op: O.TransposeOp) -> None:
-        self.assign(op, "transpose", self.ref(op.src))
 
-    def print_cont(self, op: O.ContOp) -> None:
-        self.assign(op, "cont", self.ref(op.src), self.shape(op.result))
+def _plain(kernel: str) -> Callable[[CpuEmitter, Operation], None]:
+    return lambda e, op: e.assign(op, kernel, *(e.ref(v) for v in op.operands))
 
-    def print_scale(self, op: O.ScaleOp) -> None:
-        self.assign(op, "scale", self.ref(op.src), float_lit(op.scale.value.data))
 
-    def print_cpy(self, op: O.CpyOp) -> None:
-        self.assign(op, "cpy", self.ref(op.lhs), self.ref(op.rhs))
+for _cls, _kernel in PLAIN_KERNELS.items():
+    CPU_EMITTER.add(_cls, _plain(_kernel))
 
-    def print_argmax(self, op: O.ArgmaxOp) -> None:
-        self.assign(op, "argmax", self.ref(op.src))
 
-    def print_swiglu(self, op: O.SwigluOp) -> None:
-        self.assign(op, "swiglu", self.ref(op.lhs), self.ref(op.rhs))
+@CPU_EMITTER.register(O.RmsNormOp)
+def _rms_norm(e: CpuEmitter, op: O.RmsNormOp) -> None:
+    e.assign(op, "rms_norm", e.ref(op.src), float_lit(op.eps.value.data))
 
-    def print_set_rows(self, op: O.SetRowsOp) -> None:
-        # In place: the result is the written buffer itself.
-        self.kernels_used.add("set_rows")
-        self.out.line(f"set_rows({self.ref(op.dst)}, {self.ref(op.src)}, {self.ref(op.rows)})")
-        self.names[op.result] = self.ref(op.dst)
 
-    def print_soft_max(self, op: O.SoftMaxOp) -> None:
-        self.assign(op, "soft_max", self.ref(op.src), self.ref(op.mask), float_lit(op.scale.value.data))
+@CPU_EMITTER.register(O.ReshapeOp)
+def _reshape(e: CpuEmitter, op: O.ReshapeOp) -> None:
+    e.assign(op, "reshape", e.ref(op.src), e.shape(op.result))
 
-    def print_rope(self, op: O.RopeOp) -> None:
-        args = [self.ref(op.src), self.ref(op.positions), str(int(op.n_dims.value.data)),
-                literal_name(op.mode.data, "rope mode"), float_lit(op.freq_base.value.data),
-                float_lit(op.freq_scale.value.data)]
-        if op.freq_factors is not None:
-            args.append(self.ref(op.freq_factors))
-        self.assign(op, "rope", *args)
 
-    def print_flash_attn_ext(self, op: O.FlashAttnExtOp) -> None:
-        self.assign(op, "flash_attn_ext", self.ref(op.q), self.ref(op.k), self.ref(op.v),
-                    self.ref(op.mask), float_lit(op.scale.value.data))
+@CPU_EMITTER.register(O.ViewOp)
+def _view(e: CpuEmitter, op: O.ViewOp) -> None:
+    args = [e.ref(op.src), e.shape(op.result), str(int(op.offset.value.data))]
+    if op.strides is not None:
+        args.append(int_tuple(op.strides.get_values()))
+    e.assign(op, "view", *args)
 
-    def print_return(self, op: func.ReturnOp) -> None:
-        if len(op.arguments) != 1:
-            raise CpuTargetError("cpu target: an entry must return exactly one tensor")
-        self.out.line(f"return {self.ref(op.arguments[0])}")
+
+@CPU_EMITTER.register(O.PermuteOp)
+def _permute(e: CpuEmitter, op: O.PermuteOp) -> None:
+    e.assign(op, "permute", e.ref(op.src), int_tuple(op.dims.get_values()))
+
+
+@CPU_EMITTER.register(O.ContOp)
+def _cont(e: CpuEmitter, op: O.ContOp) -> None:
+    e.assign(op, "cont", e.ref(op.src), e.shape(op.result))
+
+
+@CPU_EMITTER.register(O.ScaleOp)
+def _scale(e: CpuEmitter, op: O.ScaleOp) -> None:
+    e.assign(op, "scale", e.ref(op.src), float_lit(op.scale.value.data))
+
+
+@CPU_EMITTER.register(O.SetRowsOp)
+def _set_rows(e: CpuEmitter, op: O.SetRowsOp) -> None:
+    # In place: the result is the written buffer ite.
+    e.kernels_used.add("set_rows")
+    e.out.line(f"set_rows({e.ref(op.dst)}, {e.ref(op.src)}, {e.ref(op.rows)})")
+    e.names[op.result] = e.ref(op.dst)
+
+
+@CPU_EMITTER.register(O.SoftMaxOp)
+def _soft_max(e: CpuEmitter, op: O.SoftMaxOp) -> None:
+    e.assign(op, "soft_max", e.ref(op.src), e.ref(op.mask), float_lit(op.scale.value.data))
+
+
+@CPU_EMITTER.register(O.RopeOp)
+def _rope(e: CpuEmitter, op: O.RopeOp) -> None:
+    args = [e.ref(op.src), e.ref(op.positions), str(int(op.n_dims.value.data)),
+            literal_name(op.mode.data, "rope mode"), float_lit(op.freq_base.value.data),
+            float_lit(op.freq_scale.value.data)]
+    if op.freq_factors is not None:
+        args.append(e.ref(op.freq_factors))
+    e.assign(op, "rope", *args)
+
+
+@CPU_EMITTER.register(O.FlashAttnExtOp)
+def _flash_attn_ext(e: CpuEmitter, op: O.FlashAttnExtOp) -> None:
+    e.assign(op, "flash_attn_ext", e.ref(op.q), e.ref(op.k), e.ref(op.v),
+                e.ref(op.mask), float_lit(op.scale.value.data))
+
+
+@CPU_EMITTER.register(func.ReturnOp)
+def _return(e: CpuEmitter, op: func.ReturnOp) -> None:
+    if len(op.arguments) != 1:
+        raise CpuTargetError("cpu target: an entry must return exactly one tensor")
+    e.out.line(f"return {e.ref(op.arguments[0])}")
 
 
 def emit_cpu(module: ModuleOp, model_name: str | None = None) -> str:

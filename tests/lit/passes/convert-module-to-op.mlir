@@ -55,8 +55,8 @@
 // PREFILL-NEXT: %inp_tokens = op.input "tokens" {name = "inp_tokens"} : tensor<5xi32>
 // PREFILL-NEXT: %token_embd.weight = op.param "token_embd.weight" : tensor<32x16xf32>
 // PREFILL-NEXT: %embd = op.get_rows %token_embd.weight, %inp_tokens {name = "embd"} : tensor<32x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
-// PREFILL-NEXT: %inp_pos = op.input "positions" : tensor<5xi32>
-// PREFILL-NEXT: %kq_mask = op.input "kq_mask" : tensor<5x32xf32>
+// PREFILL: %inp_pos = op.input "positions" : tensor<5xi32>
+// PREFILL: %kq_mask = op.input "kq_mask" : tensor<5x32xf32>
 // PREFILL-NOT: out_ids
 // PREFILL: %norm-1 = op.rms_norm %l_out-0 {eps = 1.000000e-05 : f64, name = "norm-1"} : tensor<5x16xf32> -> tensor<5x16xf32>
 // PREFILL-NEXT: %blk.1.attn_norm.weight = op.param "blk.1.attn_norm.weight" : tensor<16xf32>
@@ -121,8 +121,8 @@
 // NOFA-NEXT: %inp_tokens = op.input "tokens" {name = "inp_tokens"} : tensor<5xi32>
 // NOFA-NEXT: %token_embd.weight = op.param "token_embd.weight" : tensor<32x16xf32>
 // NOFA-NEXT: %embd = op.get_rows %token_embd.weight, %inp_tokens {name = "embd"} : tensor<32x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
-// NOFA-NEXT: %inp_pos = op.input "positions" : tensor<5xi32>
-// NOFA-NEXT: %kq_mask = op.input "kq_mask" : tensor<5x32xf32>
+// NOFA: %inp_pos = op.input "positions" : tensor<5xi32>
+// NOFA: %kq_mask = op.input "kq_mask" : tensor<5x32xf32>
 // NOFA-NOT: out_ids
 // NOFA: %norm-1 = op.rms_norm %l_out-0 {eps = 1.000000e-05 : f64, name = "norm-1"} : tensor<5x16xf32> -> tensor<5x16xf32>
 // NOFA-NEXT: %blk.1.attn_norm.weight = op.param "blk.1.attn_norm.weight" : tensor<16xf32>
@@ -191,8 +191,8 @@
 // DECODE-NEXT: %inp_tokens = op.input "tokens" {name = "inp_tokens"} : tensor<1xi32>
 // DECODE-NEXT: %token_embd.weight = op.param "token_embd.weight" : tensor<32x16xf32>
 // DECODE-NEXT: %embd = op.get_rows %token_embd.weight, %inp_tokens {name = "embd"} : tensor<32x16xf32>, tensor<1xi32> -> tensor<1x16xf32>
-// DECODE-NEXT: %inp_pos = op.input "positions" : tensor<1xi32>
-// DECODE-NEXT: %kq_mask = op.input "kq_mask" : tensor<1x32xf32>
+// DECODE: %inp_pos = op.input "positions" : tensor<1xi32>
+// DECODE: %kq_mask = op.input "kq_mask" : tensor<1x32xf32>
 // DECODE-NOT: out_ids
 // DECODE: %norm-1 = op.rms_norm %l_out-0 {eps = 1.000000e-05 : f64, name = "norm-1"} : tensor<1x16xf32> -> tensor<1x16xf32>
 // DECODE-NEXT: %blk.1.attn_norm.weight = op.param "blk.1.attn_norm.weight" : tensor<16xf32>
@@ -254,8 +254,8 @@
 // DECNOFA-NEXT: %inp_tokens = op.input "tokens" {name = "inp_tokens"} : tensor<1xi32>
 // DECNOFA-NEXT: %token_embd.weight = op.param "token_embd.weight" : tensor<32x16xf32>
 // DECNOFA-NEXT: %embd = op.get_rows %token_embd.weight, %inp_tokens {name = "embd"} : tensor<32x16xf32>, tensor<1xi32> -> tensor<1x16xf32>
-// DECNOFA-NEXT: %inp_pos = op.input "positions" : tensor<1xi32>
-// DECNOFA-NEXT: %kq_mask = op.input "kq_mask" : tensor<1x32xf32>
+// DECNOFA: %inp_pos = op.input "positions" : tensor<1xi32>
+// DECNOFA: %kq_mask = op.input "kq_mask" : tensor<1x32xf32>
 // DECNOFA-NOT: out_ids
 // DECNOFA: %norm-1 = op.rms_norm %l_out-0 {eps = 1.000000e-05 : f64, name = "norm-1"} : tensor<1x16xf32> -> tensor<1x16xf32>
 // DECNOFA-NEXT: %blk.1.attn_norm.weight = op.param "blk.1.attn_norm.weight" : tensor<16xf32>

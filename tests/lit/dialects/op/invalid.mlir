@@ -8,7 +8,7 @@
 // parse errors, which carry the file, line and column.
 
 // op.param: the result must be a tensor.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}f32 should be of base attribute tensor
+// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}expected a tensor, got f32
 %w = op.param "w" : f32
 
 // -----
@@ -152,7 +152,7 @@ func.func @f(%x: tensor<5x16xf32>, %g: tensor<16xf32>) {
 // -----
 
 // op.mul: every operand is float.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}op.mul: every operand must be a float tensor, got tensor<16xi32>
+// CHECK: {{^ *}}expected a tensor of float elements, got tensor<16xi32>
 func.func @f(%x: tensor<5x16xf32>, %g: tensor<16xi32>) {
   %y = op.mul %x, %g : tensor<5x16xf32>, tensor<16xi32> -> tensor<5x16xf32>
   func.return

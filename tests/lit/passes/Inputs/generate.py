@@ -7,7 +7,7 @@ from pathlib import Path
 
 from strata.frontends.hf_config import LlamaConfig, RopeScaling
 from strata.ir.text import print_ir
-from strata.models.llama import build_llama
+from strata.models import build_module
 
 HERE = Path(__file__).resolve().parent
 
@@ -35,5 +35,5 @@ MODELS = {
 
 if __name__ == "__main__":
     for file, cfg in MODELS.items():
-        (HERE / file).write_text(print_ir(build_llama(cfg)))
+        (HERE / file).write_text(print_ir(build_module(cfg)))
         print(HERE / file)

@@ -1,10 +1,10 @@
 builtin.module {
   module.model @qwen3_2l attributes {arch = "Qwen3ForCausalLM", root = "Model", generics = {Vocab = 32 : i64, H = 16 : i64, Heads = 4 : i64, KvHeads = 2 : i64, HeadDim = 4 : i64, Inner = 40 : i64, Layers = 2 : i64, Batch = 1 : i64, MaxSeq = 64 : i64, T = f32}} {
-    module.block @Model ["Vocab: Dim", "H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "Layers: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float = bf16", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "llama"} {
-      module.sub @embedding : "Embedding<Vocab, H, T>"
-      module.sub @layers : "[DecoderLayer<H, Heads, KvHeads, HeadDim, Inner, Batch, MaxSeq, T, Shards, PageSize>; Layers]"
-      module.sub @norm : "RmsNorm<H, T>"
-      module.sub @lm_head : "Linear<H, Vocab / Shards, T>" {tied = "embedding.weight"}
+    module.block @Model ["Vocab: Dim", "H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "Layers: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float = bf16", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.model.causal_lm"} {
+      module.sub @embedding : "Embedding<Vocab, H, T>" {ggml = "token_embd", hf = "model.embed_tokens"}
+      module.sub @layers : "[DecoderLayer<H, Heads, KvHeads, HeadDim, Inner, Batch, MaxSeq, T, Shards, PageSize>; Layers]" {ggml = "blk", hf = "model.layers"}
+      module.sub @norm : "RmsNorm<H, T>" {ggml = "output_norm", hf = "model.norm"}
+      module.sub @lm_head : "Linear<H, Vocab / Shards, T>" {ggml = "output", hf = "lm_head", tied = "embedding.weight"}
       module.fn @forward : "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, S, Vocab; T]" {pub, entry}
       module.fn @next_token : "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, Vocab; T]" {pub, entry}
       module.fn @decode : "(token: Tensor[Batch, 1; i32], pos: i32) -> Tensor[Batch, Vocab; T]" {pub, entry}
@@ -12,22 +12,22 @@ builtin.module {
       module.fn @logits : "<R: Dim>(x: Tensor[R, H; T]) -> Tensor[R, Vocab; T]"
       module.fn @hidden : "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, S, H; T]"
     }
-    module.block @DecoderLayer ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "llama"} {
-      module.sub @attention_norm : "RmsNorm<H, T>"
-      module.sub @attention : "GroupedQueryAttention<H, Heads, KvHeads, HeadDim, Batch, MaxSeq, T, Shards, PageSize>"
-      module.sub @mlp_norm : "RmsNorm<H, T>"
-      module.sub @mlp : "SwiGlu<H, Inner / Shards, T>"
+    module.block @DecoderLayer ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.layer.decoder"} {
+      module.sub @attention_norm : "RmsNorm<H, T>" {ggml = "attn_norm", hf = "input_layernorm"}
+      module.sub @attention : "GroupedQueryAttention<H, Heads, KvHeads, HeadDim, Batch, MaxSeq, T, Shards, PageSize>" {ggml = "", hf = "self_attn"}
+      module.sub @mlp_norm : "RmsNorm<H, T>" {ggml = "ffn_norm", hf = "post_attention_layernorm"}
+      module.sub @mlp : "SwiGlu<H, Inner / Shards, T>" {ggml = "", hf = "mlp"}
       module.fn @forward : "<B: Dim, S: Dim>(x: Tensor[B, S, H; T]) -> Tensor[B, S, H; T]" {pub}
       module.fn @decode : "(x: Tensor[Batch, 1, H; T], pos: i32) -> Tensor[Batch, 1, H; T]" {pub}
       module.fn @prefill : "<S: Dim>(x: Tensor[Batch, S, H; T], pos: i32) -> Tensor[Batch, S, H; T]" {pub}
     }
-    module.block @GroupedQueryAttention ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "llama.attention", rope_theta = 1.000000e+06 : f64} {
-      module.sub @q_proj : "Linear<H, (Heads / Shards) * HeadDim, T>"
-      module.sub @k_proj : "Linear<H, (KvHeads / Shards) * HeadDim, T>"
-      module.sub @v_proj : "Linear<H, (KvHeads / Shards) * HeadDim, T>"
-      module.sub @o_proj : "Linear<(Heads / Shards) * HeadDim, H, T>"
-      module.sub @q_norm : "RmsNorm<HeadDim, T>"
-      module.sub @k_norm : "RmsNorm<HeadDim, T>"
+    module.block @GroupedQueryAttention ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.attn.grouped_query", rope_theta = 1.000000e+06 : f64} {
+      module.sub @q_proj : "Linear<H, (Heads / Shards) * HeadDim, T>" {ggml = "attn_q", hf = "q_proj"}
+      module.sub @k_proj : "Linear<H, (KvHeads / Shards) * HeadDim, T>" {ggml = "attn_k", hf = "k_proj"}
+      module.sub @v_proj : "Linear<H, (KvHeads / Shards) * HeadDim, T>" {ggml = "attn_v", hf = "v_proj"}
+      module.sub @o_proj : "Linear<(Heads / Shards) * HeadDim, H, T>" {ggml = "attn_output", hf = "o_proj"}
+      module.sub @q_norm : "RmsNorm<HeadDim, T>" {ggml = "attn_q_norm", hf = "q_norm"}
+      module.sub @k_norm : "RmsNorm<HeadDim, T>" {ggml = "attn_k_norm", hf = "k_norm"}
       module.state @cache_k : "Tensor[Batch, KvHeads / Shards, MaxSeq, HeadDim; T]"
       module.state @cache_v : "Tensor[Batch, KvHeads / Shards, MaxSeq, HeadDim; T]"
       module.fn @forward : "<B: Dim, S: Dim>(x: Tensor[B, S, H; T]) -> Tensor[B, S, H; T]" {pub}
@@ -35,9 +35,9 @@ builtin.module {
       module.fn @prefill : "<S: Dim>(x: Tensor[Batch, S, H; T], pos: i32) -> Tensor[Batch, S, H; T]" {pub}
     }
     module.block @SwiGlu ["H: Dim", "Inner: Dim", "T: Float = bf16"] attributes {path = "std.nn.mlp"} {
-      module.sub @gate : "Linear<H, Inner, T>"
-      module.sub @up : "Linear<H, Inner, T>"
-      module.sub @down : "Linear<Inner, H, T>"
+      module.sub @gate : "Linear<H, Inner, T>" {ggml = "ffn_gate", hf = "gate_proj"}
+      module.sub @up : "Linear<H, Inner, T>" {ggml = "ffn_up", hf = "up_proj"}
+      module.sub @down : "Linear<Inner, H, T>" {ggml = "ffn_down", hf = "down_proj"}
       module.fn @forward : "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]" {pub}
     }
     module.block @Linear ["In: Dim", "Out: Dim", "T: Float = bf16"] attributes {path = "std.nn.linear"} {

@@ -6,22 +6,17 @@ import subprocess
 import sys
 
 import pytest
-from xdsl.context import Context
 
-from conftest import EXAMPLES, SEEDS
+from strata.exporters.trace import parse_trace, trace_table
 from strata.frontends.hf_config import load_hf_config
-from strata.frontends.trace import parse_trace, trace_table
-from strata.models.llama import build_llama
-from strata.passes.convert_module_to_op import ConvertModuleToOpPass
+from strata.pipeline import load_model
+from support import EXAMPLES, SEEDS, lower
 
 SEED_000 = SEEDS / "000_fedadef405e17808.txt"
 
 
-def lowered_trace(config, **opts) -> str:
-    module = build_llama(load_hf_config(config))
-    ConvertModuleToOpPass(**opts).apply(Context(), module)
-    module.verify()
-    return trace_table(module)
+def lowered_trace(config, entry: str, **opts) -> str:
+    return trace_table(lower(load_model(config).module, entry, **opts))
 
 
 @pytest.mark.skipif(not SEED_000.exists(), reason="no seed 000 beside the checkout (../shared/seeds)")

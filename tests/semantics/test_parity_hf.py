@@ -18,16 +18,14 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from xdsl.context import Context
 from xdsl.dialects import func
 
 from strata.frontends.hf_config import LlamaConfig, RopeScaling
-from strata.ir.weights import WeightStore
-from strata.models.checkpoint import save_random_llama
-from strata.models.llama import build_llama
-from strata.passes.convert_module_to_op import ConvertModuleToOpPass
+from strata.models import build_module
 from strata.semantics.module_interp import ModuleRunner
-from strata.semantics.op_interp import alloc_state, find_function, run_function
+from strata.semantics.op_interp import alloc_state, run_function
+from support import lower_fn, open_store
+from support import write_checkpoint as save_checkpoint
 
 TOL = 1e-4
 CTX = 64
@@ -61,7 +59,7 @@ class Case:
 
 
 def write_checkpoint(cfg: LlamaConfig, directory: Path, seed: int) -> Path:
-    return save_random_llama(cfg, directory, seed=seed, std=WEIGHT_STD)
+    return save_checkpoint(cfg, directory, seed=seed, std=WEIGHT_STD)
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS), ids=list(CONFIGS))
@@ -82,10 +80,8 @@ def case(request, tmp_path_factory) -> Case:
     return Case(cfg, d, prompt_logits, tokens, step_logits)
 
 
-def lower(cfg: LlamaConfig, **opts) -> func.FuncOp:
-    module = build_llama(cfg)
-    ConvertModuleToOpPass(ctx=CTX, **opts).apply(Context(), module)
-    return find_function(module)
+def lower(cfg: LlamaConfig, entry: str, **opts) -> func.FuncOp:
+    return lower_fn(cfg, entry, ctx=CTX, **opts)
 
 
 def max_diff(a: np.ndarray, b: np.ndarray) -> float:
@@ -104,15 +100,15 @@ def test_generation_is_not_degenerate(case: Case) -> None:
 
 
 def test_module_forward_and_prefill(case: Case) -> None:
-    runner = ModuleRunner(build_llama(case.cfg).ops.first, WeightStore.open(case.dir))
+    runner = ModuleRunner(build_module(case.cfg).ops.first, open_store(case.dir))
     report("module forward (all rows)", case, max_diff(runner.forward(PROMPT), case.hf_prompt_logits))
     report("module prefill", case, max_diff(runner.prefill(PROMPT, 0), case.hf_prompt_logits[-1]))
 
 
 @pytest.mark.parametrize("flash", [True, False], ids=["flash", "unfused"])
 def test_op_prefill(case: Case, flash: bool) -> None:
-    fn = lower(case.cfg, entry="prefill", tokens=len(PROMPT), start=0, flash_attn=flash)
-    logits = run_function(fn, WeightStore.open(case.dir), alloc_state(fn), PROMPT, 0)
+    fn = lower(case.cfg, "prefill", tokens=len(PROMPT), start=0, flash_attn=flash)
+    logits = run_function(fn, open_store(case.dir), alloc_state(fn), PROMPT, 0)
     assert logits.shape == (1, case.cfg.vocab_size)
     report(f"op prefill ({'flash' if flash else 'unfused'})", case, max_diff(logits[0], case.hf_prompt_logits[-1]))
 
@@ -128,7 +124,7 @@ def greedy(prefill, decode) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_module_decode(case: Case) -> None:
-    runner = ModuleRunner(build_llama(case.cfg).ops.first, WeightStore.open(case.dir))
+    runner = ModuleRunner(build_module(case.cfg).ops.first, open_store(case.dir))
     tokens, logits = greedy(lambda p: runner.prefill(p, 0), runner.decode)
     np.testing.assert_array_equal(tokens, case.hf_tokens)
     report("module 32 greedy steps", case, max_diff(logits, case.hf_step_logits))
@@ -136,9 +132,9 @@ def test_module_decode(case: Case) -> None:
 
 @pytest.mark.parametrize("flash", [True, False], ids=["flash", "unfused"])
 def test_op_decode(case: Case, flash: bool) -> None:
-    weights = WeightStore.open(case.dir)
-    prefill = lower(case.cfg, entry="prefill", tokens=len(PROMPT), start=0, flash_attn=flash)
-    decode = lower(case.cfg, entry="decode", tokens=1, start=-1, flash_attn=flash)  # n_kv = ctx, reused
+    weights = open_store(case.dir)
+    prefill = lower(case.cfg, "prefill", tokens=len(PROMPT), start=0, flash_attn=flash)
+    decode = lower(case.cfg, "decode", start=-1, flash_attn=flash)  # n_kv = ctx, reused
     state = alloc_state(decode)
     assert state.keys() == alloc_state(prefill).keys()
     tokens, logits = greedy(

@@ -12,19 +12,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import TensorType, f32
 from xdsl.dialects import test as xdsl_test
+from xdsl.dialects.builtin import TensorType, f32
 from xdsl.ir import Block, Region
 
 from strata.frontends.hf_config import LlamaConfig, RopeScaling
 from strata.ir.weights import WeightStore
-from strata.models.checkpoint import save_random_llama
-from strata.models.llama import build_llama
-from strata.passes.convert_module_to_op import ConvertModuleToOpPass
+from strata.models import build_module
 from strata.semantics.module_interp import ModuleRunner
-from strata.semantics.op_interp import InterpreterError, alloc_state, find_function, run_function
+from strata.semantics.op_interp import InterpreterError, alloc_state, run_function
+from support import lower_fn, open_store, write_checkpoint
 
 TOL = 1e-5
 CTX = 48
@@ -45,25 +43,18 @@ CONFIGS = {
 }
 
 
-def write_checkpoint(cfg: LlamaConfig, directory: Path, dtype: str = "float32") -> Path:
-    """Random weights with matrices of std 0.12, for logits of std ~1."""
-    return save_random_llama(cfg, directory, seed=3, dtype=dtype, std=0.12)
-
-
 @pytest.fixture(scope="module", params=list(CONFIGS), ids=list(CONFIGS))
 def model(request, tmp_path_factory) -> tuple[LlamaConfig, WeightStore]:
     cfg = CONFIGS[request.param]
-    return cfg, WeightStore.open(write_checkpoint(cfg, tmp_path_factory.mktemp(request.param)))
+    return cfg, open_store(write_checkpoint(cfg, tmp_path_factory.mktemp(request.param)))
 
 
-def lower(cfg: LlamaConfig, **opts) -> func.FuncOp:
-    module = build_llama(cfg)
-    ConvertModuleToOpPass(ctx=CTX, **opts).apply(Context(), module)
-    return find_function(module)
+def lower(cfg: LlamaConfig, entry: str = "prefill", **opts) -> func.FuncOp:
+    return lower_fn(cfg, entry, ctx=CTX, **opts)
 
 
 def runner(cfg: LlamaConfig, weights: WeightStore) -> ModuleRunner:
-    return ModuleRunner(build_llama(cfg).ops.first, weights)
+    return ModuleRunner(build_module(cfg).ops.first, weights)
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, tol: float = TOL) -> None:
@@ -76,7 +67,7 @@ def assert_close(got: np.ndarray, want: np.ndarray, tol: float = TOL) -> None:
 @pytest.mark.parametrize("static", [True, False], ids=["static-S", "dynamic-S"])
 def test_prefill(model, flash: bool, static: bool) -> None:
     cfg, weights = model
-    fn = lower(cfg, entry="prefill", tokens=len(TOKENS) if static else 0, start=0 if static else -1,
+    fn = lower(cfg, "prefill", tokens=len(TOKENS) if static else 0, start=0 if static else -1,
                flash_attn=flash)
     got = run_function(fn, weights, alloc_state(fn), TOKENS, 0)
     want = runner(cfg, weights).prefill(TOKENS, 0)
@@ -85,7 +76,7 @@ def test_prefill(model, flash: bool, static: bool) -> None:
 
 def test_dynamic_function_serves_several_lengths(model) -> None:
     cfg, weights = model
-    fn = lower(cfg, entry="prefill", tokens=0, flash_attn=True)
+    fn = lower(cfg, "prefill", tokens=0, flash_attn=True)
     ref = runner(cfg, weights).forward(TOKENS)
     for s in (1, 4, len(TOKENS)):
         assert_close(run_function(fn, weights, alloc_state(fn), TOKENS[:s], 0)[0], ref[s - 1])
@@ -95,9 +86,9 @@ def test_dynamic_function_serves_several_lengths(model) -> None:
 def test_chunked_prefill_and_decode_share_the_cache(model, flash: bool) -> None:
     """Two prefill chunks (the second at start 5 with n_kv = 16 < ctx), then decode steps."""
     cfg, weights = model
-    first = lower(cfg, entry="prefill", tokens=5, start=0, kv_pad=8, flash_attn=flash)
-    second = lower(cfg, entry="prefill", tokens=4, start=5, kv_pad=8, flash_attn=flash)
-    decode = lower(cfg, entry="decode", tokens=1, start=-1, flash_attn=flash)
+    first = lower(cfg, "prefill", tokens=5, start=0, kv_pad=8, flash_attn=flash)
+    second = lower(cfg, "prefill", tokens=4, start=5, kv_pad=8, flash_attn=flash)
+    decode = lower(cfg, "decode", start=-1, flash_attn=flash)
     assert second.attributes["op.n_kv"].value.data == 16
     state = alloc_state(decode)
     mod = runner(cfg, weights)
@@ -126,8 +117,8 @@ def test_chunked_prefill_and_decode_share_the_cache(model, flash: bool) -> None:
 def test_bf16_checkpoint(tmp_path: Path) -> None:
     """bf16 weights and a bf16 cache: both levels compute in f32 and round K/V alike."""
     cfg = dataclasses.replace(BASE, dtype="bfloat16")
-    weights = WeightStore.open(write_checkpoint(cfg, tmp_path, dtype="bfloat16"))
-    fn = lower(cfg, entry="prefill", tokens=len(TOKENS), start=0)
+    weights = open_store(write_checkpoint(cfg, tmp_path, dtype="bfloat16"))
+    fn = lower(cfg, "prefill", tokens=len(TOKENS), start=0)
     state = alloc_state(fn)
     assert state["cache_k_l0"].dtype.name == "bfloat16"
     assert_close(run_function(fn, weights, state, TOKENS, 0)[0], runner(cfg, weights).prefill(TOKENS, 0))
@@ -149,11 +140,11 @@ def test_unknown_op_is_named(model) -> None:
 
 def test_bad_calls_are_reported(model) -> None:
     cfg, weights = model
-    fn = lower(cfg, entry="prefill", tokens=4, start=0)
+    fn = lower(cfg, "prefill", tokens=4, start=0)
     with pytest.raises(InterpreterError, match="no buffer given"):
         run_function(fn, weights, {}, TOKENS[:4], 0)
     with pytest.raises(InterpreterError, match="takes 4 tokens, got 9"):
         run_function(fn, weights, alloc_state(fn), TOKENS, 0)
-    decode = lower(cfg, entry="decode", tokens=1)
+    decode = lower(cfg, "decode")
     with pytest.raises(InterpreterError, match="exceed n_kv"):
         run_function(decode, weights, alloc_state(decode), TOKENS[:1], CTX)

@@ -71,7 +71,7 @@ def test_strata_opt_keeps_the_output_file_on_error(tmp_path):
 
 
 def test_ir_decode_needs_no_token_count():
-    from conftest import EXAMPLES
+    from support import EXAMPLES
 
     r = run("ir", str(EXAMPLES / "qwen3-8b"), "--level", "op", "--entry", "decode", "--start", "7", "--ctx", "4096")
     assert r.returncode == 0, r.stderr

@@ -17,14 +17,11 @@ from safetensors.torch import load_file as load_file_torch
 
 from strata.errors import StrataError
 from strata.frontends.hf_config import LlamaConfig, load_hf_config
-from strata.ir.weights import (
-    WeightError,
-    WeightStore,
-    ggml_to_hf_name,
-    hf_to_ggml_name,
-    write_safetensors,
-)
-from strata.models.checkpoint import expected_llama_weights, save_random_llama
+from strata.dialects.instances import find_model, model_params
+from strata.ir.weights import WeightError, WeightStore, write_safetensors
+from strata.models import build_module
+from strata.models.checkpoint import save_random_checkpoint
+from support import open_store
 from strata.models.default import DEFAULT_CONFIG, ensure_default_model
 
 TINY = LlamaConfig(
@@ -38,114 +35,99 @@ QWEN3 = dataclasses.replace(TINY, arch="Qwen3ForCausalLM", qk_norm=True, head_di
                             tie_word_embeddings=True)
 
 
-@pytest.mark.parametrize("hf, ggml", [
-    ("model.embed_tokens.weight", "token_embd.weight"),
-    ("model.norm.weight", "output_norm.weight"),
-    ("lm_head.weight", "output.weight"),
-    ("model.layers.0.input_layernorm.weight", "blk.0.attn_norm.weight"),
-    ("model.layers.3.self_attn.q_proj.weight", "blk.3.attn_q.weight"),
-    ("model.layers.3.self_attn.q_proj.bias", "blk.3.attn_q.bias"),
-    ("model.layers.1.self_attn.k_proj.weight", "blk.1.attn_k.weight"),
-    ("model.layers.1.self_attn.v_proj.bias", "blk.1.attn_v.bias"),
-    ("model.layers.12.self_attn.o_proj.weight", "blk.12.attn_output.weight"),
-    ("model.layers.0.self_attn.q_norm.weight", "blk.0.attn_q_norm.weight"),
-    ("model.layers.0.self_attn.k_norm.weight", "blk.0.attn_k_norm.weight"),
-    ("model.layers.0.post_attention_layernorm.weight", "blk.0.ffn_norm.weight"),
-    ("model.layers.0.mlp.gate_proj.weight", "blk.0.ffn_gate.weight"),
-    ("model.layers.0.mlp.up_proj.weight", "blk.0.ffn_up.weight"),
-    ("model.layers.0.mlp.down_proj.weight", "blk.0.ffn_down.weight"),
-])
-def test_name_mapping(hf: str, ggml: str) -> None:
-    assert hf_to_ggml_name(hf) == ggml
-    assert ggml_to_hf_name(ggml) == hf
+def expected(cfg: LlamaConfig) -> dict[str, tuple[tuple[int, ...], str]]:
+    """The params a config implies, by llama.cpp name: the `check` argument."""
+    return {name: (t.shape, t.dtype) for name, t in model_params(find_model(build_module(cfg))).items()}
 
 
-@pytest.mark.parametrize("name", ["model.layers.0.self_attn.rotary_emb.inv_freq",
-                                  "model.layers.x.mlp.up_proj.weight", "foo"])
-def test_unknown_names_are_ignored(name: str) -> None:
-    assert hf_to_ggml_name(name) is None
+def test_unknown_tensors_are_listed(tmp_path: Path) -> None:
+    """Stored tensors the model does not use are not silently dropped: the store lists them."""
+    d = save_random_checkpoint(TINY, tmp_path / "m", seed=1)
+    tensors = load_file(str(d / "model.safetensors"))
+    tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = np.zeros(2, np.float32)
+    tensors["extra.head.weight"] = np.zeros((2, 2), np.float32)
+    write_safetensors(d / "model.safetensors", tensors)
+    store = open_store(d)
+    assert store.unused == ["extra.head.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"]
+    assert "blk.0.attn_q.weight" in store
 
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_random_llama(TINY, tmp_path_factory.mktemp("w") / "tiny", seed=1)
+    return save_random_checkpoint(TINY, tmp_path_factory.mktemp("w") / "tiny", seed=1)
 
 
 def test_store_is_memory_mapped_and_matches_safetensors(tiny_dir: Path) -> None:
-    store = WeightStore.open(tiny_dir)
+    store = open_store(tiny_dir)
     reference = load_file(str(tiny_dir / "model.safetensors"))
-    assert len(reference) == len(store.names()) == len(expected_llama_weights(TINY))
+    assert len(reference) == len(store.names()) == len(expected(TINY))
     for name in store.names():
         arr = store.get(name)
         assert isinstance(arr, np.memmap) and not arr.flags.owndata and not arr.flags.writeable
-        np.testing.assert_array_equal(arr, reference[store.hf_name(name)])
+        np.testing.assert_array_equal(arr, reference[store.stored_name(name)])
         assert store.info(name) == (arr.shape, "f32")
     assert store.info("blk.1.attn_k.weight") == ((8, 16), "f32")  # HF [out, in] layout
-    store.check(expected_llama_weights(TINY), tied_output=False)
+    store.check(expected(TINY))
     assert load_hf_config(tiny_dir) == dataclasses.replace(TINY, name="tiny")
 
 
 def test_random_weights_are_deterministic_and_sensible(tiny_dir: Path, tmp_path: Path) -> None:
-    again = save_random_llama(TINY, tmp_path / "again", seed=1)
+    again = save_random_checkpoint(TINY, tmp_path / "again", seed=1)
     assert (again / "model.safetensors").read_bytes() == \
         (tiny_dir / "model.safetensors").read_bytes()
-    store = WeightStore.open(tiny_dir)
+    store = open_store(tiny_dir)
     assert abs(float(store.get("blk.0.ffn_up.weight").std()) - 0.02) < 0.005
     assert abs(float(store.get("blk.0.attn_norm.weight").mean()) - 1.0) < 0.1
 
 
 def test_sharded_index(tiny_dir: Path, tmp_path: Path) -> None:
-    sharded = save_random_llama(TINY, tmp_path / "sharded", seed=1, shards=3)
+    sharded = save_random_checkpoint(TINY, tmp_path / "sharded", seed=1, shards=3)
     files = sorted(p.name for p in sharded.glob("*.safetensors"))
     assert files == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
     index = json.loads((sharded / "model.safetensors.index.json").read_text())
     assert set(index["weight_map"].values()) == set(files)
-    store, single = WeightStore.open(sharded), WeightStore.open(tiny_dir)
+    store, single = open_store(sharded), open_store(tiny_dir)
     assert store.names() == single.names()
     for name in store.names():
         np.testing.assert_array_equal(store.get(name), single.get(name))
-    store.check(expected_llama_weights(TINY), tied_output=False)
+    store.check(expected(TINY))
 
 
 def test_index_pointing_at_missing_shard(tmp_path: Path) -> None:
-    d = save_random_llama(TINY, tmp_path / "m", seed=1, shards=2)
+    d = save_random_checkpoint(TINY, tmp_path / "m", seed=1, shards=2)
     (d / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(WeightError, match=r"index.json: shard 'model-00002-of-00002"):
-        WeightStore.open(d)
+        open_store(d)
 
 
-def test_tied_output_aliases_embedding(tmp_path: Path) -> None:
-    d = save_random_llama(QWEN3, tmp_path / "q3", seed=2)
-    store = WeightStore.open(d)
-    assert "output.weight" not in store.names()
-    store.check(expected_llama_weights(QWEN3), tied_output=True)
-    np.testing.assert_array_equal(store.get("output.weight"), store.get("token_embd.weight"))
+def test_tied_output_is_the_embedding(tmp_path: Path) -> None:
+    """A tied lm_head reads token_embd.weight; a stored copy of lm_head.weight is ignored quietly."""
+    d = save_random_checkpoint(QWEN3, tmp_path / "q3", seed=2)
+    store = open_store(d)
+    assert "output.weight" not in store.names() and "output.weight" not in expected(QWEN3)
+    store.check(expected(QWEN3))
     assert store.info("blk.0.attn_q_norm.weight") == ((8,), "f32")
-    untied = WeightStore.open(d)
-    missing = r"tensor 'output.weight' \(HF 'lm_head.weight'\) is missing"
-    with pytest.raises(WeightError, match=missing):
-        untied.check({**expected_llama_weights(QWEN3), "output.weight": ((32, 16), "f32")},
-                     tied_output=False)
+    tensors = load_file(str(d / "model.safetensors"))
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+    write_safetensors(d / "model.safetensors", tensors)
+    assert open_store(d).unused == []
+    with pytest.raises(WeightError, match=r"tensor 'output.weight' is missing"):
+        store.check({**expected(QWEN3), "output.weight": ((32, 16), "f32")})
 
 
 def test_missing_tensor_shape_mismatch_and_unused(tiny_dir: Path) -> None:
-    store = WeightStore.open(tiny_dir)
-    expected = expected_llama_weights(TINY)
+    store = open_store(tiny_dir)
+    want = expected(TINY)
     with pytest.raises(WeightError) as info:
-        store.check({**expected, "blk.0.attn_q.bias": ((16,), "f32")}, tied_output=False)
+        store.check({**want, "blk.0.attn_q.bias": ((16,), "f32")})
     msg = str(info.value)
     assert "model.safetensors" in msg and "'blk.0.attn_q.bias'" in msg and "missing" in msg
-    assert "model.layers.0.self_attn.q_proj.bias" in msg
 
     with pytest.raises(WeightError) as info:
-        store.check({**expected, "blk.1.ffn_down.weight": ((16, 48), "f32")}, tied_output=False)
+        store.check({**want, "blk.1.ffn_down.weight": ((16, 48), "f32")})
     msg = str(info.value)
-    assert "model.safetensors: tensor 'blk.1.ffn_down.weight'" in msg
+    assert "model.safetensors: tensor 'blk.1.ffn_down.weight' (HF 'model.layers.1.mlp.down_proj.weight')" in msg
     assert "[16, 24]" in msg and "[16, 48]" in msg
-
-    del expected["blk.1.ffn_down.weight"]
-    with pytest.raises(WeightError, match="'blk.1.ffn_down.weight'.*not used"):
-        store.check(expected, tied_output=False)
     with pytest.raises(WeightError, match="no tensor 'blk.9.ffn_up.weight'"):
         store.get("blk.9.ffn_up.weight")
 
@@ -153,10 +135,10 @@ def test_missing_tensor_shape_mismatch_and_unused(tiny_dir: Path) -> None:
 def test_integer_dtype_for_float_param_refused(tmp_path: Path) -> None:
     write_safetensors(tmp_path / "model.safetensors",
                       {"model.norm.weight": np.ones(4, dtype=np.int32)})
-    store = WeightStore.open(tmp_path)
+    store = WeightStore.open(tmp_path, {"model.norm.weight": "output_norm.weight"})
     assert store.info("output_norm.weight") == ((4,), "i32")
     with pytest.raises(WeightError, match="'output_norm.weight'.*dtype i32, expected a float"):
-        store.check({"output_norm.weight": ((4,), "f32")}, tied_output=False)
+        store.check({"output_norm.weight": ((4,), "f32")})
 
 
 def _corrupt(tmp_path: Path, data: bytes) -> str:
@@ -189,9 +171,9 @@ def _raw_file(entry: dict, data: bytes) -> bytes:
 
 
 def test_header_validation(tmp_path: Path) -> None:
-    msg = _corrupt(tmp_path, _raw_file({"dtype": "F64", "shape": [2], "data_offsets": [0, 16]},
+    msg = _corrupt(tmp_path, _raw_file({"dtype": "C64", "shape": [2], "data_offsets": [0, 16]},
                                        bytes(16)))
-    assert "tensor 't' has dtype 'F64'" in msg
+    assert "tensor 't' has dtype 'C64'" in msg
     msg = _corrupt(tmp_path, _raw_file({"dtype": "F32", "shape": [3], "data_offsets": [0, 8]},
                                        bytes(8)))
     assert "tensor 't' has 8 bytes of data but shape [3] of F32 needs 12" in msg
@@ -205,12 +187,12 @@ def test_bf16_round_trip(tmp_path: Path) -> None:
     ints = np.arange(6, dtype=np.int64).reshape(2, 3)
     write_safetensors(tmp_path / "model.safetensors",
                       {"model.embed_tokens.weight": x, "model.norm.weight": ints})
-    store = WeightStore.open(tmp_path)
-    assert store.info("token_embd.weight") == ((3, 5), "bf16")
-    assert store.get("token_embd.weight").dtype == ml_dtypes.bfloat16
-    np.testing.assert_array_equal(store.get("token_embd.weight").view(np.uint16),
+    store = WeightStore.open(tmp_path)  # no name map: addressed by the stored names
+    assert store.info("model.embed_tokens.weight") == ((3, 5), "bf16")
+    assert store.get("model.embed_tokens.weight").dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(store.get("model.embed_tokens.weight").view(np.uint16),
                                   x.view(np.uint16))
-    np.testing.assert_array_equal(store.get("output_norm.weight"), ints)
+    np.testing.assert_array_equal(store.get("model.norm.weight"), ints)
     # The official reader agrees on the bytes.
     ref = load_file_torch(str(tmp_path / "model.safetensors"))["model.embed_tokens.weight"]
     assert ref.dtype == torch.bfloat16
@@ -219,21 +201,21 @@ def test_bf16_round_trip(tmp_path: Path) -> None:
 
 
 def test_save_random_llama_bf16(tmp_path: Path) -> None:
-    d = save_random_llama(QWEN2, tmp_path / "bf", seed=3, dtype="bfloat16", shards=2)
+    d = save_random_checkpoint(QWEN2, tmp_path / "bf", seed=3, dtype="bfloat16", shards=2)
     assert load_hf_config(d).dtype == "bfloat16"
-    store = WeightStore.open(d)
-    store.check(expected_llama_weights(QWEN2), tied_output=False)
+    store = open_store(d)
+    store.check(expected(QWEN2))
     assert store.info("blk.0.attn_q.bias") == ((16,), "bf16")
 
 
 @pytest.mark.parametrize("cfg", [TINY, QWEN2, QWEN3], ids=lambda c: c.arch)
 def test_transformers_loads_random_weights(tmp_path: Path, cfg: LlamaConfig) -> None:
-    d = save_random_llama(cfg, tmp_path / "hf", seed=4)
+    d = save_random_checkpoint(cfg, tmp_path / "hf", seed=4)
     model, info = transformers.AutoModelForCausalLM.from_pretrained(
         d, dtype=torch.float32, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     assert not info["mismatched_keys"]
-    store = WeightStore.open(d)
+    store = open_store(d)
     attn = model.model.layers[1].self_attn
     np.testing.assert_array_equal(attn.k_proj.weight.detach().numpy(),
                                   store.get("blk.1.attn_k.weight"))
@@ -253,4 +235,4 @@ def test_default_model(tmp_path: Path) -> None:
     assert cfg == DEFAULT_CONFIG
     assert (cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads,
             cfg.intermediate_size) == (256, 64, 2, 4, 2, 160)
-    WeightStore.open(d).check(expected_llama_weights(cfg), tied_output=False)
+    open_store(d).check(expected(cfg))

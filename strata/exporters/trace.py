@@ -5,39 +5,65 @@ first two operands (`src0`, `src1`, as the callback prints them) with their shap
 and the output shape. Shapes are in ggml order (fastest dim first) padded to 4.
 Names follow ggml: an op's `name` attribute, else `<src> (view)` and friends for the
 view-like ops, else `node_<index>`; unnamed leaves are `leaf_<index>`.
+
+Each op registers its row with `TRACE` (`TraceRule`: ggml's op name, the operands the
+callback prints, and how an unnamed result is named).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 from strata.dialects import op as O
+from strata.errors import StrataError
+from strata.ir.impls import Implementations
 
-GGML_NAMES: dict[type[Operation], str] = {
-    O.GetRowsOp: "GET_ROWS",
-    O.RmsNormOp: "RMS_NORM",
-    O.MulOp: "MUL",
-    O.AddOp: "ADD",
-    O.MulMatOp: "MUL_MAT",
-    O.ReshapeOp: "RESHAPE",
-    O.ViewOp: "VIEW",
-    O.PermuteOp: "PERMUTE",
-    O.TransposeOp: "TRANSPOSE",
-    O.ContOp: "CONT",
-    O.ScaleOp: "SCALE",
-    O.CpyOp: "CPY",
-    O.ArgmaxOp: "ARGMAX",
-    O.SwigluOp: "SWIGLU",
-    O.SetRowsOp: "SET_ROWS",
-    O.SoftMaxOp: "SOFT_MAX",
-    O.RopeOp: "ROPE",
-    O.FlashAttnExtOp: "FLASH_ATTN_EXT",
-}
+
+class TraceError(StrataError):
+    """IR that is not one op-level function."""
+
+
+@dataclass(frozen=True)
+class TraceRule:
+    """How one op appears in llama.cpp's eval-callback table."""
+
+    ggml_op: str | None  # GET_ROWS, ...; None for a leaf (no row of its own)
+    #: The operands the callback prints as src0 and src1.
+    sources: Callable[[Operation], Sequence[SSAValue]] = lambda op: op.operands[:2]
+    #: How ggml names an unnamed result, given the name of each operand; None: node_<index>.
+    default_name: Callable[[Operation, Callable[[SSAValue], str]], str] | None = None
+
+
+def named_after_source(suffix: str) -> Callable[[Operation, Callable[[SSAValue], str]], str]:
+    """ggml names a view after what it views: `<src> (<suffix>)`."""
+    return lambda op, name_of: f"{name_of(op.operands[0])} ({suffix})"
+
+
+#: op class -> its trace rule.
+TRACE: Implementations[TraceRule] = Implementations("trace exporter")
+
+for _leaf in O.LEAF_OPS:
+    TRACE.add(_leaf, TraceRule(None))
+for _cls, _ggml in [(O.GetRowsOp, "GET_ROWS"), (O.RmsNormOp, "RMS_NORM"), (O.MulOp, "MUL"), (O.AddOp, "ADD"),
+                    (O.MulMatOp, "MUL_MAT"), (O.ScaleOp, "SCALE"), (O.ArgmaxOp, "ARGMAX"), (O.SwigluOp, "SWIGLU"),
+                    (O.SoftMaxOp, "SOFT_MAX"), (O.RopeOp, "ROPE"), (O.FlashAttnExtOp, "FLASH_ATTN_EXT")]:
+    TRACE.add(_cls, TraceRule(_ggml))
+# ggml's views are named after what they view.
+for _cls, _ggml, _suffix in [(O.ViewOp, "VIEW", "view"), (O.PermuteOp, "PERMUTE", "permuted"),
+                             (O.TransposeOp, "TRANSPOSE", "transposed"), (O.ReshapeOp, "RESHAPE", "reshaped"),
+                             (O.ContOp, "CONT", "cont")]:
+    TRACE.add(_cls, TraceRule(_ggml, default_name=named_after_source(_suffix)))
+# SET_ROWS writes into its destination, a view of the cache: the callback prints the written
+# rows and their indices, not the destination.
+TRACE.add(O.SetRowsOp, TraceRule("SET_ROWS", sources=lambda op: op.operands[1:3],
+                                 default_name=named_after_source("view")))
+TRACE.add(O.CpyOp, TraceRule("CPY", default_name=lambda op, name_of: f"{name_of(op.lhs)} (copy of {name_of(op.rhs)})"))
 
 HEADER = (
     "llama.cpp eval-callback — ggml op level\n"
@@ -74,17 +100,12 @@ class _Namer:
             return label.data  # type: ignore[attr-defined]
         return f"leaf_{index}"
 
-    def node(self, op: Operation, index: int) -> str:
+    def node(self, op: Operation, rule: TraceRule, index: int) -> str:
         label = op.attributes.get("name")
         if label is not None:
             return label.data  # type: ignore[attr-defined]
-        suffix = O.VIEW_SUFFIX.get(type(op))
-        if suffix is not None:
-            return f"{self.of(op.operands[0])} ({suffix})"
-        if isinstance(op, O.SetRowsOp):
-            return f"{self.of(op.dst)} (view)"
-        if isinstance(op, O.CpyOp):
-            return f"{self.of(op.lhs)} (copy of {self.of(op.rhs)})"
+        if rule.default_name is not None:
+            return rule.default_name(op, self.of)
         return f"node_{index}"
 
     def of(self, value: SSAValue) -> str:
@@ -100,16 +121,16 @@ def trace_rows(fn: func.FuncOp) -> Iterable[tuple[str, str, list[str], str]]:
     namer = _Namer()
     index = 0
     for op in fn.body.block.ops:
-        if isinstance(op, O.LEAF_OPS) or isinstance(op, func.ReturnOp):
+        if isinstance(op, func.ReturnOp):
             continue
-        kind = GGML_NAMES.get(type(op))
-        if kind is None:
-            raise ValueError(f"trace: {op.name} is not an op-level op")
-        # ggml's callback prints src0 and src1; SET_ROWS' destination is not a source.
-        srcs = list(op.operands[1:] if isinstance(op, O.SetRowsOp) else op.operands)[:2]
-        operands = [f"{namer.of(s)}{ggml_shape(s)}" for s in srcs]
-        name = namer.names[op.results[0]] = namer.node(op, index)
-        yield name, kind, operands, ggml_shape(op.results[0])
+        rule = TRACE.get(type(op))
+        if rule is None:
+            raise TraceError(f"trace: {op.name} has no trace rule (is it an op-level op?)")
+        if rule.ggml_op is None:
+            continue
+        operands = [f"{namer.of(s)}{ggml_shape(s)}" for s in rule.sources(op)]
+        name = namer.names[op.results[0]] = namer.node(op, rule, index)
+        yield name, rule.ggml_op, operands, ggml_shape(op.results[0])
         index += 1
 
 
@@ -119,7 +140,7 @@ def trace_table(module: ModuleOp, entry: str | None = None) -> str:
     if entry is not None:
         fns = [f for f in fns if f.sym_name.data == entry]
     if len(fns) != 1:
-        raise ValueError(f"trace: expected one op-level function{f' named {entry}' if entry else ''}, found {len(fns)}")
+        raise TraceError(f"trace: expected one op-level function{f' named {entry}' if entry else ''}, found {len(fns)}")
     lines = [HEADER]
     for i, (name, kind, operands, out) in enumerate(trace_rows(fns[0]), start=1):
         lines.append(f"| {i} | {name} | {kind} | {' , '.join(operands)} | → | {out} |")

@@ -1,4 +1,4 @@
-"""The module level: builders for the llama family, instantiation, text round trip."""
+"""The module level: the llama family's builder, instantiation, tensor names, text round trip."""
 
 from __future__ import annotations
 
@@ -6,14 +6,13 @@ import json
 
 import pytest
 
-from strata.frontends.hf_config import load_hf_config
-from strata.frontends.listing import model_listing
-from strata.ir.instances import instantiate
 from strata.dialects import parse_ir
-from strata.ir.text import print_ir
-from strata.ir.weights import hf_to_ggml_name
-from strata.models.llama import build_llama, ggml_name, llama_hparams, model_params
+from strata.dialects.instances import instantiate, model_params
 from strata.dialects.module import ModelOp
+from strata.exporters.listing import model_listing
+from strata.frontends.hf_config import load_hf_config
+from strata.ir.text import print_ir
+from strata.models.llama import build_llama
 
 CONFIGS = {
     "llama3": {
@@ -54,10 +53,10 @@ def test_params_match_transformers_state_dict(tmp_path, key):
     hf_cfg = transformers.AutoConfig.for_model(**load_hf_config(tmp_path).to_hf_dict())
     torch.manual_seed(0)
     hf = transformers.AutoModelForCausalLM.from_config(hf_cfg)
-    hf_shapes = {hf_to_ggml_name(k): tuple(v.shape) for k, v in hf.state_dict().items() if hf_to_ggml_name(k)}
+    hf_shapes = {k: tuple(v.shape) for k, v in hf.state_dict().items()}
     if load_hf_config(tmp_path).tie_word_embeddings:
-        hf_shapes.pop("output.weight", None)  # tied: the same tensor as token_embd.weight
-    assert {name: shape for name, (shape, _) in model_params(model).items()} == hf_shapes
+        hf_shapes.pop("lm_head.weight", None)  # tied: the same tensor as model.embed_tokens.weight
+    assert {t.hf: t.shape for t in model_params(model).values()} == hf_shapes
 
 
 @pytest.mark.parametrize("key", sorted(CONFIGS))
@@ -69,19 +68,37 @@ def test_module_text_round_trips(tmp_path, key):
 
 def test_knobs_are_visible(tmp_path):
     _, qwen2 = _model(tmp_path, "qwen2")
-    hp = llama_hparams(qwen2)
-    assert hp.qkv_bias and not hp.o_bias and hp.tied and not hp.qk_norm
-    names = {ggml_name(i.path) for i in instantiate(qwen2) if i.kind == "param"}
+    root = instantiate(qwen2)
+    attn = root.array("layers")[0].child("attention")
+    assert "bias" in attn.child("q_proj").params and "bias" not in attn.child("o_proj").params
+    assert not attn.has("q_norm")
+    lm_head = root.child("lm_head").params["weight"]
+    assert lm_head.ggml == "token_embd.weight" and lm_head.tied_from == "lm_head.weight"
+    names = set(model_params(qwen2))
     assert "blk.0.attn_q.bias" in names and "output.weight" not in names and "blk.0.attn_output.bias" not in names
 
 
 def test_head_dim_and_rope_scaling(tmp_path):
     _, llama = _model(tmp_path, "llama3")
-    hp = llama_hparams(llama)
-    assert hp.head_dim == 16 and hp.hidden == 48
-    assert hp.rope_scaling["factor"] == 8.0 and hp.rope_theta == 500000.0
-    shapes = {ggml_name(i.path): i.shape for i in instantiate(llama) if i.kind == "param"}
+    root = instantiate(llama)
+    attn = root.array("layers")[0].child("attention")
+    assert attn.dim("HeadDim") == 16 and root.dim("H") == 48
+    assert attn.float_attr("rope_theta") == 500000.0
+    assert attn.attr("rope_scaling").data["factor"].value.data == 8.0
+    shapes = {name: t.shape for name, t in model_params(llama).items()}
     assert shapes["blk.0.attn_q.weight"] == (64, 48) and shapes["blk.0.attn_output.weight"] == (48, 64)
+
+
+@pytest.mark.parametrize("key", sorted(CONFIGS))
+def test_tensor_names_come_from_the_ir(tmp_path, key):
+    """Every param's llama.cpp and HF names are joined from the segments on the subs."""
+    _, model = _model(tmp_path, key)
+    params = model_params(model)
+    t = params["blk.1.attn_k.weight"]
+    assert (t.path, t.hf) == ("layers.1.attention.k_proj.weight", "model.layers.1.self_attn.k_proj.weight")
+    assert params["blk.0.ffn_norm.weight"].hf == "model.layers.0.post_attention_layernorm.weight"
+    assert params["token_embd.weight"].hf == "model.embed_tokens.weight"
+    assert params["output_norm.weight"].hf == "model.norm.weight"
 
 
 def test_listing_is_shaped_like_seed_003(tmp_path):

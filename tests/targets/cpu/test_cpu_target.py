@@ -17,25 +17,46 @@ import pytest
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType, f32, i32, i64
 
+from strata.cli import cmd_run
 from strata.dialects import op as O
+from strata.dialects import read_ir
 from strata.errors import StrataError
 from strata.frontends.hf_config import LlamaConfig, write_hf_config
-from strata.dialects import read_ir
 from strata.ir.weights import WeightError, WeightStore
-from strata.models.checkpoint import save_random_llama
+from strata.models.checkpoint import save_random_checkpoint
+from strata.pipeline import compile_model, load_model, stage_inputs
 from strata.semantics.op_interp import alloc_state, find_function, run_function
-from strata.targets.cpu import emit_cpu, sanitize_identifier
-from strata.targets.cpu.commands import cmd_run
-from strata.targets.cpu.driver import (
-    CpuDriverError,
-    compile_cpu,
-    generate,
-    load_compiled,
-    manifest_matches,
-)
+from strata.stage import StageError, stage_matches
+from strata.targets import target
 from strata.targets.codegen import CodegenError, literal_name, sanitize_label
+from strata.targets.cpu import emit_cpu, sanitize_identifier
+from strata.targets.cpu.driver import generate, load_compiled
+from support import open_store
 
 CTX = 64
+
+
+def compile_cpu(model_dir: Path, out: Path, ctx: int | None = None, flash_attn: bool = True) -> Path:
+    return compile_model(load_model(model_dir), "cpu", out, {"ctx": ctx, "flash_attn": flash_attn})
+
+
+def manifest_matches(out: Path, model_dir: Path, knobs: dict) -> bool:
+    """Whether `out` is the stage a compile of `model_dir` with `knobs` would write."""
+    model = load_model(model_dir)
+    tgt = target("cpu")
+    from strata.pipeline import resolve_knobs
+
+    resolved = resolve_knobs(tgt, model, knobs)
+    inputs = stage_inputs(model, model.open_weights(quiet=True), tgt, resolved)
+    return stage_matches(out, inputs, {"model.py", "op.mlir"})[0]
+
+
+def run_args(model: Path, **changes) -> argparse.Namespace:
+    """`strata run` arguments, as the CLI parses them."""
+    args = dict(model=str(model), prompt_ids="1,2,3", max_new_tokens=3, dump_logits=None, ctx=CTX, cache_dir=None,
+                no_flash_attn=False, target="cpu", allow_nonfinite=False)
+    args.update(changes)
+    return argparse.Namespace(**args)
 
 
 def tiny(arch: str, **kw) -> LlamaConfig:
@@ -59,8 +80,8 @@ def models(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
     out = {}
     for key, arch in ARCHS.items():
-        out[key] = save_random_llama(tiny(arch, name=key), root / key, seed=3)
-    out["bf16"] = save_random_llama(tiny("LlamaForCausalLM", name="bf16"), root / "bf16", seed=4, dtype="bfloat16")
+        out[key] = save_random_checkpoint(tiny(arch, name=key), root / key, seed=3)
+    out["bf16"] = save_random_checkpoint(tiny("LlamaForCausalLM", name="bf16"), root / "bf16", seed=4, dtype="bfloat16")
     return out
 
 
@@ -101,13 +122,13 @@ def _interp_vs_generated(out: Path, weights: WeightStore, tol: float) -> None:
 @pytest.mark.parametrize("flash_attn", [True, False], ids=["flash", "unfused"])
 @pytest.mark.parametrize("key", ["llama", "qwen3"])
 def test_matches_op_interpreter(models, compiled, key, flash_attn):
-    _interp_vs_generated(compiled[key, flash_attn], WeightStore.open(models[key]), 1e-5)
+    _interp_vs_generated(compiled[key, flash_attn], open_store(models[key]), 1e-5)
 
 
 @pytest.mark.parametrize("flash_attn", [True, False], ids=["flash", "unfused"])
 def test_bf16_keeps_bf16_storage(models, compiled, flash_attn):
     out = compiled["bf16", flash_attn]
-    weights = WeightStore.open(models["bf16"])
+    weights = open_store(models["bf16"])
     model = load_compiled(out).Model(weights)
     bf16 = np.dtype(ml_dtypes.bfloat16)
     assert model.blk_0_attn_q_weight.dtype == bf16
@@ -119,7 +140,7 @@ def test_bf16_keeps_bf16_storage(models, compiled, flash_attn):
 
 
 def test_generate_greedy(models, compiled):
-    weights = WeightStore.open(models["qwen3"])
+    weights = open_store(models["qwen3"])
     module = load_compiled(compiled["qwen3", True])
     seen = []
     ids, logits = generate(module, weights, [4, 5, 6], 6, on_token=lambda i, t: seen.append((i, t)))
@@ -156,7 +177,7 @@ def test_generated_code_is_self_contained(models, compiled, tmp_path):
 
     # Run it where strata cannot be imported: -I -S (no site, no .pth editable install),
     # PYTHONPATH = numpy's site dir and the output dir only, weights from a plain npz.
-    weights = WeightStore.open(models["llama"])
+    weights = open_store(models["llama"])
     np.savez(tmp_path / "w.npz", **{n.replace(".", "~"): np.asarray(weights.get(n)) for n in weights.names()})
     want = load_compiled(out).Model(weights).prefill([1, 2, 3], 0)
     np.save(tmp_path / "want.npy", want)
@@ -197,15 +218,14 @@ def test_compile_is_deterministic(models, tmp_path):
 
 def test_manifest_reuse(models, tmp_path, capsys):
     model = tmp_path / "m"
-    save_random_llama(tiny("LlamaForCausalLM", name="m"), model, seed=5)
+    save_random_checkpoint(tiny("LlamaForCausalLM", name="m"), model, seed=5)
     out = compile_cpu(model, tmp_path / "out", ctx=CTX)
     assert manifest_matches(out, model, {"ctx": CTX, "flash_attn": True})
     assert not manifest_matches(out, model, {"ctx": 32, "flash_attn": True})
     assert not manifest_matches(out, model, {"ctx": CTX, "flash_attn": False})
     assert not manifest_matches(tmp_path / "nothing", model, {"ctx": CTX, "flash_attn": True})
 
-    args = argparse.Namespace(model=str(model), prompt_ids="1,2,3", max_new_tokens=3, dump_logits=None,
-                              ctx=CTX, cache_dir=str(tmp_path / "cache"), no_flash_attn=False, target="cpu")
+    args = run_args(model, cache_dir=str(tmp_path / "cache"))
     assert cmd_run(args) == 0
     first = capsys.readouterr()
     assert "compiled" in first.err and "reusing" not in first.err
@@ -249,7 +269,7 @@ def test_cli_run_dump_logits(models, tmp_path, capsys):
 
 
 def test_bad_prompts(models, compiled):
-    weights = WeightStore.open(models["llama"])
+    weights = open_store(models["llama"])
     module = load_compiled(compiled["llama", True])
     with pytest.raises(StrataError, match=r"prompt token id 48 is outside the vocabulary \[0, 48\)"):
         generate(module, weights, [1, 48], 2)
@@ -257,10 +277,16 @@ def test_bad_prompts(models, compiled):
         generate(module, weights, [-1], 2)
     with pytest.raises(StrataError, match="prompt is empty"):
         generate(module, weights, [], 2)
-    with pytest.raises(StrataError, match=r"prompt \(60 tokens\) plus 5 new tokens exceed the context of 64"):
-        generate(module, weights, [1] * 60, 5)
-    ids, _ = generate(module, weights, [1] * 60, 4)  # exactly fits
-    assert len(ids) == 4
+    with pytest.raises(StrataError, match=r"prompt \(60 tokens\) plus 6 new tokens need 65 positions, "
+                                          r"more than the context of 64"):
+        generate(module, weights, [1] * 60, 6)
+    # Exactly fits: the last new token is returned, never fed back, so it needs no cache row.
+    ids, _ = generate(module, weights, [1] * 60, 5)
+    assert len(ids) == 5
+    with pytest.raises(StrataError, match=r"prompt token id 10000000000.* is outside the vocabulary"):
+        generate(module, weights, [1, 10**30], 2)
+    with pytest.raises(StrataError, match="flat list of integer token ids"):
+        generate(module, weights, [1, [2]], 2)
     with pytest.raises(ValueError, match="do not fit the context of 64"):
         module.Model(weights).decode(1, 64)
 
@@ -271,14 +297,13 @@ def test_bad_prompts(models, compiled):
     ("1,,3", "'' is not an integer"),
 ])
 def test_bad_prompt_ids_cli(models, tmp_path, text, message):
-    args = argparse.Namespace(model=str(models["llama"]), prompt_ids=text, max_new_tokens=2, dump_logits=None,
-                              ctx=CTX, cache_dir=str(tmp_path / "c"), no_flash_attn=False, target="cpu")
+    args = run_args(models["llama"], prompt_ids=text, max_new_tokens=2, cache_dir=str(tmp_path / "c"))
     with pytest.raises(StrataError, match=message):
         cmd_run(args)
 
 
 def test_weights_not_matching_config(tmp_path):
-    model = save_random_llama(tiny("LlamaForCausalLM"), tmp_path / "m", seed=1)
+    model = save_random_checkpoint(tiny("LlamaForCausalLM"), tmp_path / "m", seed=1)
     write_hf_config(tiny("LlamaForCausalLM", intermediate_size=48), model)
     with pytest.raises(WeightError, match=r"tensor 'blk.0.ffn_gate.weight' .* has shape \[40, 32\], expected \[48, 32\]"):
         compile_cpu(model, tmp_path / "out", ctx=CTX)
@@ -291,22 +316,22 @@ def test_refuses_foreign_output_dir(models, tmp_path):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("precious")
-    with pytest.raises(CpuDriverError, match="not a strata CPU output directory"):
+    with pytest.raises(StageError, match="not a strata output directory"):
         compile_cpu(models["llama"], out, ctx=CTX)
     assert (out / "notes.txt").read_text() == "precious" and len(list(out.iterdir())) == 1
     (tmp_path / "file").write_text("x")
-    with pytest.raises(CpuDriverError, match="is not a directory"):
+    with pytest.raises(StageError, match="is not a directory"):
         compile_cpu(models["llama"], tmp_path / "file", ctx=CTX)
 
 
 def test_no_half_written_output(models, tmp_path, monkeypatch):
-    from strata.targets.cpu import driver
+    from strata import stage
 
     def boom(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(driver, "_sha256_file", boom)
-    with pytest.raises(OSError):
+    monkeypatch.setattr(stage.os, "fsync", boom)
+    with pytest.raises(StageError, match="No space left on device"):
         compile_cpu(models["llama"], tmp_path / "out", ctx=CTX)
     assert list(tmp_path.iterdir()) == []
 

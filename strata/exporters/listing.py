@@ -10,8 +10,7 @@ from __future__ import annotations
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp
 
 from strata.dialects import module as M
-from strata.ir.instances import instantiate
-from strata.models.llama import ggml_name
+from strata.dialects.instances import find_model, instantiate
 
 
 def _generic_value(attr) -> str:
@@ -38,10 +37,7 @@ def _member_line(m: M.MemberOp) -> str:
 
 
 def model_listing(module: ModuleOp) -> str:
-    models = [o for o in module.ops if isinstance(o, M.ModelOp)]
-    if len(models) != 1:
-        raise ValueError(f"inspect: expected one module.model, found {len(models)}")
-    model = models[0]
+    model = find_model(module)
     out: list[str] = [f"Model {model.sym_name.data} ({model.arch.data})", "", "Entries", "", "Entry\tSignature"]
     for fn in model.entries():
         out.append(f"{fn.member_name}\t{fn.member_name}{fn.type_text}")
@@ -60,12 +56,12 @@ def model_listing(module: ModuleOp) -> str:
             value = getattr(v, "value", None)
             out.append(f"  const {k} = {value.data if value is not None else v}")
         out.append("")
-    insts = instantiate(model)
-    params = [i for i in insts if i.kind == "param"]
-    out += ["Params", "", f"{len(params)} tensors, {sum(_numel(i.shape) for i in params):,} elements", ""]
-    out += [f"{i.path}\t{ggml_name(i.path)}\tTensor[{', '.join(map(str, i.shape))}; {i.dtype}]" for i in params]
+    tensors = list(instantiate(model).tensors())
+    params = [t for t in tensors if t.kind == "param" and t.tied_from is None]
+    out += ["Params", "", f"{len(params)} tensors, {sum(_numel(t.shape) for t in params):,} elements", ""]
+    out += [f"{t.path}\t{t.ggml}\tTensor[{', '.join(map(str, t.shape))}; {t.dtype}]" for t in params]
     out += ["", "State", ""]
-    out += [f"{i.path}\tTensor[{', '.join(map(str, i.shape))}; {i.dtype}]" for i in insts if i.kind == "state"]
+    out += [f"{t.path}\tTensor[{', '.join(map(str, t.shape))}; {t.dtype}]" for t in tensors if t.kind == "state"]
     return "\n".join(out) + "\n"
 
 

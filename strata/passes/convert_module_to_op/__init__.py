@@ -1,0 +1,109 @@
+"""convert-module-to-op: expand a `module.model`'s entries into llama.cpp's op graph.
+
+The pass walks the model's block instances and dispatches on each block's kind (its
+`path`) to the expansion registered for it (`EXPANSIONS`, filled by the modules of this
+package); it knows no model family. One `func.func` per entry: `prefill` of S tokens (S
+static, or dynamic with `tokens=0`) from a start position, or `decode` of one token.
+
+`n_kv` (the visible cache rows) is `start + S` rounded up to `kv-pad` (capped at `ctx`)
+when both are known, else `ctx`: the mask hides the rows not yet written either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, ModuleOp, i64
+from xdsl.ir import Block, Region
+from xdsl.passes import ModulePass
+
+from strata.dialects import module as M
+from strata.dialects.instances import BlockInstance, InstanceError, find_model, instantiate
+from strata.errors import StrataError
+
+# The expansions register themselves with EXPANSIONS when imported.
+from strata.passes.convert_module_to_op import attention, model, nn  # noqa: F401
+from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering, LoweringError
+
+__all__ = ["ConvertModuleToOpPass", "EXPANSIONS", "LoweringError", "lower_entry"]
+
+ENTRIES = ("prefill", "decode")
+#: The largest context the IR can describe with room to spare in int64 products.
+MAX_CTX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class ConvertModuleToOpPass(ModulePass):
+    """Lower the model's entries (`entry=prefill,decode`) to one `func.func` each."""
+
+    name = "convert-module-to-op"
+
+    entry: tuple[str, ...] = ("prefill",)
+    tokens: int = 0
+    start: int = -1
+    ctx: int = 0
+    kv_pad: int = 256
+    flash_attn: bool = True
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        entries = (self.entry,) if isinstance(self.entry, str) else tuple(self.entry)
+        _check_options(self, entries)
+        try:
+            model = find_model(op)
+            root = instantiate(model)
+        except InstanceError as e:
+            raise _error(str(e)) from None
+        declared = {fn.member_name for fn in model.entries()}
+        fns = []
+        for entry in entries:
+            if entry not in declared:
+                raise _error(f"the model declares no entry '{entry}' (it has: {', '.join(sorted(declared))})")
+            fns.append(lower_entry(root, entry, self))
+        model.detach()
+        model.erase()
+        op.body.block.add_ops(fns)
+
+
+def _error(msg: str) -> StrataError:
+    return LoweringError(f"convert-module-to-op: {msg}")
+
+
+def _check_options(opts: ConvertModuleToOpPass, entries: tuple[str, ...]) -> None:
+    """Refuse options that would give IR nobody can parse back or run."""
+    if not entries or len(set(entries)) != len(entries):
+        raise _error(f"entry must name distinct entries, got {','.join(entries) or 'none'}")
+    for entry in entries:
+        if entry not in ENTRIES:
+            raise _error(f"unknown entry '{entry}' ({' or '.join(ENTRIES)})")
+    if not 0 <= opts.tokens <= MAX_CTX:
+        raise _error(f"tokens must be >= 0 (0: dynamic) and at most {MAX_CTX}, got {opts.tokens}")
+    if entries == ("decode",) and opts.tokens not in (0, 1):
+        raise _error(f"decode takes one token, got tokens={opts.tokens}")
+    if not -1 <= opts.start <= MAX_CTX:
+        raise _error(f"start must be a position >= 0, or -1 for unknown, got {opts.start}")
+    if not 0 <= opts.ctx <= MAX_CTX:
+        raise _error(f"ctx must be >= 0 (0: the model's MaxSeq) and at most {MAX_CTX}, got {opts.ctx}")
+    if not 1 <= opts.kv_pad <= MAX_CTX:
+        raise _error(f"kv-pad must be >= 1, got {opts.kv_pad}")
+
+
+def lower_entry(root: BlockInstance, entry: str, opts: ConvertModuleToOpPass) -> func.FuncOp:
+    """The `func.func @<entry>` of the model rooted at `root`."""
+    n_ctx = opts.ctx or root.dim("MaxSeq")
+    tokens = 1 if entry == "decode" else (opts.tokens or DYNAMIC_INDEX)
+    if tokens != DYNAMIC_INDEX and opts.start >= 0:
+        if opts.start + tokens > n_ctx:
+            raise _error(f"{opts.start} + {tokens} tokens exceed the context of {n_ctx}")
+        n_kv = min(n_ctx, -(-(opts.start + tokens) // opts.kv_pad) * opts.kv_pad)
+    else:
+        n_kv = n_ctx
+    block = Block()
+    lo = Lowering(block, entry, tokens, n_ctx, n_kv, opts.flash_attn)
+    logits = lo.call(root, entry)
+    block.add_op(func.ReturnOp(logits))
+    fn = func.FuncOp(entry, ((), (logits.type,)), Region(block))
+    fn.attributes["op.n_ctx"] = IntegerAttr(n_ctx, i64)
+    fn.attributes["op.n_kv"] = IntegerAttr(n_kv, i64)
+    return fn

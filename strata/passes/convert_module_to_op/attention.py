@@ -1,0 +1,116 @@
+"""Op-level expansion of grouped-query attention with RoPE and a KV cache (llama.cpp's graph).
+
+Q, then V, then K (llama.cpp expands K last so that rope can fuse into the cache write);
+each per-layer cache is an `op.state` `cache_{k,v}_l<il>` laid out [ctx, KvHeads*HeadDim],
+written by SET_ROWS at the call's rows; attention reads a VIEW of its first `n_kv` rows
+through FLASH_ATTN_EXT, or the unfused MUL_MAT / SOFT_MAX / MUL_MAT chain.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, DictionaryAttr, FloatAttr, IntegerAttr, StringAttr, f32, f64, i32, i64
+from xdsl.ir import SSAValue
+
+from strata.dialects import op as O
+from strata.dialects.instances import BlockInstance
+from strata.ir.dtypes import dtype_named
+from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering, LoweringError, tensor
+
+
+def rope_scaling(inst: BlockInstance) -> dict | None:
+    """The block's `rope_scaling` dictionary as plain values, or None."""
+    attr = inst.attr("rope_scaling")
+    if not isinstance(attr, DictionaryAttr):
+        return None
+    return {k: (v.data if isinstance(v, StringAttr) else v.value.data) for k, v in attr.data.items()}
+
+
+def llama3_freq_factors(theta: float, head_dim: int, rs: dict) -> list[float]:
+    """llama.cpp's rope_freqs for llama3 scaling: original / scaled inverse frequency."""
+    inv = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old_ctx = rs["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    low_wl, high_wl = old_ctx / lo, old_ctx / hi
+    smooth = (old_ctx / wavelen - lo) / (hi - lo)
+    scaled = np.where(wavelen > low_wl, inv / factor, inv)
+    mid = (wavelen <= low_wl) & (wavelen >= high_wl)
+    scaled = np.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+    return [float(x) for x in (inv / scaled)]
+
+
+@EXPANSIONS.register("std.attn.grouped_query")
+class GroupedQueryAttention:
+    @staticmethod
+    def forward(lo: Lowering, inst: BlockInstance, x: SSAValue) -> SSAValue:
+        g, S, sfx, il = lo.g, lo.S, lo.suffix(inst), inst.layer or 0
+        shards = inst.dim("Shards")
+        n_head, n_kv_head, d = inst.dim("Heads") // shards, inst.dim("KvHeads") // shards, inst.dim("HeadDim")
+        rope = _rope(lo, inst, d)
+
+        def project(name: str, heads: int, norm: str | None, label: str) -> SSAValue:
+            y = lo.call(inst.child(name), "forward", x, label=label)
+            y = g.reshape(y, (S, heads, d), label)
+            if norm is not None and inst.has(norm):
+                y = lo.call(inst.child(norm), "forward", y, label=label.replace("cur", "cur_normed"))
+            return y
+
+        q = rope(project("q_proj", n_head, "q_norm", f"Qcur{sfx}"), f"Qcur{sfx}")
+        v = project("v_proj", n_kv_head, None, f"Vcur{sfx}")
+        k = rope(project("k_proj", n_kv_head, "k_norm", f"Kcur{sfx}"), f"Kcur{sfx}")
+
+        caches = []
+        for kind, src in (("k", k), ("v", v)):
+            elem = dtype_named(inst.state[f"cache_{kind}"].dtype).attr
+            cache = lo.state(f"cache_{kind}_l{il}", (lo.n_ctx, n_kv_head * d), elem)
+            rows = lo.input("kv_rows", (S,), i64, f"{kind}_idxs", key=("kv_rows", il, kind))
+            flat = g.view(src, (S, n_kv_head * d))
+            g.add(O.SetRowsOp.create(operands=[cache, flat, rows], result_types=[cache.type]))
+            caches.append(cache)
+
+        mask = lo.input("kq_mask", (S, lo.n_kv), f32, "kq_mask")
+        qp = g.permute(g.view(q, (S, n_head, d)), (1, 0, 2))
+        kp, vp = (g.permute(g.view(c, (lo.n_kv, n_kv_head, d)), (1, 0, 2)) for c in caches)
+        scale = {"scale": FloatAttr(1.0 / math.sqrt(d), f64)}
+        if lo.flash_attn:
+            op = O.FlashAttnExtOp.create(operands=[qp, kp, vp, mask], result_types=[tensor((S, n_head, d))],
+                                         attributes=scale)
+            attn = g.reshape(g.add(op), (S, n_head * d), f"kqv_out{sfx}")
+        else:
+            kq = g.mul_mat(kp, qp, f"kq{sfx}")
+            kq = g.add(O.SoftMaxOp.create(operands=[kq, mask], result_types=[kq.type], attributes=scale),
+                       f"kq_soft_max{sfx}")
+            vt = g.unary(O.ContOp, g.unary(O.TransposeOp, vp, (n_kv_head, d, lo.n_kv)), (n_kv_head, d, lo.n_kv))
+            kqv = g.mul_mat(vt, kq, f"kqv{sfx}")
+            attn = g.unary(O.ContOp, g.permute(kqv, (1, 0, 2)), (S, n_head * d), f"kqv_out{sfx}")
+        return lo.call(inst.child("o_proj"), "forward", attn)
+
+
+def _rope(lo: Lowering, inst: BlockInstance, head_dim: int):
+    """A function that applies the block's NeoX RoPE (with llama3 factors if it has them)."""
+    theta = inst.float_attr("rope_theta")
+    scaling = rope_scaling(inst)
+    freq = None
+    if scaling is not None:
+        if scaling.get("rope_type") != "llama3":
+            raise LoweringError(f"convert-module-to-op: {inst.name}: rope scaling "
+                                f"'{scaling.get('rope_type')}' is not supported")
+        factors = llama3_freq_factors(theta, head_dim, scaling)
+        freq = lo.once(("rope_freqs", tuple(factors)), lambda: lo.g.add(O.ConstantOp(
+            DenseIntOrFPElementsAttr.from_list(tensor((head_dim // 2,)), factors), "rope_freqs")))
+    attrs = {
+        "n_dims": IntegerAttr(head_dim, i64),
+        "mode": StringAttr("neox"),
+        "freq_base": FloatAttr(theta, f64),
+        "freq_scale": FloatAttr(1.0, f64),
+    }
+
+    def apply(x: SSAValue, label: str) -> SSAValue:
+        positions = lo.input("positions", (lo.S,), i32, "inp_pos")
+        operands = [x, positions] + ([freq] if freq is not None else [])
+        return lo.g.add(O.RopeOp.create(operands=operands, result_types=[x.type], attributes=dict(attrs)), label)
+
+    return apply

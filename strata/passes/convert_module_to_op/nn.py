@@ -1,0 +1,59 @@
+"""Op-level expansions of the standard layers: embedding, RMS norm, linear, SwiGLU MLP.
+
+Each builds llama.cpp's subgraph with its tensor names; a caller passes the name of the
+block's output (`attn_norm-0`, `Qcur-0`), the block adds its inner names (`norm-0`).
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import FloatAttr, f64
+from xdsl.ir import SSAValue
+
+from strata.dialects import op as O
+from strata.dialects.instances import BlockInstance
+from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering
+
+
+@EXPANSIONS.register("std.nn.embedding")
+class Embedding:
+    @staticmethod
+    def forward(lo: Lowering, inst: BlockInstance, ids: SSAValue, label: str = "embd") -> SSAValue:
+        table = lo.param(inst, "weight")
+        return lo.g.binary(O.GetRowsOp, table, ids, (O.shape_of(ids)[0], O.shape_of(table)[1]), label)
+
+
+@EXPANSIONS.register("std.nn.norm")
+class RmsNorm:
+    """RMS_NORM then MUL by the weight: `norm-<il>`, then the caller's name."""
+
+    @staticmethod
+    def forward(lo: Lowering, inst: BlockInstance, x: SSAValue, label: str | None = None) -> SSAValue:
+        shape = O.shape_of(x)
+        eps = FloatAttr(inst.float_attr("eps"), f64)
+        normed = lo.g.unary(O.RmsNormOp, x, shape, "norm" + lo.suffix(inst), eps=eps)
+        return lo.g.binary(O.MulOp, normed, lo.param(inst, "weight"), shape, label)
+
+
+@EXPANSIONS.register("std.nn.linear")
+class Linear:
+    """MUL_MAT by the [out, in] weight, then ADD of the bias where the instance has one."""
+
+    @staticmethod
+    def forward(lo: Lowering, inst: BlockInstance, x: SSAValue, label: str | None = None) -> SSAValue:
+        y = lo.g.mul_mat(lo.param(inst, "weight"), x, label)
+        if "bias" in inst.params:
+            y = lo.g.binary(O.AddOp, y, lo.param(inst, "bias"), O.shape_of(y), label)
+        return y
+
+
+@EXPANSIONS.register("std.nn.mlp")
+class SwiGlu:
+    """down(silu(gate(x)) * up(x)) as ffn_gate, ffn_up, ffn_swiglu and ffn_out."""
+
+    @staticmethod
+    def forward(lo: Lowering, inst: BlockInstance, x: SSAValue) -> SSAValue:
+        sfx = lo.suffix(inst)
+        gate = lo.call(inst.child("gate"), "forward", x, label=f"ffn_gate{sfx}")
+        up = lo.call(inst.child("up"), "forward", x, label=f"ffn_up{sfx}")
+        act = lo.g.binary(O.SwigluOp, gate, up, O.shape_of(gate), f"ffn_swiglu{sfx}")
+        return lo.call(inst.child("down"), "forward", act, label=f"ffn_out{sfx}")

@@ -1,0 +1,270 @@
+"""The compiler's pipeline: read a model once, build its module level once, lower its
+entries through a target's pass pipeline, and write the result as a stage.
+
+    model = load_model("models/tiny")                    # config + module level, built once
+    store = model.open_weights()                         # checked against the module's params
+    out = compile_model(model, "cpu", "build/tiny")      # model.py, op.mlir, manifest.json
+    print(target_pipeline("cpu", model, {}))             # the pass pipeline it ran
+
+Every target is a pass-pipeline string over the module level (`strata-opt -p` runs the same
+string) plus a printer (`strata.targets`). Families plug in through `strata.models`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import PassPipeline
+
+from strata.dialects import op as O
+from strata.dialects import strata_context
+from strata.dialects.instances import TensorInstance, find_model, instantiate, model_params
+from strata.errors import StrataError
+from strata.ir.dtypes import dtype_of
+from strata.ir.text import print_ir
+from strata.ir.weights import WeightStore
+from strata.passes import strata_passes
+from strata.stage import MANIFEST, StageError, check_destination, locked, manifest_bytes, sha256_file, stage_matches, write_stage
+from strata.targets import Target, target
+
+DEFAULT_MAX_CTX = 4096
+OP_MLIR = "op.mlir"
+
+
+class PipelineError(StrataError):
+    """A compile that cannot proceed."""
+
+
+def warn(text: str) -> None:
+    print(f"strata: warning: {text}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+
+
+def model_root(path: str | Path) -> Path:
+    """The model directory for a directory or a `config.json` path."""
+    p = Path(path)
+    return p.parent if p.is_file() else p
+
+
+@dataclass
+class Model:
+    """A model read from disk: its config, and its module level built once."""
+
+    root: Path
+    config: Any
+    module: ModuleOp
+    _params: dict[str, TensorInstance] | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return str(self.config.name)
+
+    @property
+    def model_op(self):
+        return find_model(self.module)
+
+    def params(self) -> dict[str, TensorInstance]:
+        """Every distinct param, by its llama.cpp name."""
+        if self._params is None:
+            self._params = model_params(self.model_op)
+        return self._params
+
+    def weight_names(self) -> tuple[dict[str, str], set[str]]:
+        """(stored HF name -> IR name, the stored names the model knowingly ignores)."""
+        tensors = [t for t in instantiate(self.model_op).tensors() if t.kind == "param"]
+        names = {t.hf: t.ggml for t in tensors if t.tied_from is None}
+        # A tied model's checkpoint may still carry the tied copy (lm_head.weight).
+        ignore = {t.tied_from for t in tensors if t.tied_from is not None}
+        return names, ignore
+
+    def open_weights(self, check: bool = True, quiet: bool = False) -> WeightStore:
+        """The model's weight store, addressed by IR names; checked against the params."""
+        names, ignore = self.weight_names()
+        store = WeightStore.open(self.root, names, ignore)
+        if check:
+            store.check({name: (t.shape, t.dtype) for name, t in self.params().items()})
+        if store.unused and not quiet:
+            shown = ", ".join(f"'{n}'" for n in store.unused[:3]) + (", ..." if len(store.unused) > 3 else "")
+            warn(f"{store.label}: {len(store.unused)} stored tensor(s) are not used by this model ({shown})")
+        return store
+
+
+def load_config(path: str | Path):
+    from strata.frontends.hf_config import load_hf_config
+
+    return load_hf_config(path)
+
+
+def load_model(path: str | Path, max_seq: int | None = None) -> Model:
+    """Read the config at `path` and build the module level (once)."""
+    from strata.models import build_module
+
+    config = load_config(path)
+    module = build_module(config, max_seq=max_seq)
+    module.verify()
+    return Model(model_root(path), config, module)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lowering
+
+
+def run_pipeline(module: ModuleOp, spec: str, ctx: Context | None = None) -> ModuleOp:
+    """Run the pass pipeline `spec` (strata-opt's `-p` syntax) on `module` in place."""
+    try:
+        pipeline = PassPipeline.parse_spec(strata_passes(), spec)
+    except Exception as e:  # noqa: BLE001 - xDSL reports bad specs with several exception types
+        raise PipelineError(f"pass pipeline '{spec}': {str(e).strip().splitlines()[0]}") from None
+    pipeline.apply(ctx or strata_context(), module)
+    module.verify()
+    return module
+
+
+def lower(model: Model, spec: str) -> ModuleOp:
+    """A copy of the model's module level after the pass pipeline `spec`."""
+    return run_pipeline(model.module.clone(), spec)
+
+
+def entry_pipeline(entry: str, *, tokens: int = 0, start: int = -1, ctx: int = 0, kv_pad: int = 256,
+                   flash_attn: bool = True) -> str:
+    """The pass pipeline that lowers one entry (what `strata ir --level op` and `trace` run)."""
+    flash = "true" if flash_attn else "false"
+    return (f"convert-module-to-op{{entry={entry} tokens={tokens} start={start} ctx={ctx} kv_pad={kv_pad} "
+            f"flash_attn={flash}}}")
+
+
+def resolve_knobs(tgt: Target, model: Model, knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The target's knobs with defaults filled in and checked against the model."""
+    out = dict(tgt.knobs)
+    unknown = set(knobs) - set(out)
+    if unknown:
+        raise PipelineError(f"target '{tgt.name}' has no knob(s) {', '.join(sorted(unknown))}")
+    out.update({k: v for k, v in knobs.items() if v is not None})
+    limit = model.config.max_position_embeddings
+    if out.get("ctx") is None:
+        out["ctx"] = min(limit, DEFAULT_MAX_CTX)
+    ctx = out["ctx"]
+    if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1:
+        raise PipelineError(f"ctx must be a positive integer, got {ctx!r}")
+    if ctx > limit:
+        raise PipelineError(f"ctx {ctx} exceeds the model's max_position_embeddings ({limit})")
+    return out
+
+
+def target_pipeline(name: str, model: Model, knobs: Mapping[str, Any]) -> str:
+    tgt = target(name)
+    return tgt.pipeline(resolve_knobs(tgt, model, knobs))
+
+
+def state_bytes(module: ModuleOp) -> int:
+    """The bytes of every distinct `op.state` buffer (the KV cache) of a lowered module."""
+    sizes: dict[str, int] = {}
+    for op in module.walk():
+        if isinstance(op, O.StateOp):
+            n = 1
+            for d in op.result.type.get_shape():
+                n *= d
+            sizes[op.state_name.data] = n * dtype_of(op.result.type.get_element_type()).itemsize
+    return sum(sizes.values())
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (MemAvailable), or None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_state_fits(module: ModuleOp, ctx: int) -> None:
+    """Refuse a context whose state cannot be allocated, before anything is written."""
+    need, have = state_bytes(module), available_memory()
+    if have is not None and need > have:
+        raise PipelineError(f"ctx {ctx} needs {need / 2**30:.1f} GiB of state (the KV cache), but only "
+                            f"{have / 2**30:.1f} GiB of memory is available; choose a smaller --ctx")
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiling to a stage
+
+
+def stage_inputs(model: Model, store: WeightStore, tgt: Target, knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The inputs section of a stage's manifest: everything that decides its outputs."""
+    config = model.root / "config.json"
+    return {
+        "config": {"file": config.name, "sha256": sha256_file(config)},
+        "weights": store.fingerprint(),
+        "pipeline": tgt.pipeline(knobs),
+        "knobs": dict(knobs),
+    }
+
+
+def build_stage(model: Model, tgt: Target, knobs: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, bytes]:
+    """The files of a compile: the target's outputs, the op-level IR and the manifest."""
+    module = lower(model, tgt.pipeline(knobs))
+    check_state_fits(module, knobs["ctx"])
+    files = {name: text.encode("utf-8") for name, text in tgt.emit(module, model.name).items()}
+    files[OP_MLIR] = print_ir(module).encode("utf-8")
+    from strata.targets.codegen import sanitize_label
+
+    files[MANIFEST] = manifest_bytes(tgt.name, inputs, files, model=sanitize_label(model.name))
+    return files
+
+
+def compile_model(model: Model, target_name: str, out: str | Path, knobs: Mapping[str, Any] | None = None,
+                  store: WeightStore | None = None) -> Path:
+    """Compile `model` for a target into the stage directory `out` (replacing a strata stage)."""
+    tgt = target(target_name)
+    knobs = resolve_knobs(tgt, model, knobs or {})
+    store = store or model.open_weights()
+    out = Path(out)
+    inputs = stage_inputs(model, store, tgt, knobs)
+    stage_files = {*tgt.outputs, OP_MLIR}
+    check_destination(out, stage_files)  # before the work, so a refusal is quick
+    with locked(out):
+        check_destination(out, stage_files)
+        write_stage(out, build_stage(model, tgt, knobs, inputs))
+    return out
+
+
+def cached_compile(model: Model, target_name: str, cache: str | Path, knobs: Mapping[str, Any] | None = None,
+                   store: WeightStore | None = None) -> tuple[Path, str | None]:
+    """The stage in `cache` for these inputs: reused if it matches, else (re)built.
+
+    Returns (the directory, None if reused else why it was built)."""
+    tgt = target(target_name)
+    knobs = resolve_knobs(tgt, model, knobs or {})
+    store = store or model.open_weights()
+    cache = Path(cache)
+    inputs = stage_inputs(model, store, tgt, knobs)
+    with locked(cache):
+        if cache.is_dir():
+            ok, why = stage_matches(cache, inputs, {*tgt.outputs, OP_MLIR})
+            if ok:
+                return cache, None
+        else:
+            why = "there was none"
+        check_destination(cache, {*tgt.outputs, OP_MLIR})
+        write_stage(cache, build_stage(model, tgt, knobs, inputs))
+    return cache, why
+
+
+__all__ = ["Model", "PipelineError", "StageError", "load_model", "lower", "run_pipeline", "entry_pipeline",
+           "compile_model", "cached_compile", "target_pipeline", "model_root"]

@@ -1,0 +1,77 @@
+"""Helpers shared by the tests (imported as `support`; pytest puts tests/ on the path)."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from strata.frontends.hf_config import LlamaConfig
+from strata.ir.weights import WeightStore
+from strata.models import build_module
+from strata.models.checkpoint import save_random_checkpoint
+from strata.pipeline import Model, entry_pipeline, load_model, run_pipeline
+from strata.semantics.op_interp import find_function
+
+ROOT = Path(__file__).resolve().parent.parent
+SEEDS = ROOT.parent / "shared" / "seeds"
+REFS = ROOT.parent / "shared" / "refs"
+EXAMPLES = ROOT / "examples"
+
+#: Tiny configs, one per architecture of the llama family; tests vary them with `tiny(...)`.
+TINY = {
+    "llama": LlamaConfig(
+        arch="LlamaForCausalLM", name="tiny-llama", vocab_size=48, hidden_size=32, num_layers=2, num_heads=4,
+        num_kv_heads=2, head_dim=8, intermediate_size=40, rms_norm_eps=1e-5, rope_theta=10000.0,
+        rope_scaling=None, max_position_embeddings=128, tie_word_embeddings=False, attention_bias=False,
+        o_bias=False, qk_norm=False, dtype="float32"),
+}
+TINY["qwen2"] = dataclasses.replace(TINY["llama"], arch="Qwen2ForCausalLM", name="tiny-qwen2", attention_bias=True,
+                                    tie_word_embeddings=True, rms_norm_eps=1e-6, rope_theta=1e6)
+TINY["qwen3"] = dataclasses.replace(TINY["llama"], arch="Qwen3ForCausalLM", name="tiny-qwen3", qk_norm=True,
+                                    head_dim=16, rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=True)
+
+
+def tiny(family: str = "llama", **changes) -> LlamaConfig:
+    """A tiny config of `family`, with `changes` applied."""
+    return dataclasses.replace(TINY[family], **changes)
+
+
+def write_checkpoint(cfg, directory: Path, seed: int = 3, dtype: str = "float32", std: float = 0.12,
+                     shards: int = 1) -> Path:
+    """Random weights; matrices of std 0.12 give a tiny model logits of std ~1."""
+    return save_random_checkpoint(cfg, directory, seed=seed, dtype=dtype, std=std, shards=shards)
+
+
+def module_of(cfg) -> ModuleOp:
+    module = build_module(cfg)
+    module.verify()
+    return module
+
+
+def lower(cfg_or_module, entry: str = "prefill", **opts) -> ModuleOp:
+    """The op level of one entry (`tokens`, `start`, `ctx`, `kv_pad`, `flash_attn` as the pass takes them)."""
+    module = cfg_or_module.clone() if isinstance(cfg_or_module, ModuleOp) else module_of(cfg_or_module)
+    return run_pipeline(module, entry_pipeline(entry, **opts))
+
+
+def lower_fn(cfg_or_module, entry: str = "prefill", **opts) -> func.FuncOp:
+    return find_function(lower(cfg_or_module, entry, **opts))
+
+
+def open_store(directory: Path) -> WeightStore:
+    """The weight store of a model directory, addressed by llama.cpp names."""
+    return load_model(directory).open_weights(quiet=True)
+
+
+def model_at(directory: Path) -> Model:
+    return load_model(directory)
+
+
+def run_tool(*args: str, tool: str = "strata.cli", **kw) -> subprocess.CompletedProcess:
+    """`python -m strata.cli ARGS` (or strata.opt), capturing text output."""
+    return subprocess.run([sys.executable, "-m", tool, *args], capture_output=True, text=True, **kw)
