@@ -8,7 +8,7 @@
 // line and the column.
 
 // Unknown generic name in a param's type: Model declares H and T, not Vocab.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.param @weight: unknown name 'Vocab' in 'Tensor[Vocab, H; T]'
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.param @weight: unknown name 'Vocab' in 'Tensor[Vocab, H; T]'
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.param @weight : "Tensor[Vocab, H; T]"
@@ -18,7 +18,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // Unknown element type.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.param @weight: unknown name 'f33' in 'Tensor[H, H; f33]'
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.param @weight: unknown name 'f33' in 'Tensor[H, H; f33]'
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.param @weight : "Tensor[H, H; f33]"
@@ -28,7 +28,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // Bad syntax in a type string: the element type follows a `;`.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.param @weight: unexpected ']' in dim expression of 'Tensor[H, H, T]'
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.param @weight: unexpected ']' in dim expression of 'Tensor[H, H, T]'
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.param @weight : "Tensor[H, H, T]"
@@ -38,7 +38,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // Bad syntax: a character that is not part of the notation.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.param @weight: unexpected character '$' in 'Tensor[H $ 2; T]'
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.param @weight: unexpected character '$' in 'Tensor[H $ 2; T]'
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.param @weight : "Tensor[H $ 2; T]"
@@ -48,7 +48,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // Bad syntax: unbalanced parentheses in a dim expression.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.param @weight: expected ) in 'Tensor[(H + 1; T]', got ;
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.param @weight: expected ) in 'Tensor[(H + 1; T]', got ;
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.param @weight : "Tensor[(H + 1; T]"
@@ -58,7 +58,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.state: unknown generic name.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.state @cache: unknown name 'MaxSeq' in 'Tensor[H, MaxSeq; T]'
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.state @cache: unknown name 'MaxSeq' in 'Tensor[H, MaxSeq; T]'
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.state @cache : "Tensor[H, MaxSeq; T]"
@@ -68,7 +68,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.state: trailing text after the type.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.state @cache: unexpected 'extra' in 'Tensor[H; T] extra'
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.state @cache: unexpected 'extra' in 'Tensor[H; T] extra'
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.state @cache : "Tensor[H; T] extra"
@@ -78,7 +78,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.sub referring to a block the model does not define.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.sub @mlp: no block named 'SwiGlu' in the model
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.sub @mlp: no block named 'SwiGlu' in the model
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.sub @mlp : "SwiGlu<H, T>"
@@ -88,7 +88,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.sub: unknown generic name in the arguments.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.sub @norm: unknown name 'Hidden' in 'RmsNorm<H, T, Hidden>'
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.sub @norm: unknown name 'Hidden' in 'RmsNorm<H, T, Hidden>'
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.sub @norm : "RmsNorm<H, T, Hidden>"
@@ -101,7 +101,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.sub: unknown generic name in the count of an array.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.sub @layers: unknown name 'Layers' in '[RmsNorm<H, T>; Layers]'
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.sub @layers: unknown name 'Layers' in '[RmsNorm<H, T>; Layers]'
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.sub @layers : "[RmsNorm<H, T>; Layers]"
@@ -114,7 +114,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.sub: an array is `[Kind<args>; Count]`.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.sub @layers: expected ; in '[RmsNorm<H, T>, 2]', got ,
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.sub @layers: expected ; in '[RmsNorm<H, T>, 2]', got ,
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.sub @layers : "[RmsNorm<H, T>, 2]"
@@ -127,7 +127,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.fn: a name that is neither a generic of the block nor of the function.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.fn @forward: unknown name 'S' in '(x: Tensor[S, H; T]) -> Tensor[S, H; T]'
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.fn @forward: unknown name 'S' in '(x: Tensor[S, H; T]) -> Tensor[S, H; T]'
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.fn @forward : "(x: Tensor[S, H; T]) -> Tensor[S, H; T]" {pub}
@@ -137,7 +137,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.fn: bad syntax, the `->` is missing.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.fn @forward: expected -> in '<S: Dim>(x: Tensor[S, H; T]) Tensor[S, H; T]', got Tensor
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.fn @forward: expected -> in '<S: Dim>(x: Tensor[S, H; T]) Tensor[S, H; T]', got Tensor
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.fn @forward : "<S: Dim>(x: Tensor[S, H; T]) Tensor[S, H; T]" {pub}
@@ -147,7 +147,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.fn: a generic kind is Dim, Float or Shape.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.fn @forward: generic 'S' has unknown kind 'Size' (Dim, Float or Shape)
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.fn @forward: generic 'S' has unknown kind 'Size' (Dim, Float or Shape)
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.fn @forward : "<S: Size>(x: Tensor[S, H; T]) -> Tensor[S, H; T]" {pub}
@@ -157,7 +157,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.block: a member defined twice.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.block @Model: member 'weight' defined twice
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.block @Model: member 'weight' defined twice
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.param @weight : "Tensor[H; T]"
@@ -168,7 +168,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.block: members of different kinds share one namespace.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.block @Model: member 'weight' defined twice
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.block @Model: member 'weight' defined twice
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.param @weight : "Tensor[H; T]"
@@ -179,7 +179,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.block: only members inside a block.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.block @Model: unexpected op arith.constant
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.block @Model: unexpected op arith.constant
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     "arith.constant"() {value = 1 : i64} : () -> i64
@@ -189,7 +189,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.block: a function is a module.fn, not a func.func.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.block @Model: unexpected op func.func
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.block @Model: unexpected op func.func
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     func.func @f() {
@@ -201,7 +201,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.model: a generic of the root block without a default must be bound (H).
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.model @m: generic 'H' of the root block is not bound
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.model @m: generic 'H' of the root block is not bound
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.param @weight : "Tensor[H; T]"
@@ -211,7 +211,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.model: the root block must be defined.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.model @m: root block 'Main' is not defined
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.model @m: root block 'Main' is not defined
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Main", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.param @weight : "Tensor[H; T]"
@@ -221,7 +221,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Main", generics =
 // -----
 
 // module.model: two blocks with one name.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}Redefinition of symbol "Model"
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}Redefinition of symbol "Model"
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.param @weight : "Tensor[H; T]"
@@ -234,7 +234,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // A member directly in the model, outside any block.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.param @stray must be inside a module.block
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.param @stray must be inside a module.block
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.param @weight : "Tensor[H; T]"
@@ -245,13 +245,13 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // A member outside any model.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}module.param @stray must be inside a module.block
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.param @stray must be inside a module.block
 module.param @stray : "Tensor[4; f32]"
 
 // -----
 
 // `optional` is a unit attribute.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}3 : i64 should be of base attribute unit
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}3 : i64 should be of base attribute unit
 module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.param @weight : "Tensor[H; T]" {optional = 3 : i64}
@@ -261,7 +261,7 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
 // -----
 
 // module.model: `root` is required.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: )?}}attribute 'root' expected in operation 'module.model'
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}attribute 'root' expected in operation 'module.model'
 module.model @m attributes {arch = "LlamaForCausalLM", generics = {H = 16 : i64}} {
   module.block @Model ["H: Dim", "T: Float = bf16"] attributes {path = "llama"} {
     module.param @weight : "Tensor[H; T]"
