@@ -40,6 +40,11 @@ _DEFAULT_ROPE_THETA = 10000.0
 # hidden_size // num_heads (an explicit null still means the derived value).
 _QWEN3_DEFAULT_HEAD_DIM = 128
 
+#: The largest size or count a config may give. No dimension of a real model comes close, and
+#: it keeps the product of any two dims (vocab x hidden, heads x head_dim) well inside the IR's
+#: int64.
+MAX_DIM = 2**31 - 1
+
 
 class ConfigError(StrataError):
     """A model config that strata cannot read or does not support."""
@@ -156,11 +161,34 @@ def load_hf_config(path: str | Path) -> LlamaConfig:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{file}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_parse_int)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{file}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
     name = file.resolve().parent.name or "model"
     return from_hf_dict(data, file=str(file), name=name)
+
+
+class _LongInteger:
+    """A JSON integer with more digits than Python converts (a guard against quadratic work).
+
+    Parsing keeps it as this marker rather than failing, so that the error can name the field
+    that holds it; a field strata never reads may hold one.
+    """
+
+    def __init__(self, literal: str) -> None:
+        self.negative = literal.startswith("-")
+        self.digits = len(literal) - self.negative
+
+    def __str__(self) -> str:
+        sign = "negative " if self.negative else ""
+        return f"a {sign}{self.digits}-digit integer"
+
+
+def _parse_int(literal: str) -> int | _LongInteger:
+    try:
+        return int(literal)
+    except ValueError:  # more digits than sys.get_int_max_str_digits() allows
+        return _LongInteger(literal)
 
 
 def from_hf_dict(data: Any, file: str = "config.json", name: str = "model") -> LlamaConfig:
@@ -236,21 +264,24 @@ class _Fields:
         if value is default:
             return value
         # bool is a subclass of int in Python, but `true` is never a valid count.
-        if not isinstance(value, int) or isinstance(value, bool):
+        if not isinstance(value, (int, _LongInteger)) or isinstance(value, bool):
             raise self.error(key, f"must be an integer, got {_show(value)}")
-        if value <= 0:
-            raise self.error(key, f"must be a positive integer, got {value}")
+        if _as_float(value) <= 0:
+            raise self.error(key, f"must be a positive integer, got {_show(value)}")
+        if isinstance(value, _LongInteger) or value > MAX_DIM:
+            raise self.error(key, f"is {_show(value)}, above the limit of {MAX_DIM} (2**31 - 1)")
         return value
 
     def number(self, key: str, default: Any = ...) -> Any:
         value = self._get(key, default, default is ...)
         if value is default:
             return value
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
+        if not isinstance(value, (int, float, _LongInteger)) or isinstance(value, bool):
             raise self.error(key, f"must be a number, got {_show(value)}")
-        if not math.isfinite(value) or value <= 0:
-            raise self.error(key, f"must be a positive number, got {value}")
-        return float(value)
+        number = _as_float(value)
+        if not math.isfinite(number) or number <= 0:
+            raise self.error(key, f"must be a finite positive number, got {_show(value)}")
+        return number
 
     def flag(self, key: str, default: Any = ...) -> Any:
         value = self._get(key, default, default is ...)
@@ -342,6 +373,16 @@ def _dtype(f: _Fields) -> str:
     return value
 
 
+def _as_float(value: int | float | _LongInteger) -> float:
+    """``value`` as a float; inf for integers beyond the float range (JSON allows them)."""
+    if isinstance(value, _LongInteger):
+        return -math.inf if value.negative else math.inf
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def _supported() -> str:
     return "supported: " + ", ".join(ARCHITECTURES)
 
@@ -352,5 +393,10 @@ def _kind(value: Any) -> str:
 
 
 def _show(value: Any) -> str:
-    text = json.dumps(value)
+    """``value`` as the JSON it came from, shortened to fit in a one-line message."""
+    if isinstance(value, _LongInteger):
+        return str(value)
+    text = json.dumps(value, default=str)
+    if isinstance(value, int) and not isinstance(value, bool) and len(text) > 40:
+        return str(_LongInteger(text))  # digits cut short would misstate the value
     return text if len(text) <= 40 else text[:37] + "..."
