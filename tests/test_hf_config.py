@@ -216,6 +216,15 @@ def test_the_largest_sizes_still_build(tmp_path: Path) -> None:
     assert f"Tensor[{top}, {top}; f32]" in r.stdout
 
 
+@pytest.mark.parametrize("text", [
+    "[" * 100_000 + "]" * 100_000,
+    '{"hidden_size": ' + '{"a": ' * 100_000 + "1" + "}" * 100_000 + "}",
+])
+def test_deeply_nested_json(tmp_path: Path, text: str) -> None:
+    assert "config.json: invalid JSON: nested too deeply" in _err(tmp_path, text)
+    _assert_cli_error(tmp_path, "config.json: invalid JSON: nested too deeply")
+
+
 def _with_raw(field: str, literal: str) -> str:
     """LLAMA as JSON text with ``field`` set to ``literal``, which json.dumps cannot write."""
     return json.dumps({k: v for k, v in LLAMA.items() if k != field})[:-1] + \

@@ -160,12 +160,18 @@ def load_hf_config(path: str | Path) -> LlamaConfig:
         raise ConfigError(f"{file}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{file}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        data = json.loads(text, parse_int=_parse_int)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{file}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    data = _parse_json(file, text)
     name = file.resolve().parent.name or "model"
     return from_hf_dict(data, file=str(file), name=name)
+
+
+def _parse_json(file: Path, text: str) -> Any:
+    try:
+        return json.loads(text, parse_int=_parse_int)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{file}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    except RecursionError:
+        raise ConfigError(f"{file}: invalid JSON: nested too deeply") from None
 
 
 class _LongInteger:
