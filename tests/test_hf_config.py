@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import transformers
 
@@ -259,3 +261,75 @@ def test_non_finite_numbers_refused(tmp_path: Path, literal: str) -> None:
     assert f"field 'rms_norm_eps' must be a finite positive number, got {literal}" in msg
     assert f"field 'hidden_size' must be an integer, got {literal}" in \
         _err(tmp_path, _with_raw("hidden_size", literal))
+
+
+def test_safetensors_file_given_as_model(tmp_path: Path) -> None:
+    from strata.ir.weights import write_safetensors
+
+    weights = write_safetensors(tmp_path / "model.safetensors",
+                                {"model.norm.weight": np.ones(4, dtype=np.float32)})
+    with pytest.raises(ConfigError) as info:
+        load_hf_config(weights)
+    assert str(info.value) == (
+        f"{weights}: is a safetensors weights file; MODEL must be the model directory "
+        "(holding config.json) or a config.json file")
+    _assert_cli_error(weights, f"{weights}: is a safetensors weights file; MODEL must be")
+
+
+@pytest.mark.parametrize("junk", [bytes(range(256)) * 4, b"\x00" * 16, b"{\x00}"])
+def test_binary_file_given_as_model(tmp_path: Path, junk: bytes) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(junk)
+    with pytest.raises(ConfigError, match=r"weights.bin: is a binary file, not JSON; MODEL must"):
+        load_hf_config(path)
+    _assert_cli_error(path, f"{path}: is a binary file, not JSON; MODEL must be")
+
+
+def test_dangling_link_as_model(tmp_path: Path) -> None:
+    link = tmp_path / "model"
+    link.symlink_to(tmp_path / "gone")
+    expected = f"{link}: dangling symbolic link to '{tmp_path / 'gone'}'"
+    with pytest.raises(ConfigError) as info:
+        load_hf_config(link)
+    assert str(info.value) == expected
+    _assert_cli_error(link, expected)
+    # A dangling directory on the way to config.json is named too.
+    with pytest.raises(ConfigError, match="dangling symbolic link"):
+        load_hf_config(link / "config.json")
+
+
+def test_dangling_config_link_in_model_dir(tmp_path: Path) -> None:
+    (tmp_path / "config.json").symlink_to("../elsewhere/config.json")
+    expected = f"{tmp_path / 'config.json'}: dangling symbolic link to '../elsewhere/config.json'"
+    with pytest.raises(ConfigError) as info:
+        load_hf_config(tmp_path)
+    assert str(info.value) == expected
+    _assert_cli_error(tmp_path, expected)
+
+
+def test_config_json_that_is_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "config.json").mkdir()
+    expected = f"{tmp_path / 'config.json'}: is a directory, not a config file"
+    with pytest.raises(ConfigError) as info:
+        load_hf_config(tmp_path)
+    assert str(info.value) == expected
+    _assert_cli_error(tmp_path, expected)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")
+def test_unreadable_config(tmp_path: Path) -> None:
+    path = _write(tmp_path, LLAMA)
+    path.chmod(0)
+    with pytest.raises(ConfigError, match="config.json: cannot read: Permission denied"):
+        load_hf_config(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["", " \n\t\n"])
+def test_empty_config(tmp_path: Path, text: str) -> None:
+    assert f"{tmp_path / 'config.json'}: is empty" in _err(tmp_path, text)
+    _assert_cli_error(tmp_path, f"{tmp_path / 'config.json'}: is empty")
+
+
+def test_oversized_config_is_not_read_whole(tmp_path: Path) -> None:
+    assert "config.json: is larger than 16 MiB, too large for a config file" in \
+        _err(tmp_path, " " * (16 * 1024 * 1024 + 1))

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,10 @@ _QWEN3_DEFAULT_HEAD_DIM = 128
 #: it keeps the product of any two dims (vocab x hidden, heads x head_dim) well inside the IR's
 #: int64.
 MAX_DIM = 2**31 - 1
+# Real config.json files are a few kilobytes. The cap keeps a weights file passed by mistake
+# from being read whole.
+_MAX_CONFIG_BYTES = 16 * 1024 * 1024
+_MODEL_HINT = "MODEL must be the model directory (holding config.json) or a config.json file"
 
 
 class ConfigError(StrataError):
@@ -154,15 +160,57 @@ def load_hf_config(path: str | Path) -> LlamaConfig:
     """Read ``path`` (a model directory holding ``config.json``, or the json file itself)."""
     path = Path(path)
     file = path / "config.json" if path.is_dir() else path
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{file}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{file}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    data = _parse_json(file, text)
+    data = _parse_json(file, _read_config_text(file))
     name = file.resolve().parent.name or "model"
     return from_hf_dict(data, file=str(file), name=name)
+
+
+def _read_config_text(file: Path) -> str:
+    """The text of ``file``; what cannot be a config is refused with the reason."""
+    try:
+        with open(file, "rb") as fh:
+            raw = fh.read(_MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(_why_missing(file)) from None
+    except IsADirectoryError:
+        raise ConfigError(f"{file}: is a directory, not a config file") from None
+    except OSError as e:
+        raise ConfigError(f"{file}: cannot read: {e.strerror or e}") from None
+    if _looks_like_safetensors(raw):
+        raise ConfigError(f"{file}: is a safetensors weights file; {_MODEL_HINT}")
+    if len(raw) > _MAX_CONFIG_BYTES:
+        raise ConfigError(f"{file}: is larger than {_MAX_CONFIG_BYTES // 2**20} MiB, too large "
+                          f"for a config file; {_MODEL_HINT}")
+    text = _text_of(raw)
+    if text is None:
+        raise ConfigError(f"{file}: is a binary file, not JSON; {_MODEL_HINT}")
+    if not text.strip():
+        raise ConfigError(f"{file}: is empty")
+    return text
+
+
+def _why_missing(file: Path) -> str:
+    """A dangling link on the way to ``file`` would read as 'no such file'; name it instead."""
+    for p in (file, *file.parents):
+        if p.is_symlink() and not p.exists():
+            return f"{p}: dangling symbolic link to '{os.readlink(p)}'"
+    return f"{file}: no such file"
+
+
+def _looks_like_safetensors(raw: bytes) -> bool:
+    # A little-endian u64 header length, then the header's opening brace.
+    return len(raw) > 8 and raw[8:9] == b"{" and 0 < struct.unpack("<Q", raw[:8])[0] < len(raw)
+
+
+def _text_of(raw: bytes) -> str | None:
+    """``raw`` decoded as UTF-8, or None for binary data."""
+    # NUL is valid UTF-8 but never appears in a JSON text; it is the mark of binary data.
+    if b"\0" in raw:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _parse_json(file: Path, text: str) -> Any:
