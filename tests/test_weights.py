@@ -296,3 +296,24 @@ def test_unreadable_index(tmp_path: Path, text: str, problem: str) -> None:
     with pytest.raises(WeightError) as info:
         WeightStore.open(tmp_path)
     assert str(info.value) == f"{tmp_path}/model.safetensors.index.json: invalid JSON: {problem}"
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "model.safetensors.index.json"])
+def test_dangling_weights_link(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).symlink_to("../blobs/gone")
+    with pytest.raises(WeightError) as info:
+        WeightStore.open(tmp_path)
+    assert str(info.value) == f"{tmp_path / name}: dangling symbolic link to '../blobs/gone'"
+
+
+def test_dangling_model_dir_and_shard(tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(WeightError, match=f"{link}: dangling symbolic link to '{tmp_path}/gone'"):
+        WeightStore.open(link)
+    d = save_random_llama(TINY, tmp_path / "m", seed=1, shards=2)
+    shard = d / "model-00002-of-00002.safetensors"
+    shard.unlink()
+    shard.symlink_to("blobs/0123abcd")
+    with pytest.raises(WeightError, match=f"{shard}: dangling symbolic link to 'blobs/0123abcd'"):
+        WeightStore.open(d)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import struct
 from dataclasses import dataclass
@@ -151,6 +152,12 @@ def _json_problem(e: ValueError | RecursionError) -> str:
     return "an integer with too many digits"
 
 
+def _refuse_dangling_link(path: Path) -> None:
+    """A dangling link would read as 'not found'; name it and where it points instead."""
+    if path.is_symlink() and not path.exists():
+        raise WeightError(f"{path}: dangling symbolic link to '{os.readlink(path)}'")
+
+
 def _parse_entry(path: Path, name: str, raw: object, data_start: int, size: int) -> _Entry:
     def bad(problem: str) -> WeightError:
         return WeightError(f"{path}: tensor '{name}' {problem}")
@@ -214,6 +221,8 @@ class WeightStore:
     def open(cls, model_dir: str | Path) -> WeightStore:
         """Open ``model.safetensors`` or the sharded index in ``model_dir`` (or one file)."""
         path = Path(model_dir)
+        for candidate in (path, path / SINGLE_FILE, path / INDEX_FILE):
+            _refuse_dangling_link(candidate)
         if path.is_file():
             return cls(path, [SafetensorsFile(path)])
         if (path / SINGLE_FILE).is_file():
@@ -307,6 +316,7 @@ def _open_shards(index: Path) -> list[SafetensorsFile]:
         if Path(shard).name != shard or shard in ("", ".", ".."):
             raise WeightError(f"{index}: tensor '{tensor}' maps to {shard!r}, not a file name")
         if shard not in shards:
+            _refuse_dangling_link(index.parent / shard)
             if not (index.parent / shard).is_file():
                 raise WeightError(f"{index}: shard '{shard}' (holding tensor '{tensor}') "
                                   "does not exist")
