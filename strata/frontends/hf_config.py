@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,15 @@ _DEFAULT_ROPE_THETA = 10000.0
 # Qwen3Config declares ``head_dim: int = 128``; an absent key therefore means 128, not
 # hidden_size // num_heads (an explicit null still means the derived value).
 _QWEN3_DEFAULT_HEAD_DIM = 128
+
+#: The largest size or count a config may give. No dimension of a real model comes close, and
+#: it keeps the product of any two dims (vocab x hidden, heads x head_dim) well inside the IR's
+#: int64.
+MAX_DIM = 2**31 - 1
+# Real config.json files are a few kilobytes. The cap keeps a weights file passed by mistake
+# from being read whole.
+_MAX_CONFIG_BYTES = 16 * 1024 * 1024
+_MODEL_HINT = "MODEL must be the model directory (holding config.json) or a config.json file"
 
 
 class ConfigError(StrataError):
@@ -149,18 +160,89 @@ def load_hf_config(path: str | Path) -> LlamaConfig:
     """Read ``path`` (a model directory holding ``config.json``, or the json file itself)."""
     path = Path(path)
     file = path / "config.json" if path.is_dir() else path
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{file}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{file}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{file}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    data = _parse_json(file, _read_config_text(file))
     name = file.resolve().parent.name or "model"
     return from_hf_dict(data, file=str(file), name=name)
+
+
+def _read_config_text(file: Path) -> str:
+    """The text of ``file``; what cannot be a config is refused with the reason."""
+    try:
+        with open(file, "rb") as fh:
+            raw = fh.read(_MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(_why_missing(file)) from None
+    except IsADirectoryError:
+        raise ConfigError(f"{file}: is a directory, not a config file") from None
+    except OSError as e:
+        raise ConfigError(f"{file}: cannot read: {e.strerror or e}") from None
+    if _looks_like_safetensors(raw):
+        raise ConfigError(f"{file}: is a safetensors weights file; {_MODEL_HINT}")
+    if len(raw) > _MAX_CONFIG_BYTES:
+        raise ConfigError(f"{file}: is larger than {_MAX_CONFIG_BYTES // 2**20} MiB, too large "
+                          f"for a config file; {_MODEL_HINT}")
+    text = _text_of(raw)
+    if text is None:
+        raise ConfigError(f"{file}: is a binary file, not JSON; {_MODEL_HINT}")
+    if not text.strip():
+        raise ConfigError(f"{file}: is empty")
+    return text
+
+
+def _why_missing(file: Path) -> str:
+    """A dangling link on the way to ``file`` would read as 'no such file'; name it instead."""
+    for p in (file, *file.parents):
+        if p.is_symlink() and not p.exists():
+            return f"{p}: dangling symbolic link to '{os.readlink(p)}'"
+    return f"{file}: no such file"
+
+
+def _looks_like_safetensors(raw: bytes) -> bool:
+    # A little-endian u64 header length, then the header's opening brace.
+    return len(raw) > 8 and raw[8:9] == b"{" and 0 < struct.unpack("<Q", raw[:8])[0] < len(raw)
+
+
+def _text_of(raw: bytes) -> str | None:
+    """``raw`` decoded as UTF-8, or None for binary data."""
+    # NUL is valid UTF-8 but never appears in a JSON text; it is the mark of binary data.
+    if b"\0" in raw:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _parse_json(file: Path, text: str) -> Any:
+    try:
+        return json.loads(text, parse_int=_parse_int)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{file}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    except RecursionError:
+        raise ConfigError(f"{file}: invalid JSON: nested too deeply") from None
+
+
+class _LongInteger:
+    """A JSON integer with more digits than Python converts (a guard against quadratic work).
+
+    Parsing keeps it as this marker rather than failing, so that the error can name the field
+    that holds it; a field strata never reads may hold one.
+    """
+
+    def __init__(self, literal: str) -> None:
+        self.negative = literal.startswith("-")
+        self.digits = len(literal) - self.negative
+
+    def __str__(self) -> str:
+        sign = "negative " if self.negative else ""
+        return f"a {sign}{self.digits}-digit integer"
+
+
+def _parse_int(literal: str) -> int | _LongInteger:
+    try:
+        return int(literal)
+    except ValueError:  # more digits than sys.get_int_max_str_digits() allows
+        return _LongInteger(literal)
 
 
 def from_hf_dict(data: Any, file: str = "config.json", name: str = "model") -> LlamaConfig:
@@ -236,21 +318,24 @@ class _Fields:
         if value is default:
             return value
         # bool is a subclass of int in Python, but `true` is never a valid count.
-        if not isinstance(value, int) or isinstance(value, bool):
+        if not isinstance(value, (int, _LongInteger)) or isinstance(value, bool):
             raise self.error(key, f"must be an integer, got {_show(value)}")
-        if value <= 0:
-            raise self.error(key, f"must be a positive integer, got {value}")
+        if _as_float(value) <= 0:
+            raise self.error(key, f"must be a positive integer, got {_show(value)}")
+        if isinstance(value, _LongInteger) or value > MAX_DIM:
+            raise self.error(key, f"is {_show(value)}, above the limit of {MAX_DIM} (2**31 - 1)")
         return value
 
     def number(self, key: str, default: Any = ...) -> Any:
         value = self._get(key, default, default is ...)
         if value is default:
             return value
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
+        if not isinstance(value, (int, float, _LongInteger)) or isinstance(value, bool):
             raise self.error(key, f"must be a number, got {_show(value)}")
-        if not math.isfinite(value) or value <= 0:
-            raise self.error(key, f"must be a positive number, got {value}")
-        return float(value)
+        number = _as_float(value)
+        if not math.isfinite(number) or number <= 0:
+            raise self.error(key, f"must be a finite positive number, got {_show(value)}")
+        return number
 
     def flag(self, key: str, default: Any = ...) -> Any:
         value = self._get(key, default, default is ...)
@@ -342,6 +427,16 @@ def _dtype(f: _Fields) -> str:
     return value
 
 
+def _as_float(value: int | float | _LongInteger) -> float:
+    """``value`` as a float; inf for integers beyond the float range (JSON allows them)."""
+    if isinstance(value, _LongInteger):
+        return -math.inf if value.negative else math.inf
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def _supported() -> str:
     return "supported: " + ", ".join(ARCHITECTURES)
 
@@ -352,5 +447,10 @@ def _kind(value: Any) -> str:
 
 
 def _show(value: Any) -> str:
-    text = json.dumps(value)
+    """``value`` as the JSON it came from, shortened to fit in a one-line message."""
+    if isinstance(value, _LongInteger):
+        return str(value)
+    text = json.dumps(value, default=str)
+    if isinstance(value, int) and not isinstance(value, bool) and len(text) > 40:
+        return str(_LongInteger(text))  # digits cut short would misstate the value
     return text if len(text) <= 40 else text[:37] + "..."

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,12 +93,28 @@ def _read_header(path: Path) -> tuple[dict, int, int]:
         raise WeightError(f"{path}: cannot read: {e.strerror or e}") from None
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise WeightError(f"{path}: header is not valid JSON ({e}); "
+    except (ValueError, RecursionError) as e:
+        raise WeightError(f"{path}: header is not valid JSON ({_json_problem(e)}); "
                           "truncated or not a safetensors file") from None
     if not isinstance(header, dict):
         raise WeightError(f"{path}: header is not a JSON object")
     return header, 8 + length, size
+
+
+def _json_problem(e: ValueError | RecursionError) -> str:
+    """What json.loads (or the UTF-8 decoding before it) found wrong, for a one-line message."""
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    if isinstance(e, (json.JSONDecodeError, UnicodeDecodeError)):
+        return str(e)
+    # The one other ValueError: int() refuses more digits than sys.get_int_max_str_digits().
+    return "an integer with too many digits"
+
+
+def _refuse_dangling_link(path: Path) -> None:
+    """A dangling link would read as 'not found'; name it and where it points instead."""
+    if path.is_symlink() and not path.exists():
+        raise WeightError(f"{path}: dangling symbolic link to '{os.readlink(path)}'")
 
 
 def _parse_entry(path: Path, name: str, raw: object, data_start: int, size: int) -> _Entry:
@@ -178,6 +195,8 @@ class WeightStore:
              ignore: frozenset[str] | set[str] = frozenset()) -> WeightStore:
         """Open ``model.safetensors`` or the sharded index in ``model_dir`` (or one file)."""
         path = Path(model_dir)
+        for candidate in (path, path / SINGLE_FILE, path / INDEX_FILE):
+            _refuse_dangling_link(candidate)
         if path.is_file():
             return cls(path, [SafetensorsFile(path)], names, ignore)
         if (path / SINGLE_FILE).is_file():
@@ -264,8 +283,8 @@ def _open_shards(index: Path) -> list[SafetensorsFile]:
         data = json.loads(index.read_text(encoding="utf-8"))
     except OSError as e:
         raise WeightError(f"{index}: cannot read: {e.strerror or e}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise WeightError(f"{index}: invalid JSON: {e}") from None
+    except (ValueError, RecursionError) as e:
+        raise WeightError(f"{index}: invalid JSON: {_json_problem(e)}") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise WeightError(f"{index}: field 'weight_map' must map tensor names to shard files")
@@ -275,6 +294,7 @@ def _open_shards(index: Path) -> list[SafetensorsFile]:
         if Path(shard).name != shard or shard in ("", ".", ".."):
             raise WeightError(f"{index}: tensor '{tensor}' maps to {shard!r}, not a file name")
         if shard not in shards:
+            _refuse_dangling_link(index.parent / shard)
             if not (index.parent / shard).is_file():
                 raise WeightError(f"{index}: shard '{shard}' (holding tensor '{tensor}') "
                                   "does not exist")

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import transformers
 
@@ -170,3 +174,162 @@ def test_inconsistent_programmatic_config_refused(tmp_path: Path) -> None:
     cfg = load_hf_config(_write(tmp_path, LLAMA))
     with pytest.raises(ConfigError, match="qk_norm"):
         dataclasses.replace(cfg, qk_norm=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile or mistaken input: each gives one ConfigError line naming the file (and the field)
+
+
+def _inspect(model: Path):
+    """Run ``strata inspect MODEL`` as a user would."""
+    return subprocess.run([sys.executable, "-m", "strata.cli", "inspect", str(model)],
+                          capture_output=True, text=True)
+
+
+def _assert_cli_error(model: Path, message: str) -> None:
+    r = _inspect(model)
+    assert r.returncode == 1, r.stderr
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("field, value", [
+    ("hidden_size", 10**30),
+    ("vocab_size", 2**63),  # wrapped to a negative i64 downstream before the bound
+    ("max_position_embeddings", 2**31),
+])
+def test_integer_fields_are_bounded(tmp_path: Path, field: str, value: int) -> None:
+    msg = _err(tmp_path, {**LLAMA, field: value})
+    assert f"field '{field}' is {value}, above the limit of 2147483647" in msg
+    _assert_cli_error(tmp_path, f"field '{field}' is {value}, above the limit of 2147483647")
+
+
+def test_the_largest_sizes_still_build(tmp_path: Path) -> None:
+    # Every dim at the limit: products of two dims (vocab x hidden) still fit in int64, and
+    # the module is instantiated and listed without overflowing anywhere.
+    top = 2**31 - 1
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1,
+        "num_attention_heads": top, "num_key_value_heads": top, "head_dim": top,
+        "vocab_size": top, "hidden_size": top, "intermediate_size": top,
+        "max_position_embeddings": top}))
+    r = _inspect(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"Tensor[{top}, {top}; f32]" in r.stdout
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100_000 + "]" * 100_000,
+    '{"hidden_size": ' + '{"a": ' * 100_000 + "1" + "}" * 100_000 + "}",
+])
+def test_deeply_nested_json(tmp_path: Path, text: str) -> None:
+    assert "config.json: invalid JSON: nested too deeply" in _err(tmp_path, text)
+    _assert_cli_error(tmp_path, "config.json: invalid JSON: nested too deeply")
+
+
+def _with_raw(field: str, literal: str) -> str:
+    """LLAMA as JSON text with ``field`` set to ``literal``, which json.dumps cannot write."""
+    return json.dumps({k: v for k, v in LLAMA.items() if k != field})[:-1] + \
+        f', "{field}": {literal}}}'
+
+
+def test_integer_with_too_many_digits_names_the_field(tmp_path: Path) -> None:
+    huge = "9" * 5000  # past Python's 4300-digit limit for int("...")
+    assert "field 'vocab_size' is a 5000-digit integer, above the limit of 2147483647" in \
+        _err(tmp_path, _with_raw("vocab_size", huge))
+    assert "field 'vocab_size' must be a positive integer, got a negative 5000-digit integer" \
+        in _err(tmp_path, _with_raw("vocab_size", "-" + huge))
+    assert "field 'rope_theta' must be a finite positive number, got a 5000-digit integer" in \
+        _err(tmp_path, _with_raw("rope_theta", huge))
+    assert "field 'dtype' must be a string, got a 5000-digit integer" in \
+        _err(tmp_path, _with_raw("dtype", huge))
+    _assert_cli_error(tmp_path, "config.json: field 'dtype' must be a string")
+    assert "field 'hidden_act' must be a string, got [\"a 5000-digit integer\"]" in \
+        _err(tmp_path, _with_raw("hidden_act", f"[{huge}]"))
+    # A field strata never reads may hold anything JSON allows.
+    assert load_hf_config(_write(tmp_path, _with_raw("unused", huge))).vocab_size == 64
+
+
+def test_integer_too_large_for_a_float_field(tmp_path: Path) -> None:
+    msg = _err(tmp_path, _with_raw("rope_theta", "1" + "0" * 400))
+    assert "field 'rope_theta' must be a finite positive number, got a 401-digit integer" in msg
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_numbers_refused(tmp_path: Path, literal: str) -> None:
+    msg = _err(tmp_path, _with_raw("rms_norm_eps", literal))
+    assert f"field 'rms_norm_eps' must be a finite positive number, got {literal}" in msg
+    assert f"field 'hidden_size' must be an integer, got {literal}" in \
+        _err(tmp_path, _with_raw("hidden_size", literal))
+
+
+def test_safetensors_file_given_as_model(tmp_path: Path) -> None:
+    from strata.ir.weights import write_safetensors
+
+    weights = write_safetensors(tmp_path / "model.safetensors",
+                                {"model.norm.weight": np.ones(4, dtype=np.float32)})
+    with pytest.raises(ConfigError) as info:
+        load_hf_config(weights)
+    assert str(info.value) == (
+        f"{weights}: is a safetensors weights file; MODEL must be the model directory "
+        "(holding config.json) or a config.json file")
+    _assert_cli_error(weights, f"{weights}: is a safetensors weights file; MODEL must be")
+
+
+@pytest.mark.parametrize("junk", [bytes(range(256)) * 4, b"\x00" * 16, b"{\x00}"])
+def test_binary_file_given_as_model(tmp_path: Path, junk: bytes) -> None:
+    path = tmp_path / "weights.bin"
+    path.write_bytes(junk)
+    with pytest.raises(ConfigError, match=r"weights.bin: is a binary file, not JSON; MODEL must"):
+        load_hf_config(path)
+    _assert_cli_error(path, f"{path}: is a binary file, not JSON; MODEL must be")
+
+
+def test_dangling_link_as_model(tmp_path: Path) -> None:
+    link = tmp_path / "model"
+    link.symlink_to(tmp_path / "gone")
+    expected = f"{link}: dangling symbolic link to '{tmp_path / 'gone'}'"
+    with pytest.raises(ConfigError) as info:
+        load_hf_config(link)
+    assert str(info.value) == expected
+    _assert_cli_error(link, expected)
+    # A dangling directory on the way to config.json is named too.
+    with pytest.raises(ConfigError, match="dangling symbolic link"):
+        load_hf_config(link / "config.json")
+
+
+def test_dangling_config_link_in_model_dir(tmp_path: Path) -> None:
+    (tmp_path / "config.json").symlink_to("../elsewhere/config.json")
+    expected = f"{tmp_path / 'config.json'}: dangling symbolic link to '../elsewhere/config.json'"
+    with pytest.raises(ConfigError) as info:
+        load_hf_config(tmp_path)
+    assert str(info.value) == expected
+    _assert_cli_error(tmp_path, expected)
+
+
+def test_config_json_that_is_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "config.json").mkdir()
+    expected = f"{tmp_path / 'config.json'}: is a directory, not a config file"
+    with pytest.raises(ConfigError) as info:
+        load_hf_config(tmp_path)
+    assert str(info.value) == expected
+    _assert_cli_error(tmp_path, expected)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")
+def test_unreadable_config(tmp_path: Path) -> None:
+    path = _write(tmp_path, LLAMA)
+    path.chmod(0)
+    with pytest.raises(ConfigError, match="config.json: cannot read: Permission denied"):
+        load_hf_config(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["", " \n\t\n"])
+def test_empty_config(tmp_path: Path, text: str) -> None:
+    assert f"{tmp_path / 'config.json'}: is empty" in _err(tmp_path, text)
+    _assert_cli_error(tmp_path, f"{tmp_path / 'config.json'}: is empty")
+
+
+def test_oversized_config_is_not_read_whole(tmp_path: Path) -> None:
+    assert "config.json: is larger than 16 MiB, too large for a config file" in \
+        _err(tmp_path, " " * (16 * 1024 * 1024 + 1))

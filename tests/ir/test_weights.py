@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import ml_dtypes
@@ -236,3 +238,64 @@ def test_default_model(tmp_path: Path) -> None:
     assert (cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads,
             cfg.intermediate_size) == (256, 64, 2, 4, 2, 160)
     open_store(d).check(expected(cfg))
+
+
+def _with_header(header: bytes) -> bytes:
+    return struct.pack("<Q", len(header)) + header
+
+
+@pytest.mark.parametrize("header", [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"t": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_000 + b"}",
+])
+def test_deeply_nested_header(tmp_path: Path, header: bytes) -> None:
+    msg = _corrupt(tmp_path, _with_header(header))
+    assert "model.safetensors: header is not valid JSON (nested too deeply)" in msg
+
+
+def test_header_integer_with_too_many_digits(tmp_path: Path) -> None:
+    header = b'{"t": {"dtype": "F32", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 4]}}'
+    msg = _corrupt(tmp_path, _with_header(header))
+    assert "model.safetensors: header is not valid JSON (an integer with too many digits)" in msg
+
+
+def test_bad_header_through_the_cli(tmp_path: Path) -> None:
+    model = save_random_checkpoint(TINY, tmp_path / "m", seed=1)
+    (model / "model.safetensors").write_bytes(_with_header(b"[" * 100_000))
+    r = subprocess.run([sys.executable, "-m", "strata.cli", "compile", str(model),
+                        "-o", str(tmp_path / "out")], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "model.safetensors: header is not valid JSON (nested too deeply)" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ('{"weight_map": {"a": ' + "9" * 5000 + "}}", "an integer with too many digits"),
+])
+def test_unreadable_index(tmp_path: Path, text: str, problem: str) -> None:
+    (tmp_path / "model.safetensors.index.json").write_text(text)
+    with pytest.raises(WeightError) as info:
+        WeightStore.open(tmp_path)
+    assert str(info.value) == f"{tmp_path}/model.safetensors.index.json: invalid JSON: {problem}"
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "model.safetensors.index.json"])
+def test_dangling_weights_link(tmp_path: Path, name: str) -> None:
+    (tmp_path / name).symlink_to("../blobs/gone")
+    with pytest.raises(WeightError) as info:
+        WeightStore.open(tmp_path)
+    assert str(info.value) == f"{tmp_path / name}: dangling symbolic link to '../blobs/gone'"
+
+
+def test_dangling_model_dir_and_shard(tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(WeightError, match=f"{link}: dangling symbolic link to '{tmp_path}/gone'"):
+        WeightStore.open(link)
+    d = save_random_checkpoint(TINY, tmp_path / "m", seed=1, shards=2)
+    shard = d / "model-00002-of-00002.safetensors"
+    shard.unlink()
+    shard.symlink_to("blobs/0123abcd")
+    with pytest.raises(WeightError, match=f"{shard}: dangling symbolic link to 'blobs/0123abcd'"):
+        WeightStore.open(d)
