@@ -16,33 +16,27 @@ import sys
 import time
 from pathlib import Path
 
-from xdsl.context import Context
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from strata.frontends.hf_config import load_hf_config  # noqa: E402
 from strata.ir.text import print_ir  # noqa: E402
-from strata.models.llama import build_llama  # noqa: E402
-from strata.passes.convert_module_to_op import ConvertModuleToOpPass  # noqa: E402
+from strata.models import build_module  # noqa: E402
+from strata.pipeline import entry_pipeline, load_config, run_pipeline  # noqa: E402
 
 
 def compile_once(cfg, entry: str, emit: bool) -> dict[str, float]:
     """Seconds per stage for one module -> op lowering."""
     times: dict[str, float] = {}
     t = time.perf_counter()
-    module = build_llama(cfg)
+    module = build_module(cfg)
     times["build"] = time.perf_counter() - t
     t = time.perf_counter()
     module.verify()
     times["verify_module"] = time.perf_counter() - t
     t = time.perf_counter()
     opts = {"prefill": dict(tokens=5, start=0), "decode": dict(start=4)}[entry]
-    ConvertModuleToOpPass(entry=entry, ctx=89856, kv_pad=256, **opts).apply(Context(), module)
-    times["lower"] = time.perf_counter() - t
-    t = time.perf_counter()
-    module.verify()
-    times["verify_op"] = time.perf_counter() - t
+    run_pipeline(module, entry_pipeline(entry, ctx=89856, kv_pad=256, **opts))  # lowers, then verifies
+    times["lower_verify"] = time.perf_counter() - t
     t = time.perf_counter()
     text = print_ir(module)
     times["print"] = time.perf_counter() - t
@@ -67,7 +61,7 @@ def main() -> None:
     ap.add_argument("--print-ir", action="store_true", help="also print the op IR of each 36-layer lowering")
     args = ap.parse_args()
 
-    cfg36 = load_hf_config(ROOT / "examples" / "qwen3-8b")
+    cfg36 = load_config(ROOT / "examples" / "qwen3-8b")
     cfg72 = dataclasses.replace(cfg36, num_layers=72, name="qwen3-8b-72l")
     compile_once(cfg36, "prefill", emit=False)  # warm up imports and caches
     results = {}

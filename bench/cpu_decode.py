@@ -49,7 +49,7 @@ def qwen3_06b_shaped():
 
 def ensure_model(cache: Path) -> Path:
     """The random-weight model in ``cache``, written (atomically) on first use."""
-    from strata.models.checkpoint import save_random_llama
+    from strata.models.checkpoint import save_random_checkpoint
 
     final = cache / "qwen3-0.6b-shaped-f32"
     if (final / "config.json").is_file() and (final / "model.safetensors").is_file():
@@ -57,7 +57,7 @@ def ensure_model(cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".model.tmp-", dir=cache))
     t0 = time.perf_counter()
-    save_random_llama(qwen3_06b_shaped(), tmp, seed=SEED, dtype="float32")
+    save_random_checkpoint(qwen3_06b_shaped(), tmp, seed=SEED, dtype="float32")
     os.rename(tmp, final)
     print(f"wrote random weights to {final} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return final
@@ -121,10 +121,10 @@ class Engine:
 
 
 def strata_engine(model_dir: Path, compiled: Path, n_prompt: int, n_new: int) -> Engine:
-    from strata.ir.weights import WeightStore
+    from strata.pipeline import load_model
     from strata.targets.cpu.driver import load_compiled
 
-    weights = WeightStore.open(model_dir)
+    weights = load_model(model_dir).open_weights()
     model = load_compiled(compiled).Model(weights)
     vocab = model.OUTPUTS["decode"][0][-1]
     prompt = _prompt(n_prompt, vocab)
@@ -235,14 +235,12 @@ def main() -> int:
     if args.prompt + args.new > CTX:
         raise SystemExit(f"--prompt + --new must be <= {CTX}")
 
-    from strata.targets.cpu.driver import compile_cpu, manifest_matches
+    from strata.pipeline import cached_compile, load_model
 
     cache = Path(args.cache_dir)
     model_dir = ensure_model(cache)
-    compiled = cache / "cpu"
     t0 = time.perf_counter()
-    if not manifest_matches(compiled, model_dir, {"ctx": CTX, "flash_attn": True}):
-        compile_cpu(model_dir, compiled, ctx=CTX, flash_attn=True)
+    compiled, _ = cached_compile(load_model(model_dir), "cpu", cache / "cpu", {"ctx": CTX, "flash_attn": True})
     print(f"compile (or reuse): {time.perf_counter() - t0:.2f} s", file=sys.stderr)
 
     bw = copy_bandwidth()

@@ -22,6 +22,7 @@ from typing import Any
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import PassPipeline
+from xdsl.utils.exceptions import VerifyException
 
 from strata.dialects import op as O
 from strata.dialects import strata_context
@@ -100,9 +101,10 @@ class Model:
 
 
 def load_config(path: str | Path):
-    from strata.frontends.hf_config import load_hf_config
+    """The model's config, read by the family its `architectures` names."""
+    from strata.models import read_config
 
-    return load_hf_config(path)
+    return read_config(path)
 
 
 def load_model(path: str | Path, max_seq: int | None = None) -> Model:
@@ -126,7 +128,10 @@ def run_pipeline(module: ModuleOp, spec: str, ctx: Context | None = None) -> Mod
     except Exception as e:  # noqa: BLE001 - xDSL reports bad specs with several exception types
         raise PipelineError(f"pass pipeline '{spec}': {str(e).strip().splitlines()[0]}") from None
     pipeline.apply(ctx or strata_context(), module)
-    module.verify()
+    try:
+        module.verify()
+    except VerifyException as e:
+        raise PipelineError(f"pass pipeline '{spec}' produced invalid IR: {str(e).strip().splitlines()[0]}") from None
     return module
 
 

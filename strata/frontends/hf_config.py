@@ -46,6 +46,9 @@ _QWEN3_DEFAULT_HEAD_DIM = 128
 #: it keeps the product of any two dims (vocab x hidden, heads x head_dim) well inside the IR's
 #: int64.
 MAX_DIM = 2**31 - 1
+#: The most layers a config may have: every layer is built and listed, and the deepest models
+#: have a few hundred.
+MAX_LAYERS = 4096
 # Real config.json files are a few kilobytes. The cap keeps a weights file passed by mistake
 # from being read whole.
 _MAX_CONFIG_BYTES = 16 * 1024 * 1024
@@ -156,13 +159,27 @@ def write_hf_config(cfg: LlamaConfig, directory: str | Path) -> Path:
     return path
 
 
-def load_hf_config(path: str | Path) -> LlamaConfig:
-    """Read ``path`` (a model directory holding ``config.json``, or the json file itself)."""
+def read_config_file(path: str | Path) -> tuple[Any, str, str]:
+    """(the parsed JSON, the file's name for errors, the model's name) of ``path``: a model
+    directory holding ``config.json``, or the json file itself."""
     path = Path(path)
     file = path / "config.json" if path.is_dir() else path
     data = _parse_json(file, _read_config_text(file))
     name = file.resolve().parent.name or "model"
-    return from_hf_dict(data, file=str(file), name=name)
+    return data, str(file), name
+
+
+def architecture_of(data: Any, file: str) -> str:
+    """The `architectures[0]` of a parsed config (or what its `model_type` implies)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: expected a JSON object at the top level, got {_kind(data)}")
+    return _architecture(_Fields(file, data))
+
+
+def load_hf_config(path: str | Path) -> LlamaConfig:
+    """Read ``path`` (a model directory holding ``config.json``, or the json file itself)."""
+    data, file, name = read_config_file(path)
+    return from_hf_dict(data, file=file, name=name)
 
 
 def _read_config_text(file: Path) -> str:
@@ -266,6 +283,12 @@ def from_hf_dict(data: Any, file: str = "config.json", name: str = "model") -> L
             raise ConfigError(f"{file}: field 'num_attention_heads' ({heads}) must divide "
                               f"'hidden_size' ({hidden})")
         head_dim = hidden // heads
+    if head_dim % 2:
+        raise ConfigError(f"{file}: field 'head_dim' is {head_dim}; RoPE rotates pairs of dims, "
+                          "so it must be even")
+    layers = f.integer("num_hidden_layers")
+    if layers > MAX_LAYERS:
+        raise f.error("num_hidden_layers", f"is {layers}, above the limit of {MAX_LAYERS}")
 
     _check_unsupported(f, mt)
     rope_theta, rope_scaling = _rope(f)
@@ -275,7 +298,7 @@ def from_hf_dict(data: Any, file: str = "config.json", name: str = "model") -> L
         name=name,
         vocab_size=f.integer("vocab_size"),
         hidden_size=hidden,
-        num_layers=f.integer("num_hidden_layers"),
+        num_layers=layers,
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,

@@ -43,6 +43,19 @@ def families() -> list[Family]:
     return [make() for make in FAMILIES]
 
 
+def read_config(path: Any) -> Any:
+    """The config at `path` (a model directory or its config.json), read by its family."""
+    from strata.frontends.hf_config import ConfigError, architecture_of, read_config_file
+
+    data, file, name = read_config_file(path)
+    arch = architecture_of(data, file)
+    for fam in families():
+        if arch in fam.architectures:
+            return fam.read_config(data, file, name)
+    known = ", ".join(a for fam in families() for a in fam.architectures)
+    raise ConfigError(f"{file}: unknown architecture {arch!r} (supported: {known})")
+
+
 def family_of(config: Any) -> Family:
     """The family whose builder takes `config` (by its architecture)."""
     arch = getattr(config, "arch", None)

@@ -210,12 +210,12 @@ def test_the_largest_sizes_still_build(tmp_path: Path) -> None:
     top = 2**31 - 1
     (tmp_path / "config.json").write_text(json.dumps({
         "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1,
-        "num_attention_heads": top, "num_key_value_heads": top, "head_dim": top,
+        "num_attention_heads": top, "num_key_value_heads": top, "head_dim": top - 1,
         "vocab_size": top, "hidden_size": top, "intermediate_size": top,
         "max_position_embeddings": top}))
     r = _inspect(tmp_path)
     assert r.returncode == 0, r.stderr
-    assert f"Tensor[{top}, {top}; f32]" in r.stdout
+    assert f"Tensor[{top}, {top}; f32]" in r.stdout  # head_dim is even: top - 1
 
 
 @pytest.mark.parametrize("text", [
@@ -333,3 +333,16 @@ def test_empty_config(tmp_path: Path, text: str) -> None:
 def test_oversized_config_is_not_read_whole(tmp_path: Path) -> None:
     assert "config.json: is larger than 16 MiB, too large for a config file" in \
         _err(tmp_path, " " * (16 * 1024 * 1024 + 1))
+
+
+def test_odd_head_dim_and_too_many_layers(tmp_path: Path) -> None:
+    """An odd head_dim cannot be rotated by RoPE and used to crash the lowering; a huge layer
+    count used to hang `inspect` building every layer."""
+    base = {"architectures": ["LlamaForCausalLM"], "vocab_size": 16, "hidden_size": 12, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "intermediate_size": 8}
+    (tmp_path / "config.json").write_text(json.dumps(base))
+    r = subprocess.run([sys.executable, "-m", "strata.cli", "trace", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 1 and "field 'head_dim' is 3" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "config.json").write_text(json.dumps({**base, "hidden_size": 16, "num_hidden_layers": 2**31 - 1}))
+    r = _inspect(tmp_path)
+    assert r.returncode == 1 and "field 'num_hidden_layers' is 2147483647, above the limit of 4096" in r.stderr
