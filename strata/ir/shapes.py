@@ -15,9 +15,11 @@ import re
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 
+from strata.errors import StrataError
 
-class ShapeSyntaxError(ValueError):
-    pass
+
+class ShapeSyntaxError(StrataError):
+    """A member type in the seed's notation that does not parse or names an unknown dim."""
 
 
 _TOKEN = re.compile(r"\s*(->|[A-Za-z_][A-Za-z0-9_]*|\d+|[\[\]<>(),;:*/+\-=?])")

@@ -32,6 +32,7 @@ from strata.targets.codegen import CodegenError, literal_name, sanitize_label
 from strata.targets.cpu import emit_cpu, sanitize_identifier
 from strata.targets.cpu.driver import generate, load_compiled
 from support import open_store
+from support import tiny as support_tiny
 
 CTX = 64
 
@@ -59,20 +60,13 @@ def run_args(model: Path, **changes) -> argparse.Namespace:
     return argparse.Namespace(**args)
 
 
-def tiny(arch: str, **kw) -> LlamaConfig:
-    base = {
-        "arch": arch, "name": "tiny", "vocab_size": 48, "hidden_size": 32, "num_layers": 2, "num_heads": 4,
-        "num_kv_heads": 2, "head_dim": 8, "intermediate_size": 40, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-        "rope_scaling": None, "max_position_embeddings": 128, "tie_word_embeddings": False,
-        "attention_bias": False, "o_bias": False, "qk_norm": False, "dtype": "float32",
-    }
-    if arch == "Qwen3ForCausalLM":
-        base.update(qk_norm=True, rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=True)
-    base.update(kw)
-    return LlamaConfig(**base)
-
-
+#: The tiny configs of these tests: llama with GQA, and qwen3 (q/k norm, tied lm_head).
 ARCHS = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+
+def tiny(arch: str, **kw) -> LlamaConfig:
+    family = next(k for k, a in ARCHS.items() if a == arch)
+    return support_tiny(family, **({"head_dim": 8} if family == "qwen3" else {}), **{"name": "tiny", **kw})
 
 
 @pytest.fixture(scope="module")
