@@ -109,6 +109,23 @@ func.func @add(%x: tensor<5x16xf32>, %r: tensor<5x16xf32>, %b: tensor<16xf32>, %
   func.return
 }
 
+// Element types from the dtype table: fp8 and int4 weights, as the blueprint and
+// fixed-point levels refine a weight's type in place, feed MUL_MAT like any weight.
+// CHECK-LABEL: func.func @quantized_weights(
+// CHECK-NEXT:    %w8 = op.param "blk.0.ffn_up.weight" : tensor<64x16xf8E4M3FN>
+// CHECK-NEXT:    %w5 = op.param "blk.0.ffn_gate.weight" : tensor<64x16xf8E5M2>
+// CHECK-NEXT:    %w4 = op.param "blk.0.ffn_down.weight" : tensor<64x16xi4>
+// CHECK-NEXT:    %y8 = op.mul_mat %w8, %x : tensor<64x16xf8E4M3FN>, tensor<5x16xf32> -> tensor<5x64xf32>
+// CHECK-NEXT:    %y4 = op.mul_mat %w4, %x : tensor<64x16xi4>, tensor<5x16xf32> -> tensor<5x64xf32>
+func.func @quantized_weights(%x: tensor<5x16xf32>) {
+  %w8 = op.param "blk.0.ffn_up.weight" : tensor<64x16xf8E4M3FN>
+  %w5 = op.param "blk.0.ffn_gate.weight" : tensor<64x16xf8E5M2>
+  %w4 = op.param "blk.0.ffn_down.weight" : tensor<64x16xi4>
+  %y8 = op.mul_mat %w8, %x : tensor<64x16xf8E4M3FN>, tensor<5x16xf32> -> tensor<5x64xf32>
+  %y4 = op.mul_mat %w4, %x : tensor<64x16xi4>, tensor<5x16xf32> -> tensor<5x64xf32>
+  func.return
+}
+
 // CHECK-LABEL: func.func @mul_mat(
 // CHECK-NEXT:    %q0 = op.mul_mat %w, %x {name = "Qcur-0"} : tensor<64x16xf32>, tensor<5x16xf32> -> tensor<5x64xf32>
 // CHECK-NEXT:    %q1 = op.mul_mat %wb, %x : tensor<64x16xbf16>, tensor<5x16xf32> -> tensor<5x64xf32>
