@@ -202,8 +202,15 @@ def check_state_fits(module: ModuleOp, ctx: int) -> None:
     """Refuse a context whose state cannot be allocated, before anything is written."""
     need, have = state_bytes(module), available_memory()
     if have is not None and need > have:
-        raise PipelineError(f"ctx {ctx} needs {need / 2**30:.1f} GiB of state (the KV cache), but only "
-                            f"{have / 2**30:.1f} GiB of memory is available; choose a smaller --ctx")
+        raise PipelineError(f"ctx {ctx} needs {_size(need)} of state (the KV cache), but only "
+                            f"{_size(have)} of memory is available; choose a smaller --ctx")
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,9 +250,10 @@ def compile_model(model: Model, target_name: str, out: str | Path, knobs: Mappin
     inputs = stage_inputs(model, store, tgt, knobs)
     stage_files = {*tgt.outputs, OP_MLIR}
     check_destination(out, stage_files)  # before the work, so a refusal is quick
+    files = build_stage(model, tgt, knobs, inputs)  # in memory: a refused compile writes nothing
     with locked(out):
         check_destination(out, stage_files)
-        write_stage(out, build_stage(model, tgt, knobs, inputs))
+        write_stage(out, files)
     return out
 
 
@@ -259,15 +267,19 @@ def cached_compile(model: Model, target_name: str, cache: str | Path, knobs: Map
     store = store or model.open_weights()
     cache = Path(cache)
     inputs = stage_inputs(model, store, tgt, knobs)
+    stage_files = {*tgt.outputs, OP_MLIR}
+    if cache.is_dir() and stage_matches(cache, inputs, stage_files)[0]:
+        return cache, None  # the common case, without taking the lock
+    files = build_stage(model, tgt, knobs, inputs)  # in memory: a refused compile writes nothing
     with locked(cache):
         if cache.is_dir():
-            ok, why = stage_matches(cache, inputs, {*tgt.outputs, OP_MLIR})
+            ok, why = stage_matches(cache, inputs, stage_files)
             if ok:
-                return cache, None
+                return cache, None  # another process built it meanwhile
         else:
             why = "there was none"
-        check_destination(cache, {*tgt.outputs, OP_MLIR})
-        write_stage(cache, build_stage(model, tgt, knobs, inputs))
+        check_destination(cache, stage_files)
+        write_stage(cache, files)
     return cache, why
 
 

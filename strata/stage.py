@@ -110,8 +110,10 @@ def read_manifest(out: Path) -> tuple[dict | None, str]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None, f"it has no {MANIFEST}"
-    except (OSError, UnicodeDecodeError) as e:
-        return None, f"its {MANIFEST} cannot be read ({getattr(e, 'strerror', None) or e})"
+    except UnicodeDecodeError:
+        return None, f"its {MANIFEST} is corrupt (not UTF-8 text)"
+    except OSError as e:
+        return None, f"its {MANIFEST} cannot be read ({e.strerror or e})"
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
@@ -124,20 +126,22 @@ def read_manifest(out: Path) -> tuple[dict | None, str]:
 
 
 def is_stage(out: Path, files: set[str] | frozenset[str] = frozenset()) -> bool:
-    """Whether `out` was written by strata, so that strata may replace it: its manifest is of
-    this or another strata format, or, where the manifest is damaged, the directory holds
-    nothing but a manifest and the stage's own files (`files`)."""
+    """Whether `out` holds nothing but a stage strata wrote, so that strata may replace it: a
+    manifest, and only plain files that are the stage's own (`files`, or the outputs its
+    manifest lists). A damaged manifest still marks a stage; a foreign file never does."""
+    if not (out / MANIFEST).is_file():
+        return False
+    own = set(files) | {MANIFEST}
     try:
         data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-        if isinstance(data, dict) and str(data.get("format", "")).startswith("strata-"):
-            return True
+        if isinstance(data, dict) and isinstance(data.get("outputs"), dict):
+            own |= {str(name) for name in data["outputs"]}
     except (OSError, ValueError, RecursionError):
         pass
     try:
-        entries = list(out.iterdir())
+        return all(e.is_file() and not e.is_symlink() and e.name in own for e in out.iterdir())
     except OSError:
         return False
-    return (out / MANIFEST).is_file() and all(e.is_file() and e.name in files | {MANIFEST} for e in entries)
 
 
 def stage_matches(out: Path, inputs: Mapping[str, Any], files: set[str]) -> tuple[bool, str]:

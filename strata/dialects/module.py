@@ -185,7 +185,7 @@ class FnOp(MemberOp):
 class BlockOp(IRDLOperation):
     """A block definition: generic parameters and members.
 
-        module.block @RmsNorm ["H: Dim", "T: Float = bf16"] attributes {path = "std.nn.rms_norm", eps = 1.0e-05 : f64} {
+        module.block @RmsNorm ["H: Dim", "T: Float = bf16"] attributes {path = "std.nn.norm", eps = 1.0e-05 : f64} {
           module.param @weight : "Tensor[H; T]"
         }
 

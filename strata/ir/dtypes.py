@@ -6,7 +6,8 @@ safetensors code, its HF `torch_dtype` name and its spelling in each target.
     dtype_of(f32).spelling("cpu")         -> "np.float32"
 
 Kinds: `float` (f64 ... fp8), `int` (i64 ... i8, u8) and `packed` (i4/u4: two elements per byte
-in storage; their numpy type is ml_dtypes' one-element-per-byte int4/uint4). Parametric element
+in storage; their numpy type is ml_dtypes' one-element-per-byte int4/uint4). Unsigned types are
+spelled as the IR prints them (`ui8`, `ui4`). Parametric element
 types (the fixed-point level's FixedPoint32<frac>) join through :func:`register_dtype` with a
 matcher, so that every consumer of this table sees them without another table.
 
@@ -100,11 +101,11 @@ _TABLE: list[DType] = [
           {"cpu": "np.int16", "cuda": "tl.int16", "cpp": "int16_t"}),
     DType("i8", "int", 8, _int(8), np.dtype(np.int8), "I8", None,
           {"cpu": "np.int8", "cuda": "tl.int8", "cpp": "int8_t"}),
-    DType("u8", "int", 8, _int(8, signed=False), np.dtype(np.uint8), "U8", None,
+    DType("ui8", "int", 8, _int(8, signed=False), np.dtype(np.uint8), "U8", None,
           {"cpu": "np.uint8", "cuda": "tl.uint8", "cpp": "uint8_t"}),
     DType("i4", "packed", 4, _int(4), np.dtype(ml_dtypes.int4), None, None,
           {"cpu": "ml_dtypes.int4", "cpp": "int8_t"}),
-    DType("u4", "packed", 4, _int(4, signed=False), np.dtype(ml_dtypes.uint4), None, None,
+    DType("ui4", "packed", 4, _int(4, signed=False), np.dtype(ml_dtypes.uint4), None, None,
           {"cpu": "ml_dtypes.uint4", "cpp": "uint8_t"}),
 ]
 

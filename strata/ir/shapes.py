@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 
 from strata.errors import StrataError
+from strata.ir.dtypes import names as dtype_names
 
 
 class ShapeSyntaxError(StrataError):
@@ -207,7 +208,7 @@ def parse_block_generics(items: Sequence[str]) -> list[Generic]:
 
 
 def _check_names(names: set[str], known: Sequence[str], text: str) -> None:
-    builtin_types = {"bf16", "f16", "f32", "i32", "i64"}
+    builtin_types = set(dtype_names())
     for n in sorted(names):
         bare = n.lstrip("*")
         if bare not in known and bare not in builtin_types:
