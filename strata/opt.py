@@ -7,10 +7,12 @@ the file, line and column, and exit code 1; never a traceback.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
 import sys
 from io import StringIO
-from pathlib import Path
 from typing import IO
 
 from xdsl.dialects.builtin import ModuleOp
@@ -27,6 +29,69 @@ def _trace_target(module: ModuleOp, out: IO[str]) -> None:
     from strata.frontends.trace import trace_table
 
     out.write(trace_table(module))
+
+
+def write_output(path: str, text: str) -> None:
+    """Write `text` to the user's `-o PATH`, leaving PATH the kind of thing it was.
+
+    A regular file, or nothing yet, is replaced atomically: a temporary file in
+    the same directory, fsync, rename. A symlink's target is replaced that way
+    and the link stays a link. A FIFO or a device is opened and written through,
+    as renaming over it would destroy it. On error PATH keeps what it had, no
+    temporary file is left, and the message names PATH.
+    """
+    try:
+        try:
+            existing = os.stat(path)  # follows symlinks: the kind of thing the data goes to
+        except FileNotFoundError:
+            existing = None  # nothing there yet, or a symlink to nothing yet
+        if existing is None or stat.S_ISREG(existing.st_mode):
+            mode = None if existing is None else stat.S_IMODE(existing.st_mode)
+            _replace_atomically(os.path.realpath(path), text, mode)
+        elif stat.S_ISDIR(existing.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        else:
+            with open(path, "w", encoding="utf-8") as stream:
+                stream.write(text)
+    except OSError as e:
+        raise StrataError(f"{path}: cannot write output: {e.strerror or e}") from None
+
+
+def _replace_atomically(target: str, text: str, mode: int | None) -> None:
+    directory, name = os.path.split(target)
+    fd, temporary = _create_temporary(directory, name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            if mode is not None:  # the replacement keeps the permissions of what it replaces
+                os.fchmod(stream.fileno(), mode)
+            os.fsync(stream.fileno())
+        os.replace(temporary, target)
+    except BaseException:  # Ctrl-C included: no temporary file is left behind
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    # The rename is durable only once the directory is on disk; the output is
+    # complete either way, so a directory that cannot be synced is no error.
+    with contextlib.suppress(OSError):
+        directory_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(directory_fd)
+        finally:
+            os.close(directory_fd)
+
+
+def _create_temporary(directory: str, name: str) -> tuple[int, str]:
+    # Created with 0o666 less the umask, as `open` would create the output itself
+    # (tempfile.mkstemp would make it 0o600).
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        temporary = os.path.join(directory, f".{name}.{os.urandom(4).hex()}.tmp")
+        try:
+            return os.open(temporary, flags, 0o666), temporary
+        except FileExistsError:
+            continue
 
 
 class _HeldOutput(StringIO):
@@ -46,13 +111,10 @@ class StrataOptMain(xDSLOptMain):
         return self.held
 
     def run(self) -> None:
-        """Run; with `-o FILE`, replace FILE only once everything succeeded."""
+        """Run; with `-o PATH`, write PATH only once everything succeeded."""
         super().run()
         if self.held is not None:
-            target = Path(self.args.output_file)
-            tmp = target.with_name(f".{target.name}.tmp")
-            tmp.write_text(self.held.getvalue())
-            os.replace(tmp, target)
+            write_output(self.args.output_file, self.held.getvalue())
 
     def register_all_dialects(self) -> None:
         self.ctx = strata_context()
