@@ -1,8 +1,13 @@
 """`strata-opt`: parse Strata IR, run a pass pipeline, print IR or a target's output.
 
 An `xDSLOptMain` subclass, so `-p`, `-t`, `--split-input-file`,
-`--verify-diagnostics` and the rest come from xDSL. Errors are diagnostics with
-the file, line and column, and exit code 1; never a traceback.
+`--verify-diagnostics` and the rest come from xDSL. Errors are diagnostics
+with the file, line and column, and exit code 1; Ctrl-C is exit code 130; never
+a traceback.
+
+Importing this module loads no xDSL: `main` imports it inside its error handler,
+so that a Ctrl-C while it loads is handled like any other, and
+`StrataOptMain` is built on first use.
 """
 
 from __future__ import annotations
@@ -12,23 +17,37 @@ import errno
 import os
 import stat
 import sys
+from functools import cache
 from io import StringIO
-from typing import IO
 
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.utils.exceptions import DiagnosticException, ParseError, PassFailedException, VerifyException
-from xdsl.xdsl_opt_main import xDSLOptMain
+from strata.errors import StrataError, run_tool
 
-from strata.errors import StrataError
-from strata.dialects import strata_context
-from strata.passes import strata_passes
-from strata.ir.text import LocatingParser, verify_located
+# typing.TYPE_CHECKING without importing typing: every module imported here is
+# start-up time in which a Ctrl-C would escape the handler.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO
+
+    from xdsl.dialects.builtin import ModuleOp
+    from xdsl.xdsl_opt_main import xDSLOptMain
+
+PROG = "strata-opt"
 
 
-def _trace_target(module: ModuleOp, out: IO[str]) -> None:
-    from strata.frontends.trace import trace_table
+def main(argv: list[str] | None = None) -> int:
+    def body() -> int:
+        strata_opt_main_class()(description="Strata modular optimizer driver", args=argv).run()
+        return 0
 
-    out.write(trace_table(module))
+    # Called without arguments, main is the program (console script, python -m).
+    return run_tool(PROG, body, owns_process=argv is None)
+
+
+def __getattr__(name: str):
+    # `from strata.opt import StrataOptMain` still works; it builds the class then.
+    if name == "StrataOptMain":
+        return strata_opt_main_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def write_output(path: str, text: str) -> None:
@@ -94,6 +113,12 @@ def _create_temporary(directory: str, name: str) -> tuple[int, str]:
             continue
 
 
+def _trace_target(module: ModuleOp, out: IO[str]) -> None:
+    from strata.frontends.trace import trace_table
+
+    out.write(trace_table(module))
+
+
 class _HeldOutput(StringIO):
     """Collects `-o` output; xDSL closes it even on error, so closing keeps the text."""
 
@@ -101,60 +126,59 @@ class _HeldOutput(StringIO):
         pass
 
 
-class StrataOptMain(xDSLOptMain):
-    held: _HeldOutput | None = None
+@cache
+def strata_opt_main_class() -> type[xDSLOptMain]:
+    """The `xDSLOptMain` subclass behind `strata-opt`, defined on first use (it imports xDSL)."""
+    from xdsl.xdsl_opt_main import xDSLOptMain
 
-    def prepare_output(self) -> IO[str]:
-        if self.args.output_file is None:
-            return sys.stdout
-        self.held = _HeldOutput()
-        return self.held
+    from strata.dialects import strata_context
+    from strata.ir.text import LocatingParser, verify_located
+    from strata.passes import strata_passes
 
-    def run(self) -> None:
-        """Run; with `-o PATH`, write PATH only once everything succeeded."""
-        super().run()
-        if self.held is not None:
-            write_output(self.args.output_file, self.held.getvalue())
+    class StrataOptMain(xDSLOptMain):
+        held: _HeldOutput | None = None
 
-    def register_all_dialects(self) -> None:
-        self.ctx = strata_context()
+        def prepare_output(self) -> IO[str]:
+            if self.args.output_file is None:
+                return sys.stdout
+            self.held = _HeldOutput()
+            return self.held
 
-    def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
-        """Parse with op locations, so verifier errors name file:line:col."""
-        if self.args.frontend or file_extension != "mlir":
-            return super().parse_chunk(chunk, file_extension, start_offset)
-        name = self.get_input_name()
-        raw = chunk.read()
-        try:
-            text = raw.decode() if isinstance(raw, bytes) else raw
-        except UnicodeDecodeError as e:
-            raise StrataError(f"{name}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-        parser = LocatingParser(self.ctx, text, name)
-        parser.line_offset = start_offset
-        module = parser.parse_module(not self.args.no_implicit_module)
-        verify_located(module, parser)
-        return module
+        def run(self) -> None:
+            """Run; with `-o PATH`, write PATH only once everything succeeded."""
+            super().run()
+            if self.held is not None:
+                write_output(self.args.output_file, self.held.getvalue())
 
-    def register_all_passes(self) -> None:
-        super().register_all_passes()
-        for name, factory in strata_passes().items():
-            self.register_pass(name, factory)
+        def register_all_dialects(self) -> None:
+            self.ctx = strata_context()
 
-    def register_all_targets(self) -> None:
-        super().register_all_targets()
-        self.available_targets["trace"] = _trace_target
+        def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0) -> ModuleOp | None:
+            """Parse with op locations, so verifier errors name file:line:col."""
+            if self.args.frontend or file_extension != "mlir":
+                return super().parse_chunk(chunk, file_extension, start_offset)
+            name = self.get_input_name()
+            raw = chunk.read()
+            try:
+                text = raw.decode() if isinstance(raw, bytes) else raw
+            except UnicodeDecodeError as e:
+                raise StrataError(f"{name}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+            parser = LocatingParser(self.ctx, text, name)
+            parser.line_offset = start_offset
+            module = parser.parse_module(not self.args.no_implicit_module)
+            verify_located(module, parser)
+            return module
 
+        def register_all_passes(self) -> None:
+            super().register_all_passes()
+            for name, factory in strata_passes().items():
+                self.register_pass(name, factory)
 
-def main(argv: list[str] | None = None) -> int:
-    try:
-        StrataOptMain(description="Strata modular optimizer driver", args=argv).run()
-    except (ParseError, VerifyException, DiagnosticException, PassFailedException, StrataError) as e:
-        print(f"strata-opt: error: {str(e).strip()}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as e:
-        print(f"strata-opt: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+        def register_all_targets(self) -> None:
+            super().register_all_targets()
+            self.available_targets["trace"] = _trace_target
+
+    return StrataOptMain
 
 
 if __name__ == "__main__":

@@ -165,3 +165,160 @@ def test_output_into_a_read_only_directory_names_the_path(tmp_path):
         locked.chmod(0o755)
     assert_one_line_error(r, str(locked / "out.mlir"), "Permission denied")
     assert ".tmp" not in r.stderr and list(locked.iterdir()) == []
+
+
+# 3. Ctrl-C at any time, and the one error handler of both drivers.
+
+
+def test_strata_opt_imports_no_xdsl_before_main():
+    # Ctrl-C during an import at module level would escape every handler.
+    probe = "import sys, strata.opt; assert 'xdsl' not in sys.modules; print(strata.opt.StrataOptMain.__name__)"
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=ENV, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "StrataOptMain\n"
+
+
+# Seconds from the moment the tool has imported strata.errors to Ctrl-C: from
+# loading xDSL to writing the output. Before that moment the interpreter itself
+# starts up (site, runpy), where no program can handle a Ctrl-C.
+INTERRUPT_DELAYS = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5)
+
+
+def interrupt_at_delays(command: list[str], message: str, check_after=lambda: None) -> None:
+    """Ctrl-C `command` at each delay: exit 130 (or 0 if it had finished), never a traceback."""
+    outcomes = []
+    for delay in INTERRUPT_DELAYS:
+        # -X importtime reports each import on stderr as it completes: the way
+        # to know, without changing the tool, that its start-up has reached us.
+        # The child gets Ctrl-C's default action even where this test runs with
+        # SIGINT ignored (a background job), or the signal would test nothing.
+        proc = subprocess.Popen(
+            [sys.executable, "-X", "importtime", *command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True, env=ENV, cwd=ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        lines: list[str] = []
+        started = threading.Event()
+
+        def drain_stderr() -> None:
+            # Read all the time, so that the child never waits on a full pipe.
+            for line in proc.stderr:
+                lines.append(line)
+                if line.startswith("import time:") and line.rsplit("|", 1)[-1].strip() == "strata.errors":
+                    started.set()
+            started.set()
+
+        reader = threading.Thread(target=drain_stderr, daemon=True)
+        reader.start()
+        assert started.wait(timeout=60)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+        reader.join(timeout=30)
+        stderr = "".join(line for line in lines if not line.startswith("import time:"))
+        outcomes.append((delay, proc.returncode, stderr))
+
+        assert "Traceback" not in stderr and "Exception ignored" not in stderr, (delay, stderr)
+        assert proc.returncode in (130, 0), (delay, proc.returncode, stderr)
+        assert stderr.strip() == (message if proc.returncode == 130 else ""), (delay, stderr)
+        check_after()
+    # A machine so fast that every run finished first would make this test vacuous.
+    assert any(code == 130 for _, code, _ in outcomes), outcomes
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_strata_opt_is_exit_130_without_traceback(tmp_path, op_level_ir):
+    out = tmp_path / "out.mlir"
+    out.write_text("previous result\n")
+
+    def output_is_whole_and_alone() -> None:
+        assert [p.name for p in tmp_path.iterdir()] == ["out.mlir"]
+        assert out.read_text() in ("previous result\n", op_level_ir)
+
+    interrupt_at_delays(["-m", "strata.opt", str(OP_LEVEL), "-o", str(out)], "strata-opt: interrupted",
+                        output_is_whole_and_alone)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_strata_is_exit_130_without_traceback():
+    interrupt_at_delays(["-m", "strata.cli", "inspect", str(EXAMPLES / "qwen3-8b")], "strata: interrupted")
+
+
+def _raise(error: BaseException):
+    def body() -> int:
+        raise error
+
+    return body
+
+
+@pytest.mark.parametrize(
+    "error, line, code",
+    [
+        (StrataError("model.json: field 'x' is missing"),
+         "tool: error: model.json: field 'x' is missing", 1),
+        (FileNotFoundError(2, "No such file or directory", "in.mlir"), "tool: error: in.mlir: No such file or directory", 1),
+        (ValueError("bad value"), "tool: error: bad value", 1),
+        (RecursionError("maximum recursion depth exceeded"), "tool: error: input nested too deeply", 1),
+        (MemoryError(), "tool: error: out of memory", 1),
+        (KeyboardInterrupt(), "tool: interrupted", 130),
+    ],
+)
+def test_run_tool_maps_errors_to_one_line(capsys, error, line, code):
+    from strata.errors import run_tool
+
+    assert run_tool("tool", _raise(error)) == code
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(line) and len(captured.err.splitlines()) == 1, captured.err
+
+
+def test_run_tool_leaves_programming_errors_alone():
+    from strata.errors import run_tool
+
+    with pytest.raises(AssertionError):
+        run_tool("tool", _raise(AssertionError("a bug")))
+
+
+def test_run_tool_maps_xdsl_diagnostics(capsys):
+    from xdsl.utils.exceptions import PassFailedException, VerifyException
+
+    from strata.errors import run_tool
+
+    assert run_tool("tool", _raise(VerifyException("f.mlir:2:3: op.mul: bad"))) == 1
+    assert run_tool("tool", _raise(PassFailedException("a pass failed"))) == 1
+    assert capsys.readouterr().err == "tool: error: f.mlir:2:3: op.mul: bad\ntool: error: a pass failed\n"
+
+
+def test_run_tool_sees_ctrl_c_inside_another_error(capsys):
+    from strata.errors import run_tool
+
+    def body() -> int:
+        # What Python 3.11 makes of a Ctrl-C while a class body's descriptors are set up.
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance") from e
+
+    assert run_tool("tool", body) == 130
+    assert capsys.readouterr().err == "tool: interrupted\n"
+
+
+def test_ctrl_c_swallowed_by_a_finalizer_still_interrupts():
+    # Python prints an exception raised in __del__ or a weakref callback as
+    # "Exception ignored" and carries on; a Ctrl-C landing there must still stop the tool.
+    program = """if True:
+        import sys, time
+        from strata.errors import run_tool
+
+        class LandsInAFinalizer:
+            def __del__(self):
+                raise KeyboardInterrupt
+
+        def body():
+            LandsInAFinalizer()
+            time.sleep(10)
+            return 0
+
+        sys.exit(run_tool("tool", body, owns_process=True))
+    """
+    r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=ENV, timeout=60)
+    assert (r.returncode, r.stderr) == (130, "tool: interrupted\n")
