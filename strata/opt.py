@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 import sys
 from functools import cache
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from typing import IO
 
     from xdsl.dialects.builtin import ModuleOp
+    from xdsl.utils.exceptions import ArgSpecParseError
     from xdsl.xdsl_opt_main import xDSLOptMain
 
 PROG = "strata-opt"
@@ -36,7 +38,13 @@ PROG = "strata-opt"
 
 def main(argv: list[str] | None = None) -> int:
     def body() -> int:
-        strata_opt_main_class()(description="Strata modular optimizer driver", args=argv).run()
+        from xdsl.utils.exceptions import ArgSpecParseError
+
+        try:
+            tool = strata_opt_main_class()(description="Strata modular optimizer driver", args=argv)
+        except ArgSpecParseError as e:  # -t or -f; a bad -p is reported by setup_pipeline
+            raise StrataError(spec_syntax_error(e)) from None
+        tool.run()
         return 0
 
     # Called without arguments, main is the program (console script, python -m).
@@ -48,6 +56,20 @@ def __getattr__(name: str):
     if name == "StrataOptMain":
         return strata_opt_main_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_SPEC_LOCATION = re.compile(r":\d+:(\d+)$")
+
+
+def spec_syntax_error(e: ArgSpecParseError) -> str:
+    """xDSL's five-line report on a bad `-p`/`-t`/`-f` spec, as `'SPEC': column N: MESSAGE`."""
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    # "Error parsing ...", "pass-pipeline:1:COL", the spec, the carets, the message.
+    for i, line in enumerate(lines[:-3]):
+        location = _SPEC_LOCATION.search(line)
+        if location:
+            return f"{lines[i + 1]!r}: column {location.group(1)}: {lines[-1].strip()}"
+    return " ".join(line.strip() for line in lines)
 
 
 def write_output(path: str, text: str) -> None:
@@ -113,12 +135,6 @@ def _create_temporary(directory: str, name: str) -> tuple[int, str]:
             continue
 
 
-def _trace_target(module: ModuleOp, out: IO[str]) -> None:
-    from strata.frontends.trace import trace_table
-
-    out.write(trace_table(module))
-
-
 class _HeldOutput(StringIO):
     """Collects `-o` output; xDSL closes it even on error, so closing keeps the text."""
 
@@ -129,6 +145,8 @@ class _HeldOutput(StringIO):
 @cache
 def strata_opt_main_class() -> type[xDSLOptMain]:
     """The `xDSLOptMain` subclass behind `strata-opt`, defined on first use (it imports xDSL)."""
+    from xdsl.utils.arg_spec import parse_pipeline
+    from xdsl.utils.exceptions import ArgSpecParseError
     from xdsl.xdsl_opt_main import xDSLOptMain
 
     from strata.dialects import strata_context
@@ -146,7 +164,10 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
 
         def run(self) -> None:
             """Run; with `-o PATH`, write PATH only once everything succeeded."""
-            super().run()
+            try:
+                super().run()
+            except RecursionError:  # verifying, a pass or printing; parse_chunk reports the line
+                raise StrataError(f"{self.get_input_name()}: IR nested too deeply (over Python's recursion limit)") from None
             if self.held is not None:
                 write_output(self.args.output_file, self.held.getvalue())
 
@@ -165,9 +186,31 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
                 raise StrataError(f"{name}: not UTF-8 text ({e.reason} at byte {e.start})") from None
             parser = LocatingParser(self.ctx, text, name)
             parser.line_offset = start_offset
-            module = parser.parse_module(not self.args.no_implicit_module)
+            try:
+                module = parser.parse_module(not self.args.no_implicit_module)
+            except RecursionError:
+                import dataclasses
+
+                where = dataclasses.replace(parser._current_token.span, line_offset=start_offset).get_location()
+                raise StrataError(f"{where}: operations nested too deeply (over Python's recursion limit)") from None
             verify_located(module, parser)
             return module
+
+        def setup_pipeline(self) -> None:
+            """Check `-p` pass by pass first, so that a bad one is one line naming it."""
+            try:
+                specs = list(parse_pipeline(self.args.passes))
+            except ArgSpecParseError as e:
+                raise StrataError(f"-p {spec_syntax_error(e)}") from None
+            for spec in specs:
+                pass_class = self.available_passes.get(spec.name)
+                if pass_class is None:
+                    raise StrataError(f"-p: unknown pass '{spec.name}' (strata-opt --help lists the passes)")
+                try:
+                    pass_class().from_pass_spec(spec)
+                except ValueError as e:
+                    raise StrataError(f"-p: {spec.name}: {e}") from None
+            super().setup_pipeline()
 
         def register_all_passes(self) -> None:
             super().register_all_passes()
@@ -176,7 +219,27 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
 
         def register_all_targets(self) -> None:
             super().register_all_targets()
-            self.available_targets["trace"] = _trace_target
+            self.available_targets["trace"] = self.trace_target
+
+        def trace_target(self, module: ModuleOp, out: IO[str]) -> None:
+            from xdsl.dialects import func
+
+            from strata.frontends.trace import trace_table
+
+            functions = [op for op in module.ops if isinstance(op, func.FuncOp)]
+            # trace_table names each value after the op that makes it: an entry as
+            # convert-module-to-op emits it takes no arguments, its inputs are op.input.
+            if len(functions) == 1:
+                fn = functions[0]
+                where = f"trace: {self.get_input_name()}: @{fn.sym_name.data}"
+                if not fn.body.blocks:
+                    raise StrataError(f"{where} has no body")
+                if fn.body.block.args:
+                    raise StrataError(
+                        f"{where} takes {len(fn.body.block.args)} argument(s); the trace target reads "
+                        "op-level entries without arguments, whose inputs are op.input ops"
+                    )
+            out.write(trace_table(module))
 
     return StrataOptMain
 

@@ -322,3 +322,41 @@ def test_ctrl_c_swallowed_by_a_finalizer_still_interrupts():
     """
     r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=ENV, timeout=60)
     assert (r.returncode, r.stderr) == (130, "tool: interrupted\n")
+
+
+# 4. Tracebacks that are one-line errors.
+
+
+def test_deep_nesting_is_a_one_line_error(tmp_path):
+    deep = tmp_path / "deep.mlir"
+    deep.write_text("builtin.module {" * 3000 + "}" * 3000 + "\n")
+    r = opt(deep)
+    assert_one_line_error(r, "deep.mlir", "nested too deeply")
+
+
+def test_trace_target_on_a_function_with_arguments_is_a_one_line_error():
+    r = opt(OP_LEVEL, "-t", "trace")
+    assert_one_line_error(r, "trace:", "op-level.mlir", "@f", "op.input")
+
+
+@pytest.mark.parametrize(
+    "pipeline, fragments",
+    [
+        ("convert-module-to-op{entry=prefill", ["-p", "column 35", "`}`"]),
+        ("convert-module-to-op{entry=prefill}}", ["-p", "column 36"]),
+        ("convert-module-to-op{tokens=}", ["-p", "column 29"]),
+        ("a,,b", ["-p", "column 3", "pass name"]),
+        ("no-such-pass", ["-p", "unknown pass 'no-such-pass'"]),
+        ("convert-module-to-op{no-such-option=1}", ["-p", "convert-module-to-op", "no_such_option"]),
+        ("convert-module-to-op{tokens=abc}", ["-p", "convert-module-to-op", "abc"]),
+        ("convert-module-to-op{flash_attn=maybe}", ["-p", "convert-module-to-op", "maybe"]),
+    ],
+)
+def test_malformed_pipeline_is_a_one_line_error(pipeline, fragments):
+    r = opt(MODULE_LEVEL, "-p", pipeline)
+    assert_one_line_error(r, *fragments)
+
+
+def test_malformed_target_spec_is_a_one_line_error():
+    r = opt(OP_LEVEL, "-t", "mlir{")
+    assert_one_line_error(r, "'mlir{'", "column 6")
