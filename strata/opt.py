@@ -58,6 +58,15 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _strata_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("strata")
+    except PackageNotFoundError:  # a source tree on PYTHONPATH that was never installed
+        return "unknown"
+
+
 _SPEC_LOCATION = re.compile(r":\d+:(\d+)$")
 
 
@@ -155,6 +164,9 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
 
     class StrataOptMain(xDSLOptMain):
         held: _HeldOutput | None = None
+
+        # What --version prints; xDSL fills in its own version.
+        version_format = f"{PROG} {_strata_version()} (xdsl {{xdsl_version}})"
 
         def prepare_output(self) -> IO[str]:
             if self.args.output_file is None:

@@ -360,3 +360,14 @@ def test_malformed_pipeline_is_a_one_line_error(pipeline, fragments):
 def test_malformed_target_spec_is_a_one_line_error():
     r = opt(OP_LEVEL, "-t", "mlir{")
     assert_one_line_error(r, "'mlir{'", "column 6")
+
+
+# 5. --version
+
+
+def test_version_names_strata_and_xdsl():
+    from importlib.metadata import version
+
+    r = opt("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"strata-opt {version('strata')} (xdsl {version('xdsl')})"
