@@ -1,9 +1,9 @@
 """`strata-opt`: parse Strata IR, run a pass pipeline, print IR or a target's output.
 
 An `xDSLOptMain` subclass, so `-p`, `-t`, `--split-input-file`,
-`--verify-diagnostics` and the rest come from xDSL. Errors are diagnostics
-with the file, line and column, and exit code 1; Ctrl-C is exit code 130; never
-a traceback.
+`--verify-diagnostics`, `--disable-verify` and the rest come from xDSL. Errors
+are diagnostics with the file, line and column, and exit code 1; Ctrl-C is exit
+code 130; never a traceback.
 
 Importing this module loads no xDSL: `main` imports it inside its error handler,
 so that a Ctrl-C while it loads is handled like any other, and
@@ -205,7 +205,8 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
 
                 where = dataclasses.replace(parser._current_token.span, line_offset=start_offset).get_location()
                 raise StrataError(f"{where}: operations nested too deeply (over Python's recursion limit)") from None
-            verify_located(module, parser)
+            if not self.args.disable_verify:
+                verify_located(module, parser)
             return module
 
         def setup_pipeline(self) -> None:

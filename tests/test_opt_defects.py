@@ -371,3 +371,21 @@ def test_version_names_strata_and_xdsl():
     r = opt("--version")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"strata-opt {version('strata')} (xdsl {version('xdsl')})"
+
+
+# 6. --disable-verify
+
+
+def test_disable_verify_prints_invalid_ir(tmp_path):
+    checked = opt(INVALID_OP)
+    assert checked.returncode == 1 and "cannot be broadcast" in checked.stderr
+
+    r = opt(INVALID_OP, "--disable-verify")
+    assert r.returncode == 0, r.stderr
+    assert "op.mul" in r.stdout and r.stderr == ""
+
+    bad = tmp_path / "bad.mlir"
+    bad.write_text(BAD_IR)
+    r = opt(bad, "--disable-verify")
+    assert r.returncode == 0, r.stderr
+    assert 'op.input "tokens" : tensor<5x2xi32>' in r.stdout
