@@ -18,11 +18,12 @@ class StrataError(Exception):
 
 
 def run_tool(prog: str, body: Callable[[], int], *, owns_process: bool = False) -> int:
-    """Run a driver's `body`; what the user caused is one line on stderr and an exit code.
+    """Run a driver's `body`; what the user caused is a message on stderr and an exit code.
 
-    `prog: error: MESSAGE` and 1 for bad input (see `user_error_message`),
-    `prog: interrupted` and 130 for Ctrl-C. Anything else is a bug in strata and
-    keeps its traceback.
+    `prog: error: MESSAGE` and 1 for bad input (see `user_error_message`; an
+    xDSL parse error goes on to show the source line and a caret), `prog:
+    interrupted` and 130 for Ctrl-C. Anything else is a bug in strata and keeps
+    its traceback.
 
     `owns_process`: the caller exits with the result (a console script,
     `python -m`), so the process may be shaped so that no Ctrl-C, whenever it
@@ -57,7 +58,7 @@ def run_tool(prog: str, body: Callable[[], int], *, owns_process: bool = False) 
 
 
 def user_error_message(e: BaseException) -> str | None:
-    """The one-line message for an error the user caused; None for a bug in strata."""
+    """The message for an error the user caused; None for a bug in strata."""
     if isinstance(e, StrataError) or _is_xdsl_diagnostic(e):
         return str(e).strip() or type(e).__name__
     if isinstance(e, OSError):
