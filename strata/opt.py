@@ -109,8 +109,14 @@ def write_output(path: str, text: str) -> None:
 
 def _replace_atomically(target: str, text: str, mode: int | None) -> None:
     directory, name = os.path.split(target)
-    fd, temporary = _create_temporary(directory, name)
+    # A random name that os.open creates only if it is new (O_EXCL), so a file by
+    # that name is ours: the cleanup below removes it even when a Ctrl-C lands
+    # as os.open returns, before its descriptor is in hand.
+    temporary = os.path.join(directory, f".{name}.{os.urandom(8).hex()}.tmp")
     try:
+        # 0o666 less the umask, as `open` would create the output itself
+        # (tempfile.mkstemp would make it 0o600).
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
         with os.fdopen(fd, "w", encoding="utf-8") as stream:
             stream.write(text)
             stream.flush()
@@ -118,6 +124,8 @@ def _replace_atomically(target: str, text: str, mode: int | None) -> None:
                 os.fchmod(stream.fileno(), mode)
             os.fsync(stream.fileno())
         os.replace(temporary, target)
+    except FileExistsError:  # someone else's file: 64 random bits make this a never
+        raise
     except BaseException:  # Ctrl-C included: no temporary file is left behind
         with contextlib.suppress(OSError):
             os.unlink(temporary)
@@ -130,18 +138,6 @@ def _replace_atomically(target: str, text: str, mode: int | None) -> None:
             os.fsync(directory_fd)
         finally:
             os.close(directory_fd)
-
-
-def _create_temporary(directory: str, name: str) -> tuple[int, str]:
-    # Created with 0o666 less the umask, as `open` would create the output itself
-    # (tempfile.mkstemp would make it 0o600).
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    while True:
-        temporary = os.path.join(directory, f".{name}.{os.urandom(4).hex()}.tmp")
-        try:
-            return os.open(temporary, flags, 0o666), temporary
-        except FileExistsError:
-            continue
 
 
 class _HeldOutput(StringIO):
