@@ -293,17 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
+    from strata.errors import run_tool
+
+    def body() -> int:
+        args = build_parser().parse_args(argv)
         return args.func(args)
-    except StrataError as e:
-        print(f"strata: error: {e}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as e:
-        print(f"strata: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+
+    # Called without arguments, main is the program (console script, python -m).
+    return run_tool("strata", body, owns_process=argv is None)
 
 
 if __name__ == "__main__":
