@@ -30,7 +30,7 @@ from strata.dialects.instances import TensorInstance, find_model, instantiate, m
 from strata.errors import StrataError
 from strata.ir.dtypes import dtype_of
 from strata.ir.text import print_ir
-from strata.ir.weights import WeightStore
+from strata.ir.weights import Composite, WeightStore
 from strata.passes import strata_passes
 from strata.stage import MANIFEST, StageError, check_destination, locked, manifest_bytes, sha256_file, stage_matches, write_stage
 from strata.targets import Target, target
@@ -80,24 +80,37 @@ class Model:
             self._params = model_params(self.model_op)
         return self._params
 
-    def weight_names(self) -> tuple[dict[str, str], set[str]]:
-        """(stored HF name -> IR name, the stored names the model knowingly ignores)."""
+    def weight_names(self) -> tuple[dict[str, str], set[str], dict[str, Composite]]:
+        """(stored HF name -> IR name, the stored names the model knowingly ignores, the IR
+        tensors assembled from several stored ones)."""
         tensors = [t for t in instantiate(self.model_op).tensors() if t.kind == "param"]
-        names = {t.hf: t.ggml for t in tensors if t.tied_from is None}
+        names = {t.hf: t.ggml for t in tensors if t.tied_from is None and "*" not in t.hf and not t.hf_merged}
+        composites = {t.ggml: composite_of(t) for t in tensors if "*" in t.hf or t.hf_merged}
         # A tied model's checkpoint may still carry the tied copy (lm_head.weight).
         ignore = {t.tied_from for t in tensors if t.tied_from is not None}
-        return names, ignore
+        return names, ignore, composites
 
     def open_weights(self, check: bool = True, quiet: bool = False) -> WeightStore:
         """The model's weight store, addressed by IR names; checked against the params."""
-        names, ignore = self.weight_names()
-        store = WeightStore.open(self.root, names, ignore)
+        names, ignore, composites = self.weight_names()
+        store = WeightStore.open(self.root, names, ignore, composites)
         if check:
             store.check({name: (t.shape, t.dtype) for name, t in self.params().items()})
         if store.unused and not quiet:
             shown = ", ".join(f"'{n}'" for n in store.unused[:3]) + (", ..." if len(store.unused) > 3 else "")
             warn(f"{store.label}: {len(store.unused)} stored tensor(s) are not used by this model ({shown})")
         return store
+
+
+def composite_of(t: TensorInstance) -> Composite:
+    """How the store assembles a param stored in pieces (see module.param)."""
+    stack = tuple(t.hf.replace("*", str(i)) for i in range(t.shape[0])) if "*" in t.hf else ()
+    merged, part, parts = None, 0, 1
+    if t.hf_merged:
+        merged, _, which = t.hf_merged.rpartition(":")
+        first, _, count = which.partition("/")
+        part, parts = int(first), int(count)
+    return Composite(stack=stack, merged=merged, part=part, parts=parts, axis=1)
 
 
 def load_config(path: str | Path):

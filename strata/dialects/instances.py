@@ -44,6 +44,9 @@ class TensorInstance:
     #: For a tied param (lm_head tied to the embedding): the HF name it would have untied,
     #: which a checkpoint may still hold as a copy.
     tied_from: str | None = None
+    #: Stored in pieces: `hf` holds `*` for each index of the first dim, and `hf_merged` is
+    #: the alternative `name:part/parts` (see module.param).
+    hf_merged: str | None = None
 
 
 @dataclass(eq=False)
@@ -142,8 +145,7 @@ def _tensor(text: str):
 
 @lru_cache(maxsize=4096)
 def _sub(text: str):
-    kind, args, count = parse_sub_type(text)
-    return kind, tuple(args), count
+    return parse_sub_type(text)
 
 
 @lru_cache(maxsize=1024)
@@ -236,32 +238,40 @@ def _fill(model: M.ModelOp, inst: BlockInstance) -> None:
             if m.optional is not None and inst.knob(m.member_name) is None:
                 continue  # an optional param (a bias) exists where the sub asks for it
             shape, dtype = _dims(m.type_text, inst.env, path)
+            merged = ".".join(_join(inst.hf_prefix, m.hf_merged.data)) if m.hf_merged is not None else None
             inst.params[m.member_name] = TensorInstance(
                 path, "param", ".".join(_join(inst.ggml_prefix, m.name_segment("ggml"))),
-                ".".join(_join(inst.hf_prefix, m.name_segment("hf"))), shape, dtype)
+                ".".join(_join(inst.hf_prefix, m.name_segment("hf"))), shape, dtype, hf_merged=merged)
         elif isinstance(m, M.StateOp):
             shape, dtype = _dims(m.type_text, inst.env, path)
             inst.state[m.member_name] = TensorInstance(
                 path, "state", ".".join(_join(inst.ggml_prefix, m.name_segment("ggml"))),
                 ".".join(_join(inst.hf_prefix, m.name_segment("hf"))), shape, dtype)
         elif isinstance(m, M.SubOp):
-            kind, args, count = _sub(m.type_text)
-            block = model.block(kind)
-            if block is None:
-                raise InstanceError(f"{path}: no block named '{kind}'")
-            env = _bind(block, args, inst.env, path)
+            sub = _sub(m.type_text)
+            kinds = []
+            for kind, args in sub.alternatives:
+                block = model.block(kind)
+                if block is None:
+                    raise InstanceError(f"{path}: no block named '{kind}'")
+                kinds.append((block, _bind(block, args, inst.env, path)))
             ggml = _join(inst.ggml_prefix, m.name_segment("ggml"))
             hf = _join(inst.hf_prefix, m.name_segment("hf"))
-            if count is None:
+            if sub.count is None:
+                block, env = kinds[0]
                 child = BlockInstance(block, path, env, m, inst, ggml_prefix=ggml, hf_prefix=hf)
                 _fill(model, child)
                 inst.children[m.member_name] = child
                 continue
-            n = _eval(count, inst.env, path)
+            n = _eval(sub.count, inst.env, path)
             if not isinstance(n, int) or n < 0:
-                raise InstanceError(f"{path}: array count {count} is not a size")
+                raise InstanceError(f"{path}: array count {sub.count} is not a size")
+            pattern = list(m.pattern.get_values()) if m.pattern is not None else [0] * n
+            if len(pattern) != n:
+                raise InstanceError(f"{path}: pattern has {len(pattern)} entries for an array of {n}")
             items = []
             for i in range(n):
+                block, env = kinds[pattern[i]]
                 child = BlockInstance(block, f"{path}.{i}", env, m, inst, i, n, ggml + (str(i),), hf + (str(i),))
                 _fill(model, child)
                 items.append(child)

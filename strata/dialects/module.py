@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from xdsl.dialects.builtin import (
     ArrayAttr,
+    DenseArrayBase,
     DictionaryAttr,
     IntegerAttr,
     StringAttr,
@@ -109,10 +110,18 @@ class ParamOp(MemberOp):
     """A weight of the block; `optional` marks a param an instance may lack (a bias).
 
         module.param @weight : "Tensor[Out, In; T]"
+
+    A param stored in pieces names them in its `hf` segment: `*` stands for each index of
+    its first dim (experts stored one by one), and `hf_merged` names the alternative, a
+    merged tensor and the part of it this param is (`experts.gate_up_proj:0/2`, split along
+    the dim after the first).
+
+        module.param @gate_exps : "Tensor[Experts, MoeInner, H; T]" {hf = "experts.*.gate_proj.weight", hf_merged = "experts.gate_up_proj:0/2"}
     """
 
     name = "module.param"
     optional = opt_attr_def(UnitAttr)
+    hf_merged = opt_attr_def(StringAttr)
 
     def verify_(self) -> None:
         self._parse_with(parse_tensor_type)
@@ -134,36 +143,48 @@ class StateOp(MemberOp):
 @irdl_op_definition
 class SubOp(MemberOp):
     """A child block, `Name<args>` or an array `[Name<args>; Count]`. Instance knobs
-    (a Linear with a bias, an lm_head tied to the embedding) are attributes.
+    (a Linear with a bias, an lm_head tied to the embedding) are attributes. An array of
+    several kinds (a hybrid model's layers) lists them, and `pattern` gives each element's
+    kind as an index into that list.
 
         module.sub @q_proj : "Linear<H, (Heads / Shards) * HeadDim, T>" {bias}
+        module.sub @layers : "[LinearLayer<H> | AttnLayer<H>; Layers]" {pattern = array<i64: 0, 0, 0, 1>}
     """
 
     name = "module.sub"
     bias = opt_attr_def(UnitAttr)
     tied = opt_attr_def(StringAttr)
+    pattern = opt_attr_def(DenseArrayBase)
 
     def verify_(self) -> None:
         self._parse_with(parse_sub_type)
         try:
-            kind, args, _ = parse_sub_type(self.type_text)
+            sub = parse_sub_type(self.type_text)
         except ShapeSyntaxError:
             return  # reported by _parse_with
+        n = len(sub.alternatives)
+        if n > 1 and self.pattern is None:
+            raise VerifyException(f"module.sub @{self.member_name}: an array of {n} kinds needs a `pattern`")
+        if self.pattern is not None:
+            bad = [i for i in self.pattern.get_values() if not 0 <= i < n]
+            if bad:
+                raise VerifyException(f"module.sub @{self.member_name}: pattern index {bad[0]} is not one of "
+                                      f"the {n} kinds of the array")
         model = self.block_op().parent_op()
         if not isinstance(model, ModelOp):
             return
-        child = model.block(kind)
-        if child is None:
-            raise VerifyException(f"module.sub @{self.member_name}: no block named '{kind}' in the model")
-        try:
-            generics = parse_block_generics([g.data for g in child.generics.data])
-        except ShapeSyntaxError:
-            return  # the child block reports it
-        required = sum(g.default is None for g in generics)
-        if not required <= len(args) <= len(generics):
-            raise VerifyException(
-                f"module.sub @{self.member_name}: {kind} takes {required} to {len(generics)} generic arguments, got {len(args)}"
-            )
+        for kind, args in sub.alternatives:
+            child = model.block(kind)
+            if child is None:
+                raise VerifyException(f"module.sub @{self.member_name}: no block named '{kind}' in the model")
+            try:
+                generics = parse_block_generics([g.data for g in child.generics.data])
+            except ShapeSyntaxError:
+                return  # the child block reports it
+            required = sum(g.default is None for g in generics)
+            if not required <= len(args) <= len(generics):
+                raise VerifyException(f"module.sub @{self.member_name}: {kind} takes {required} to {len(generics)} "
+                                      f"generic arguments, got {len(args)}")
 
 
 @irdl_op_definition

@@ -30,6 +30,8 @@ def _member_line(m: M.MemberOp) -> str:
             knobs.append("with bias")
         if m.tied is not None:
             knobs.append(f"tied to {m.tied.data}")
+        if m.pattern is not None:
+            knobs.append(f"kinds by index {list(m.pattern.get_values())}")
         return f"sub {m.member_name}: {m.type_text}" + (f"  ({', '.join(knobs)})" if knobs else "")
     assert isinstance(m, M.FnOp)
     kind = "entry" if m.entry is not None else "fn"

@@ -150,7 +150,7 @@ class LlamaConfig:
         return d
 
 
-def write_hf_config(cfg: LlamaConfig, directory: str | Path) -> Path:
+def write_hf_config(cfg: Any, directory: str | Path) -> Path:
     """Write ``cfg`` as ``directory/config.json`` (creating the directory); returns the file."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -170,10 +170,14 @@ def read_config_file(path: str | Path) -> tuple[Any, str, str]:
 
 
 def architecture_of(data: Any, file: str) -> str:
-    """The `architectures[0]` of a parsed config (or what its `model_type` implies)."""
+    """The `architectures[0]` of a parsed config (or what its `model_type` implies); the
+    family that reads it says whether it is supported."""
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: expected a JSON object at the top level, got {_kind(data)}")
-    return _architecture(_Fields(file, data))
+    archs = data.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        return archs[0]
+    return _architecture(Fields(file, data))
 
 
 def load_hf_config(path: str | Path) -> LlamaConfig:
@@ -266,7 +270,7 @@ def from_hf_dict(data: Any, file: str = "config.json", name: str = "model") -> L
     """Build a :class:`LlamaConfig` from a parsed ``config.json``; ``file`` labels errors."""
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: expected a JSON object at the top level, got {_kind(data)}")
-    f = _Fields(file, data)
+    f = Fields(file, data)
     arch = _architecture(f)
     mt = ARCHITECTURES[arch]
 
@@ -311,7 +315,7 @@ def from_hf_dict(data: Any, file: str = "config.json", name: str = "model") -> L
         attention_bias=attn_bias,
         o_bias=False if mt == "qwen2" else attn_bias,
         qk_norm=mt == "qwen3",
-        dtype=_dtype(f),
+        dtype=read_dtype(f),
     )
 
 
@@ -319,7 +323,7 @@ def from_hf_dict(data: Any, file: str = "config.json", name: str = "model") -> L
 # Field readers
 
 
-class _Fields:
+class Fields:
     """Typed access to the keys of one JSON object; errors name the file and the field."""
 
     def __init__(self, file: str, data: dict[str, Any], prefix: str = "") -> None:
@@ -373,7 +377,7 @@ class _Fields:
         return value
 
 
-def _architecture(f: _Fields) -> str:
+def _architecture(f: Fields) -> str:
     archs = f.data.get("architectures")
     if archs is not None:
         if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
@@ -391,7 +395,7 @@ def _architecture(f: _Fields) -> str:
     return _BY_MODEL_TYPE[mt]
 
 
-def _check_unsupported(f: _Fields, mt: str) -> None:
+def _check_unsupported(f: Fields, mt: str) -> None:
     """Refuse flags that change the graph in ways strata does not model."""
     act = f.text("hidden_act", default="silu")
     if act != "silu":
@@ -402,7 +406,7 @@ def _check_unsupported(f: _Fields, mt: str) -> None:
         raise f.error("use_sliding_window", "is true; sliding-window attention is not supported")
 
 
-def _rope(f: _Fields) -> tuple[float, RopeScaling | None]:
+def _rope(f: Fields) -> tuple[float, RopeScaling | None]:
     """rope_theta and scaling from ``rope_parameters`` (transformers 5) or the older keys."""
     params = f.data.get("rope_parameters")
     if params is not None:
@@ -418,7 +422,7 @@ def _rope(f: _Fields) -> tuple[float, RopeScaling | None]:
         if not isinstance(params, dict):
             raise f.error(key, f"must be an object or null, got {_show(params)}")
     top_theta = f.number("rope_theta", default=_DEFAULT_ROPE_THETA)
-    sub = _Fields(f.file, params, prefix=key + ".")
+    sub = Fields(f.file, params, prefix=key + ".")
     theta = sub.number("rope_theta", default=top_theta)
     # "type" is the pre-4.45 spelling of "rope_type".
     type_key = "rope_type" if "rope_type" in params or "type" not in params else "type"
@@ -441,7 +445,7 @@ def _rope(f: _Fields) -> tuple[float, RopeScaling | None]:
     return theta, scaling
 
 
-def _dtype(f: _Fields) -> str:
+def read_dtype(f: Fields) -> str:
     # transformers 5 writes "dtype"; older versions wrote "torch_dtype".
     key = "dtype" if f.data.get("dtype") is not None else "torch_dtype"
     value = f.text(key, default="float32")

@@ -4,6 +4,7 @@
     Tensor[*S, H; T]                `*S` is a variadic leading shape
     Linear<H, (Heads / Shards) * HeadDim, T>      a block instance
     [DecoderLayer<H, Heads>; Layers]              an array of block instances
+    [LinearLayer<H> | AttnLayer<H>; Layers]       an array of blocks of several kinds
     <B: Dim, S: Dim>(tokens: Tensor[B, S; i32], pos: i32) -> Tensor[B, Vocab; T]
 
 Dim expressions are integers, names, `+ - * /` (integer division) and parentheses.
@@ -23,7 +24,7 @@ class ShapeSyntaxError(StrataError):
     """A member type in the seed's notation that does not parse or names an unknown dim."""
 
 
-_TOKEN = re.compile(r"\s*(->|[A-Za-z_][A-Za-z0-9_]*|\d+|[\[\]<>(),;:*/+\-=?])")
+_TOKEN = re.compile(r"\s*(->|[A-Za-z_][A-Za-z0-9_]*|\d+|[\[\]<>(),;:*/+\-=?|])")
 
 
 def _tokenize(text: str) -> list[str]:
@@ -224,21 +225,44 @@ def parse_tensor_type(text: str, known: Sequence[str] | None = None) -> TensorT:
     return t
 
 
-def parse_sub_type(text: str, known: Sequence[str] | None = None) -> tuple[str, list[Expr | str], Expr | None]:
-    """`Kind<args>` or `[Kind<args>; Count]` -> (kind, args, count)."""
+@dataclass(frozen=True)
+class SubType:
+    """`Kind<args>`, `[Kind<args>; Count]`, or an array whose elements are of several kinds,
+    `[KindA<args> | KindB<args>; Count]` (the sub's `pattern` picks each element's kind)."""
+
+    alternatives: tuple[tuple[str, tuple[Expr | str, ...]], ...]
+    count: Expr | None
+
+    @property
+    def kind(self) -> str:
+        return self.alternatives[0][0]
+
+    @property
+    def args(self) -> tuple[Expr | str, ...]:
+        return self.alternatives[0][1]
+
+
+def parse_sub_type(text: str, known: Sequence[str] | None = None) -> SubType:
+    """Parse a sub's type; `known` names the generics it may use."""
     p = _Parser(text)
     array = p.peek() == "["
     if array:
         p.take("[")
-    kind = p.ident()
-    args: list[Expr | str] = []
-    if p.peek() == "<":
-        p.take("<")
-        while p.peek() != ">":
-            args.append(p.expr())
-            if p.peek() == ",":
-                p.take(",")
-        p.take(">")
+    alternatives = []
+    while True:
+        kind = p.ident()
+        args: list[Expr | str] = []
+        if p.peek() == "<":
+            p.take("<")
+            while p.peek() != ">":
+                args.append(p.expr())
+                if p.peek() == ",":
+                    p.take(",")
+            p.take(">")
+        alternatives.append((kind, tuple(args)))
+        if not (array and p.peek() == "|"):
+            break
+        p.take("|")
     count = None
     if array:
         p.take(";")
@@ -247,12 +271,13 @@ def parse_sub_type(text: str, known: Sequence[str] | None = None) -> tuple[str, 
     p.done()
     if known is not None:
         names: set[str] = set()
-        for a in args:
-            names |= a.names() if isinstance(a, Expr) else {a}
+        for _, args in alternatives:
+            for a in args:
+                names |= a.names() if isinstance(a, Expr) else {a}
         if count is not None:
             names |= count.names()
         _check_names(names, known, text)
-    return kind, args, count
+    return SubType(tuple(alternatives), count)
 
 
 @dataclass(frozen=True)

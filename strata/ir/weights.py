@@ -159,6 +159,19 @@ def _is_uint(x: object) -> bool:
 # The store
 
 
+@dataclass(frozen=True)
+class Composite:
+    """An IR tensor assembled from stored ones: `stack`, one stored tensor per index of its
+    first dim (a hub checkpoint's experts, one by one), or else part `part` of `parts` of the
+    stored tensor `merged`, split along `axis` (transformers' merged `gate_up_proj`)."""
+
+    stack: tuple[str, ...] = ()
+    merged: str | None = None
+    part: int = 0
+    parts: int = 1
+    axis: int = 1
+
+
 #: The element types a float param may be stored in: the IR's type is what it computes in.
 FLOAT_STORAGE = ("f32", "f16", "bf16")
 
@@ -168,41 +181,56 @@ class WeightStore:
     the IR's names through `names` (stored name -> IR name; None: the stored names)."""
 
     def __init__(self, label: Path, files: list[SafetensorsFile], names: Mapping[str, str] | None = None,
-                 ignore: frozenset[str] | set[str] = frozenset()) -> None:
+                 ignore: frozenset[str] | set[str] = frozenset(),
+                 composites: Mapping[str, Composite] | None = None) -> None:
         self.label = label  # the file named in errors: model.safetensors or the index
         self.files = files
         self._where: dict[str, tuple[SafetensorsFile, str]] = {}
         self._stored_name: dict[str, str] = {}
-        #: Stored tensors the model does not use (outside `names` and `ignore`), sorted.
-        self.unused: list[str] = []
+        stored_in: dict[str, SafetensorsFile] = {}
         for f in files:
             for stored in f.entries:
-                name = stored if names is None else names.get(stored)
-                if name is None:
-                    if stored not in ignore:
-                        self.unused.append(stored)
-                    continue
-                if name in self._where:
-                    raise WeightError(f"{f.path}: tensor '{stored}' is also stored in "
-                                      f"{self._where[name][0].path}")
+                if stored in stored_in:
+                    raise WeightError(f"{f.path}: tensor '{stored}' is also stored in {stored_in[stored].path}")
+                stored_in[stored] = f
+        used: set[str] = set()
+        for stored, f in stored_in.items():
+            name = stored if names is None else names.get(stored)
+            if name is not None:
                 self._where[name] = (f, stored)
                 self._stored_name[name] = stored
-        self.unused.sort()
+                used.add(stored)
+        #: IR name -> (how, stored names) of the tensors assembled from several stored ones.
+        self._assembled: dict[str, tuple[Composite, tuple[str, ...]]] = {}
+        self._cache: dict[str, np.ndarray] = {}
+        self._composites = dict(composites or {})
+        for name, comp in self._composites.items():
+            if comp.stack and all(n in stored_in for n in comp.stack):
+                self._assembled[name] = (comp, comp.stack)
+            elif comp.merged is not None and comp.merged in stored_in:
+                self._assembled[name] = (comp, (comp.merged,))
+            else:
+                continue
+            used.update(self._assembled[name][1])
+        #: Stored tensors the model does not use (outside `names`, the composites and `ignore`), sorted.
+        self.unused = sorted(n for n in stored_in if n not in used and n not in ignore)
+        self._stored_in = stored_in
         self._expected_stored = {v: k for k, v in names.items()} if names is not None else {}
 
     @classmethod
     def open(cls, model_dir: str | Path, names: Mapping[str, str] | None = None,
-             ignore: frozenset[str] | set[str] = frozenset()) -> WeightStore:
+             ignore: frozenset[str] | set[str] = frozenset(),
+             composites: Mapping[str, Composite] | None = None) -> WeightStore:
         """Open ``model.safetensors`` or the sharded index in ``model_dir`` (or one file)."""
         path = Path(model_dir)
         for candidate in (path, path / SINGLE_FILE, path / INDEX_FILE):
             _refuse_dangling_link(candidate)
         if path.is_file():
-            return cls(path, [SafetensorsFile(path)], names, ignore)
+            return cls(path, [SafetensorsFile(path)], names, ignore, composites)
         if (path / SINGLE_FILE).is_file():
-            return cls(path / SINGLE_FILE, [SafetensorsFile(path / SINGLE_FILE)], names, ignore)
+            return cls(path / SINGLE_FILE, [SafetensorsFile(path / SINGLE_FILE)], names, ignore, composites)
         if (path / INDEX_FILE).is_file():
-            return cls(path / INDEX_FILE, _open_shards(path / INDEX_FILE), names, ignore)
+            return cls(path / INDEX_FILE, _open_shards(path / INDEX_FILE), names, ignore, composites)
         hint = " (pickle checkpoints are never loaded)" if any(path.glob("*.bin")) else ""
         raise WeightError(f"{path}: no {SINGLE_FILE} or {INDEX_FILE} found{hint}")
 
@@ -220,24 +248,59 @@ class WeightStore:
 
     def names(self) -> list[str]:
         """The IR names of the stored tensors the model uses, sorted."""
-        return sorted(self._where)
+        return sorted([*self._where, *self._assembled])
 
     def __contains__(self, name: str) -> bool:
-        return name in self._where
+        return name in self._where or name in self._assembled
 
     def info(self, name: str) -> tuple[tuple[int, ...], str]:
         """(shape, element type name) of tensor ``name`` (f32, bf16, ...: see strata.ir.dtypes)."""
+        if name in self._assembled:
+            comp, sources = self._assembled[name]
+            e = self._stored_in[sources[0]].entries[sources[0]]
+            shape = list(e.shape)
+            if sources == comp.stack:
+                shape = [len(sources), *shape]
+            else:
+                shape[comp.axis] //= comp.parts
+            return tuple(shape), dtypes.dtype_of_safetensors(e.code).name
         f, stored = self._lookup(name)
         e = f.entries[stored]
         return e.shape, dtypes.dtype_of_safetensors(e.code).name
 
     def get(self, name: str) -> np.ndarray:
-        """A read-only, memory-mapped view of tensor ``name`` (no copy)."""
+        """Tensor ``name``: a read-only, memory-mapped view (no copy), or for a tensor assembled
+        from stored ones, a view of a merged tensor or an array stacked once and kept."""
+        if name in self._assembled:
+            return self._get_assembled(name)
         f, stored = self._lookup(name)
         return f.array(stored)
 
+    def _get_assembled(self, name: str) -> np.ndarray:
+        comp, sources = self._assembled[name]
+        if sources != comp.stack:  # a part of the merged tensor
+            whole = self._stored_in[sources[0]].array(sources[0])
+            if whole.shape[comp.axis] % comp.parts:
+                raise WeightError(f"{self.label}: tensor '{sources[0]}' of shape {list(whole.shape)} does not split "
+                                  f"into {comp.parts} parts along axis {comp.axis}")
+            n = whole.shape[comp.axis] // comp.parts
+            index = [slice(None)] * whole.ndim
+            index[comp.axis] = slice(comp.part * n, (comp.part + 1) * n)
+            return whole[tuple(index)]
+        if name not in self._cache:
+            parts = [self._stored_in[n].array(n) for n in sources]
+            if len({p.shape for p in parts}) != 1:
+                raise WeightError(f"{self.label}: the tensors stacked as '{name}' ({sources[0]}, ...) differ in shape")
+            stacked = np.stack(parts)
+            stacked.flags.writeable = False
+            self._cache[name] = stacked
+        return self._cache[name]
+
     def stored_name(self, name: str) -> str:
-        """The name under which tensor ``name`` is stored (its HF name)."""
+        """The name under which tensor ``name`` is stored (its HF name; for an assembled
+        tensor, the first it is assembled from)."""
+        if name in self._assembled:
+            return self._assembled[name][1][0]
         return self._lookup(name)[1]
 
     def check(self, expected: Mapping[str, tuple[tuple[int, ...], str]]) -> None:
@@ -251,11 +314,11 @@ class WeightStore:
             self._check_one(name, tuple(shape), dtype)
 
     def _check_one(self, name: str, shape: tuple[int, ...], dtype: str) -> None:
-        if name not in self._where:
+        if name not in self:
             raise WeightError(f"{self.label}: tensor {self._both(name)} is missing; "
                               f"expected shape {list(shape)}")
         actual_shape, actual_dtype = self.info(name)
-        f, _ = self._lookup(name)
+        f = self._stored_in[self._assembled[name][1][0]] if name in self._assembled else self._lookup(name)[0]
         if actual_shape != shape:
             raise WeightError(f"{f.path}: tensor {self._both(name)} has shape "
                               f"{list(actual_shape)}, expected {list(shape)}")
@@ -274,6 +337,11 @@ class WeightStore:
     def _both(self, name: str) -> str:
         """`'blk.0.attn_q.weight' (HF 'model.layers.0.self_attn.q_proj.weight')`."""
         stored = self._stored_name.get(name) or self._expected_stored.get(name)
+        comp = self._composites.get(name)
+        if stored is None and comp is not None:
+            forms = ([f"'{comp.stack[0]}' ... one per index"] if comp.stack else []) + (
+                [f"'{comp.merged}' part {comp.part + 1} of {comp.parts}"] if comp.merged else [])
+            return f"'{name}' (HF {' or '.join(forms)})"
         return f"'{name}'" + (f" (HF '{stored}')" if stored and stored != name else "")
 
 

@@ -35,8 +35,14 @@ def _llama() -> Family:
     return Family("llama", tuple(ARCHITECTURES), lambda data, file, name: from_hf_dict(data, file, name), build_llama)
 
 
+def _qwen35() -> Family:
+    from strata.models import qwen35
+
+    return Family("qwen35", qwen35.ARCHITECTURES + tuple(qwen35.CONDITIONAL), qwen35.read_config, qwen35.build)
+
+
 #: The families, each made on first use (their imports are not free).
-FAMILIES: list[Callable[[], Family]] = [_llama]
+FAMILIES: list[Callable[[], Family]] = [_llama, _qwen35]
 
 
 def families() -> list[Family]:

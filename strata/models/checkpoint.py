@@ -36,8 +36,11 @@ def save_random_checkpoint(cfg, directory: str | Path, seed: int, dtype: str = "
     tensors: dict[str, np.ndarray] = {}
     for name, t in model_params(find_model(build_module(cfg))).items():
         x = rng.standard_normal(t.shape, dtype=np.float32)
-        x = 1.0 + 0.1 * x if "norm" in name else (std if x.ndim == 2 else 0.02) * x
-        tensors[t.hf] = x.astype(stored.numpy)
+        x = 1.0 + 0.1 * x if "norm" in name else (std if x.ndim >= 2 else 0.02) * x
+        if "*" in t.hf:  # stored one by one, as the hub stores experts
+            tensors.update({t.hf.replace("*", str(i)): x[i].astype(stored.numpy) for i in range(t.shape[0])})
+        else:
+            tensors[t.hf] = x.astype(stored.numpy)
     write_hf_config(dataclasses.replace(cfg, dtype=dtype), directory)
     meta = {"format": "pt"}  # transformers checks this key before trusting the file
     if shards == 1:

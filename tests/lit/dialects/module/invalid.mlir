@@ -324,3 +324,45 @@ module.model @m attributes {arch = "LlamaForCausalLM", root = "Model", generics 
     module.param @weight : Tensor[H; T]
   }
 }
+
+// -----
+
+// An array of several kinds needs a pattern...
+module.model @m attributes {arch = "Qwen3_5ForCausalLM", root = "Model", generics = {H = 16 : i64, Layers = 2 : i64}} {
+  module.block @Model ["H: Dim", "Layers: Dim"] attributes {path = "std.model.causal_lm"} {
+    // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.sub @layers: an array of 2 kinds needs a `pattern`
+    module.sub @layers : "[A<H> | B<H>; Layers]"
+  }
+  module.block @A ["H: Dim"] attributes {path = "std.layer.decoder"} {
+  }
+  module.block @B ["H: Dim"] attributes {path = "std.layer.decoder"} {
+  }
+}
+
+// -----
+
+// ... whose indices pick one of the kinds.
+module.model @m attributes {arch = "Qwen3_5ForCausalLM", root = "Model", generics = {H = 16 : i64, Layers = 2 : i64}} {
+  module.block @Model ["H: Dim", "Layers: Dim"] attributes {path = "std.model.causal_lm"} {
+    // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.sub @layers: pattern index 2 is not one of the 2 kinds of the array
+    module.sub @layers : "[A<H> | B<H>; Layers]" {pattern = array<i64: 0, 2>}
+  }
+  module.block @A ["H: Dim"] attributes {path = "std.layer.decoder"} {
+  }
+  module.block @B ["H: Dim"] attributes {path = "std.layer.decoder"} {
+  }
+}
+
+// -----
+
+// Alternatives are for arrays only.
+module.model @m attributes {arch = "Qwen3_5ForCausalLM", root = "Model", generics = {H = 16 : i64}} {
+  module.block @Model ["H: Dim"] attributes {path = "std.model.causal_lm"} {
+    // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}module.sub @x: unexpected '|' in 'A<H> | B<H>'
+    module.sub @x : "A<H> | B<H>"
+  }
+  module.block @A ["H: Dim"] attributes {path = "std.layer.decoder"} {
+  }
+  module.block @B ["H: Dim"] attributes {path = "std.layer.decoder"} {
+  }
+}

@@ -6,6 +6,12 @@
 // RUN: strata-opt %t.1.mlir | diff %t.1.mlir -
 // RUN: strata-opt %S/../../passes/Inputs/qwen3_2l.mlir > %t.q1.mlir
 // RUN: strata-opt %t.q1.mlir | diff %t.q1.mlir -
+// A hybrid model: an array of layers of two kinds, picked by `pattern`.
+// RUN: strata-opt %S/../../passes/Inputs/qwen35moe_4l.mlir > %t.h1.mlir
+// RUN: strata-opt %t.h1.mlir | diff %t.h1.mlir -
+// RUN: filecheck %s --check-prefix=HYBRID < %t.h1.mlir
+// HYBRID: module.sub @layers : "[LinearMoeLayer<{{.*}}> | AttentionMoeLayer<{{.*}}>; Layers]" {ggml = "blk", hf = "model.layers", pattern = array<i64: 0, 0, 0, 1>}
+// HYBRID: module.param @gate_exps : "Tensor[Experts, MoeInner, H; T]" {ggml = "ffn_gate_exps.weight", hf = "experts.*.gate_proj.weight", hf_merged = "experts.gate_up_proj:0/2"}
 
 // Round trip of every op of the `module` dialect: module.model with its bound
 // generics, module.block with generics (with and without defaults), and the

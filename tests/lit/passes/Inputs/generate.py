@@ -33,7 +33,15 @@ MODELS = {
                             rope_theta=1000000.0, tie_word_embeddings=True),
 }
 
+#: Hybrid models, from llama.cpp's reference checkpoints beside the checkout.
+REFS = {"qwen35moe_4l.mlir": HERE.parents[4] / "shared" / "refs" / "llamacpp" / "qwen3.5-moe-tiny"}
+
 if __name__ == "__main__":
+    from strata.pipeline import load_model
+
     for file, cfg in MODELS.items():
         (HERE / file).write_text(print_ir(build_module(cfg)))
+        print(HERE / file)
+    for file, ref in REFS.items():
+        (HERE / file).write_text(print_ir(load_model(ref).module))
         print(HERE / file)

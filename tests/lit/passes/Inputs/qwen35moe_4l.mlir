@@ -1,0 +1,92 @@
+builtin.module {
+  module.model @qwen3_5_moe_tiny attributes {arch = "Qwen3_5MoeForCausalLM", root = "Model", generics = {Vocab = 320 : i64, H = 64 : i64, Heads = 4 : i64, KvHeads = 2 : i64, HeadDim = 32 : i64, Inner = 1 : i64, LinKHeads = 2 : i64, LinVHeads = 4 : i64, LinKDim = 16 : i64, LinVDim = 16 : i64, ConvK = 4 : i64, Experts = 8 : i64, TopK = 2 : i64, MoeInner = 32 : i64, SharedInner = 32 : i64, Batch = 1 : i64, MaxSeq = 512 : i64, Layers = 4 : i64, T = f32}} {
+    module.block @Model ["Vocab: Dim", "H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "LinKHeads: Dim", "LinVHeads: Dim", "LinKDim: Dim", "LinVDim: Dim", "ConvK: Dim", "Experts: Dim", "TopK: Dim", "MoeInner: Dim", "SharedInner: Dim", "Batch: Dim", "MaxSeq: Dim", "Layers: Dim", "T: Float = bf16", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.model.causal_lm"} {
+      module.sub @embedding : "Embedding<Vocab, H, T>" {ggml = "token_embd", hf = "model.embed_tokens"}
+      module.sub @layers : "[LinearMoeLayer<H, Heads, KvHeads, HeadDim, Inner, LinKHeads, LinVHeads, LinKDim, LinVDim, ConvK, Experts, TopK, MoeInner, SharedInner, Batch, MaxSeq, T, Shards, PageSize> | AttentionMoeLayer<H, Heads, KvHeads, HeadDim, Inner, LinKHeads, LinVHeads, LinKDim, LinVDim, ConvK, Experts, TopK, MoeInner, SharedInner, Batch, MaxSeq, T, Shards, PageSize>; Layers]" {ggml = "blk", hf = "model.layers", pattern = array<i64: 0, 0, 0, 1>}
+      module.sub @norm : "RmsNorm<H, T>" {ggml = "output_norm", hf = "model.norm"}
+      module.sub @lm_head : "Linear<H, Vocab / Shards, T>" {ggml = "output", hf = "lm_head"}
+      module.fn @forward : "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, S, Vocab; T]" {pub, entry}
+      module.fn @next_token : "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, Vocab; T]" {pub, entry}
+      module.fn @decode : "(token: Tensor[Batch, 1; i32], pos: i32) -> Tensor[Batch, Vocab; T]" {pub, entry}
+      module.fn @prefill : "<S: Dim>(tokens: Tensor[Batch, S; i32], pos: i32) -> Tensor[Batch, Vocab; T]" {pub, entry}
+    }
+    module.block @LinearMoeLayer ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "LinKHeads: Dim", "LinVHeads: Dim", "LinKDim: Dim", "LinVDim: Dim", "ConvK: Dim", "Experts: Dim", "TopK: Dim", "MoeInner: Dim", "SharedInner: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.layer.decoder"} {
+      module.sub @attention_norm : "RmsNorm<H, T>" {ggml = "attn_norm", hf = "input_layernorm"}
+      module.sub @attention : "GatedDeltaNet<H, LinKHeads, LinVHeads, LinKDim, LinVDim, ConvK, Batch, T>" {ggml = "", hf = "linear_attn"}
+      module.sub @mlp_norm : "RmsNorm<H, T>" {ggml = "post_attention_norm", hf = "post_attention_layernorm"}
+      module.sub @mlp : "SparseMoe<H, Experts, TopK, MoeInner, SharedInner, T>" {ggml = "", hf = "mlp"}
+      module.fn @forward : "<B: Dim, S: Dim>(x: Tensor[B, S, H; T]) -> Tensor[B, S, H; T]" {pub}
+      module.fn @decode : "(x: Tensor[Batch, 1, H; T], pos: i32) -> Tensor[Batch, 1, H; T]" {pub}
+      module.fn @prefill : "<S: Dim>(x: Tensor[Batch, S, H; T], pos: i32) -> Tensor[Batch, S, H; T]" {pub}
+    }
+    module.block @AttentionMoeLayer ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "LinKHeads: Dim", "LinVHeads: Dim", "LinKDim: Dim", "LinVDim: Dim", "ConvK: Dim", "Experts: Dim", "TopK: Dim", "MoeInner: Dim", "SharedInner: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.layer.decoder"} {
+      module.sub @attention_norm : "RmsNorm<H, T>" {ggml = "attn_norm", hf = "input_layernorm"}
+      module.sub @attention : "Attention<H, Heads, KvHeads, HeadDim, Batch, MaxSeq, T, Shards, PageSize>" {ggml = "", hf = "self_attn"}
+      module.sub @mlp_norm : "RmsNorm<H, T>" {ggml = "post_attention_norm", hf = "post_attention_layernorm"}
+      module.sub @mlp : "SparseMoe<H, Experts, TopK, MoeInner, SharedInner, T>" {ggml = "", hf = "mlp"}
+      module.fn @forward : "<B: Dim, S: Dim>(x: Tensor[B, S, H; T]) -> Tensor[B, S, H; T]" {pub}
+      module.fn @decode : "(x: Tensor[Batch, 1, H; T], pos: i32) -> Tensor[Batch, 1, H; T]" {pub}
+      module.fn @prefill : "<S: Dim>(x: Tensor[Batch, S, H; T], pos: i32) -> Tensor[Batch, S, H; T]" {pub}
+    }
+    module.block @Attention ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.attn.gated", rope_theta = 1.000000e+04 : f64, rotary_dim = 8 : i64, mrope_section = array<i64: 2, 1, 1>, mrope_interleaved = 1 : i64} {
+      module.sub @q_proj : "Linear<H, (Heads / Shards) * HeadDim * 2, T>" {ggml = "attn_q", hf = "q_proj"}
+      module.sub @k_proj : "Linear<H, (KvHeads / Shards) * HeadDim, T>" {ggml = "attn_k", hf = "k_proj"}
+      module.sub @v_proj : "Linear<H, (KvHeads / Shards) * HeadDim, T>" {ggml = "attn_v", hf = "v_proj"}
+      module.sub @o_proj : "Linear<(Heads / Shards) * HeadDim, H, T>" {ggml = "attn_output", hf = "o_proj"}
+      module.sub @q_norm : "RmsNorm<HeadDim, T>" {ggml = "attn_q_norm", hf = "q_norm"}
+      module.sub @k_norm : "RmsNorm<HeadDim, T>" {ggml = "attn_k_norm", hf = "k_norm"}
+      module.state @cache_k : "Tensor[Batch, KvHeads / Shards, MaxSeq, HeadDim; T]"
+      module.state @cache_v : "Tensor[Batch, KvHeads / Shards, MaxSeq, HeadDim; T]"
+      module.fn @forward : "<B: Dim, S: Dim>(x: Tensor[B, S, H; T]) -> Tensor[B, S, H; T]" {pub}
+      module.fn @decode : "(x: Tensor[Batch, 1, H; T], pos: i32) -> Tensor[Batch, 1, H; T]" {pub}
+      module.fn @prefill : "<S: Dim>(x: Tensor[Batch, S, H; T], pos: i32) -> Tensor[Batch, S, H; T]" {pub}
+    }
+    module.block @GatedDeltaNet ["H: Dim", "LinKHeads: Dim", "LinVHeads: Dim", "LinKDim: Dim", "LinVDim: Dim", "ConvK: Dim", "Batch: Dim", "T: Float"] attributes {path = "std.attn.gated_delta_net", layout = "separate", eps = 1.000000e-06 : f64} {
+      module.sub @in_proj_qkv : "Linear<H, 2 * LinKHeads * LinKDim + LinVHeads * LinVDim, T>" {ggml = "attn_qkv", hf = "in_proj_qkv"}
+      module.sub @in_proj_z : "Linear<H, LinVHeads * LinVDim, T>" {ggml = "attn_gate", hf = "in_proj_z"}
+      module.sub @in_proj_b : "Linear<H, LinVHeads, T>" {ggml = "ssm_beta", hf = "in_proj_b"}
+      module.sub @in_proj_a : "Linear<H, LinVHeads, T>" {ggml = "ssm_alpha", hf = "in_proj_a"}
+      module.param @conv1d : "Tensor[2 * LinKHeads * LinKDim + LinVHeads * LinVDim, 1, ConvK; T]" {ggml = "ssm_conv1d.weight", hf = "conv1d.weight"}
+      module.param @dt_bias : "Tensor[LinVHeads; T]" {ggml = "ssm_dt.bias", hf = "dt_bias"}
+      module.param @A_log : "Tensor[LinVHeads; T]" {ggml = "ssm_a", hf = "A_log"}
+      module.sub @norm : "GatedRmsNorm<LinVDim, T>" {ggml = "ssm_norm", hf = "norm"}
+      module.sub @out_proj : "Linear<LinVHeads * LinVDim, H, T>" {ggml = "ssm_out", hf = "out_proj"}
+      module.state @conv_state : "Tensor[Batch, 2 * LinKHeads * LinKDim + LinVHeads * LinVDim, ConvK - 1; T]"
+      module.state @recurrent_state : "Tensor[Batch, LinVHeads, LinKDim, LinVDim; T]"
+      module.fn @forward : "<B: Dim, S: Dim>(x: Tensor[B, S, H; T]) -> Tensor[B, S, H; T]" {pub}
+      module.fn @decode : "(x: Tensor[Batch, 1, H; T], pos: i32) -> Tensor[Batch, 1, H; T]" {pub}
+      module.fn @prefill : "<S: Dim>(x: Tensor[Batch, S, H; T], pos: i32) -> Tensor[Batch, S, H; T]" {pub}
+    }
+    module.block @GatedRmsNorm ["H: Dim", "T: Float = bf16"] attributes {path = "std.nn.gated_norm", eps = 1.000000e-06 : f64} {
+      module.param @weight : "Tensor[H; T]"
+    }
+    module.block @SparseMoe ["H: Dim", "Experts: Dim", "TopK: Dim", "MoeInner: Dim", "SharedInner: Dim", "T: Float"] attributes {path = "std.moe.sparse", norm_topk_prob = 1 : i64} {
+      module.sub @router : "Linear<H, Experts, T>" {ggml = "ffn_gate_inp", hf = "gate"}
+      module.param @gate_exps : "Tensor[Experts, MoeInner, H; T]" {ggml = "ffn_gate_exps.weight", hf = "experts.*.gate_proj.weight", hf_merged = "experts.gate_up_proj:0/2"}
+      module.param @up_exps : "Tensor[Experts, MoeInner, H; T]" {ggml = "ffn_up_exps.weight", hf = "experts.*.up_proj.weight", hf_merged = "experts.gate_up_proj:1/2"}
+      module.param @down_exps : "Tensor[Experts, H, MoeInner; T]" {ggml = "ffn_down_exps.weight", hf = "experts.*.down_proj.weight", hf_merged = "experts.down_proj:0/1"}
+      module.sub @shared_expert : "SharedExpert<H, SharedInner, T>" {ggml = "", hf = "shared_expert"}
+      module.sub @shared_expert_gate : "Linear<H, 1, T>" {ggml = "ffn_gate_inp_shexp", hf = "shared_expert_gate"}
+      module.fn @forward : "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]" {pub}
+    }
+    module.block @SharedExpert ["H: Dim", "Inner: Dim", "T: Float = bf16"] attributes {path = "std.nn.mlp"} {
+      module.sub @gate : "Linear<H, Inner, T>" {ggml = "ffn_gate_shexp", hf = "gate_proj"}
+      module.sub @up : "Linear<H, Inner, T>" {ggml = "ffn_up_shexp", hf = "up_proj"}
+      module.sub @down : "Linear<Inner, H, T>" {ggml = "ffn_down_shexp", hf = "down_proj"}
+      module.fn @forward : "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]" {pub}
+    }
+    module.block @Linear ["In: Dim", "Out: Dim", "T: Float = bf16"] attributes {path = "std.nn.linear"} {
+      module.param @weight : "Tensor[Out, In; T]"
+      module.param @bias : "Tensor[Out; T]" {optional}
+      module.fn @forward : "<*S: Shape>(x: Tensor[*S, In; T]) -> Tensor[*S, Out; T]" {pub}
+    }
+    module.block @RmsNorm ["H: Dim", "T: Float = bf16"] attributes {path = "std.nn.norm", eps = 1.000000e-06 : f64, weight_offset = 1.000000e+00 : f64} {
+      module.param @weight : "Tensor[H; T]"
+      module.fn @forward : "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]" {pub}
+    }
+    module.block @Embedding ["Vocab: Dim", "H: Dim", "T: Float = bf16"] attributes {path = "std.nn.embedding"} {
+      module.param @weight : "Tensor[Vocab, H; T]"
+      module.fn @forward : "<*S: Shape>(ids: Tensor[*S; i32]) -> Tensor[*S, H; T]" {pub}
+    }
+  }
+}
