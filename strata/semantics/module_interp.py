@@ -96,9 +96,14 @@ class Embedding(Block):
 
 @BLOCK_SEMANTICS.register("std.nn.norm")
 class RmsNorm(Block):
+    """x·rsqrt(mean(x²) + eps)·(weight_offset + w); zero-centred norms (Qwen3.5, Qwen3-Next)
+    store w around 0 and have the block attribute weight_offset = 1.0."""
+
     def forward(self, x: np.ndarray) -> np.ndarray:
         variance = np.mean(np.square(x), axis=-1, keepdims=True)
-        return self.w("weight") * (x * (1.0 / np.sqrt(variance + np.float32(self.attr("eps")))))
+        offset = self.inst.float_attr("weight_offset", 0.0)
+        scale = self.w("weight") if offset == 0.0 else np.float32(offset) + self.w("weight")
+        return scale * (x * (1.0 / np.sqrt(variance + np.float32(self.attr("eps")))))
 
 
 @BLOCK_SEMANTICS.register("std.nn.linear")
@@ -300,3 +305,6 @@ class ModuleRunner:
         """Zero the KV caches."""
         for buf in self.state().values():
             buf[...] = 0
+
+
+from strata.semantics import module_hybrid  # noqa: E402,F401  (registers the hybrid kinds)
