@@ -4,7 +4,11 @@ One row per non-leaf op in program order: the tensor name, the ggml op name, the
 first two operands (`src0`, `src1`, as the callback prints them) with their shapes,
 and the output shape. Shapes are in ggml order (fastest dim first) padded to 4.
 Names follow ggml: an op's `name` attribute, else `<src> (view)` and friends for the
-view-like ops, else `node_<index>`; unnamed leaves are `leaf_<index>`.
+view-like ops, else `node_<index>`; unnamed leaves are `leaf_<index>`. ggml names a view
+when it creates it, from its source's name at that time: an unnamed source gives an empty
+name there (` (reshaped)`, `cache_r_l0 (view) (copy of )`), not `node_<index>`, which
+ggml assigns later. The table shows names without their leading and trailing spaces, as
+llama.cpp's callback table does.
 
 Each op registers its row with `TRACE` (`TraceRule`: ggml's op name, the operands the
 callback prints, and how an unnamed result is named).
@@ -36,13 +40,21 @@ class TraceRule:
     ggml_op: str | None  # GET_ROWS, ...; None for a leaf (no row of its own)
     #: The operands the callback prints as src0 and src1.
     sources: Callable[[Operation], Sequence[SSAValue]] = lambda op: op.operands[:2]
-    #: How ggml names an unnamed result, given the name of each operand; None: node_<index>.
+    #: How ggml names an unnamed result, given each operand's ggml name ("" for an unnamed
+    #: node); None: node_<index>.
     default_name: Callable[[Operation, Callable[[SSAValue], str]], str] | None = None
 
 
 def named_after_source(suffix: str) -> Callable[[Operation, Callable[[SSAValue], str]], str]:
     """ggml names a view after what it views: `<src> (<suffix>)`."""
     return lambda op, name_of: f"{name_of(op.operands[0])} ({suffix})"
+
+
+def copy_name(op: Operation, name_of: Callable[[SSAValue], str]) -> str:
+    """ggml_cpy's result, a view of the destination: `<dst> (copy of <src>)`, or
+    `<src> (copy)` when the destination has no name."""
+    dst, src = name_of(op.operands[1]), name_of(op.operands[0])
+    return f"{dst} (copy of {src})" if dst else f"{src} (copy)"
 
 
 #: op class -> its trace rule.
@@ -52,7 +64,11 @@ for _leaf in O.LEAF_OPS:
     TRACE.add(_leaf, TraceRule(None))
 for _cls, _ggml in [(O.GetRowsOp, "GET_ROWS"), (O.RmsNormOp, "RMS_NORM"), (O.MulOp, "MUL"), (O.AddOp, "ADD"),
                     (O.MulMatOp, "MUL_MAT"), (O.ScaleOp, "SCALE"), (O.ArgmaxOp, "ARGMAX"), (O.SwigluOp, "SWIGLU"),
-                    (O.SoftMaxOp, "SOFT_MAX"), (O.RopeOp, "ROPE"), (O.FlashAttnExtOp, "FLASH_ATTN_EXT")]:
+                    (O.SoftMaxOp, "SOFT_MAX"), (O.RopeOp, "ROPE"), (O.FlashAttnExtOp, "FLASH_ATTN_EXT"),
+                    (O.DivOp, "DIV"), (O.ClampOp, "CLAMP"), (O.SiluOp, "SILU"), (O.SigmoidOp, "SIGMOID"),
+                    (O.SoftplusOp, "SOFTPLUS"), (O.SumRowsOp, "SUM_ROWS"), (O.ArgsortOp, "ARGSORT"),
+                    (O.RepeatOp, "REPEAT"), (O.ConcatOp, "CONCAT"), (O.MulMatIdOp, "MUL_MAT_ID"),
+                    (O.SsmConvOp, "SSM_CONV"), (O.GatedDeltaNetOp, "GATED_DELTA_NET")]:
     TRACE.add(_cls, TraceRule(_ggml))
 # ggml's views are named after what they view.
 for _cls, _ggml, _suffix in [(O.ViewOp, "VIEW", "view"), (O.PermuteOp, "PERMUTE", "permuted"),
@@ -63,7 +79,7 @@ for _cls, _ggml, _suffix in [(O.ViewOp, "VIEW", "view"), (O.PermuteOp, "PERMUTE"
 # rows and their indices, not the destination.
 TRACE.add(O.SetRowsOp, TraceRule("SET_ROWS", sources=lambda op: op.operands[1:3],
                                  default_name=named_after_source("view")))
-TRACE.add(O.CpyOp, TraceRule("CPY", default_name=lambda op, name_of: f"{name_of(op.lhs)} (copy of {name_of(op.rhs)})"))
+TRACE.add(O.CpyOp, TraceRule("CPY", default_name=copy_name))
 
 HEADER = (
     "llama.cpp eval-callback — ggml op level\n"
@@ -83,37 +99,49 @@ class _Namer:
     """ggml's tensor names for the values of one function."""
 
     def __init__(self) -> None:
-        self.names: dict[SSAValue, str] = {}
+        self.names: dict[SSAValue, str] = {}  # as the table shows them (node_<index> if unnamed)
+        self.given: dict[SSAValue, str] = {}  # as ggml names derived tensors after them ("" if unnamed)
         self.nodes = 0
         self.leaves = 0
 
-    def leaf(self, op: Operation) -> str:
+    def leaf(self, value: SSAValue) -> None:
         # ggml numbers every leaf, named or not, in the order the graph meets them.
+        op = value.owner
+        assert isinstance(op, Operation)
         index = self.leaves
         self.leaves += 1
-        if isinstance(op, O.ParamOp):
-            return op.tensor_name.data
-        if isinstance(op, O.StateOp):
-            return op.state_name.data
         label = op.attributes.get("name")
-        if label is not None:
-            return label.data  # type: ignore[attr-defined]
-        return f"leaf_{index}"
+        if isinstance(op, O.ParamOp):
+            given = op.tensor_name.data
+        elif isinstance(op, O.StateOp):
+            given = op.state_name.data
+        else:
+            given = label.data if label is not None else ""  # type: ignore[attr-defined]
+        self.given[value] = given
+        self.names[value] = given.strip() or f"leaf_{index}"
 
     def node(self, op: Operation, rule: TraceRule, index: int) -> str:
         label = op.attributes.get("name")
         if label is not None:
-            return label.data  # type: ignore[attr-defined]
-        if rule.default_name is not None:
-            return rule.default_name(op, self.of)
-        return f"node_{index}"
+            given = label.data  # type: ignore[attr-defined]
+        elif rule.default_name is not None:
+            given = rule.default_name(op, self.given_of)
+        else:
+            given = ""
+        value = op.results[0]
+        self.given[value] = given
+        name = self.names[value] = given.strip() or f"node_{index}"
+        return name
 
     def of(self, value: SSAValue) -> str:
-        name = self.names.get(value)
-        if name is None:
-            assert isinstance(value.owner, Operation)
-            name = self.names[value] = self.leaf(value.owner)
-        return name
+        if value not in self.names:
+            self.leaf(value)
+        return self.names[value]
+
+    def given_of(self, value: SSAValue) -> str:
+        if value not in self.given:
+            self.leaf(value)
+        return self.given[value]
 
 
 def trace_rows(fn: func.FuncOp) -> Iterable[tuple[str, str, list[str], str]]:
@@ -129,7 +157,7 @@ def trace_rows(fn: func.FuncOp) -> Iterable[tuple[str, str, list[str], str]]:
         if rule.ggml_op is None:
             continue
         operands = [f"{namer.of(s)}{ggml_shape(s)}" for s in rule.sources(op)]
-        name = namer.names[op.results[0]] = namer.node(op, rule, index)
+        name = namer.node(op, rule, index)
         yield name, rule.ggml_op, operands, ggml_shape(op.results[0])
         index += 1
 

@@ -22,9 +22,14 @@ import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy; generated module
 import numpy as np
 
 def get_rows(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """GET_ROWS: rows `ids` [N] of `table` [R, C] -> [N, C] float32."""
+    """GET_ROWS: rows `ids` [N] of `table` [R, C] -> [N, C] float32; with batch dims,
+    table [B..., R, C] and ids [B..., N] -> [B..., N, C], batch b gathering from table[b]."""
+    ids = np.asarray(ids, dtype=np.int64)
     # Gather first, then upcast: only N rows of a (possibly huge, bf16) table are converted.
-    return np.asarray(table[np.asarray(ids, dtype=np.int64)], dtype=np.float32)
+    if table.ndim == 2:
+        return np.asarray(table[ids], dtype=np.float32)
+    batch = np.indices(ids.shape, sparse=True)[:-1]  # one broadcasting index per batch dim
+    return np.asarray(table[(*batch, ids)], dtype=np.float32)
 
 
 def rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
@@ -43,6 +48,12 @@ def mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """ADD: a + b with b broadcast (ggml repeat) to a's shape, float32."""
     return _ggml_repeat_binary(np.add, a, b)
+
+
+def div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """DIV: a / b with b broadcast (ggml repeat) to a's shape, float32 (x/0 is inf or NaN)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _ggml_repeat_binary(np.divide, a, b)
 
 
 def _ggml_repeat_binary(ufunc, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -86,6 +97,35 @@ def mul_mat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     b5 = b.reshape(tuple(b_split) + b.shape[-2:])
     out = np.matmul(b5, np.swapaxes(a5, -1, -2))
     return out.reshape(lead_b + (b.shape[-2], a.shape[-2]))
+
+
+def mul_mat_id(experts: np.ndarray, b: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """MUL_MAT_ID: result[t, j] = experts[ids[t, j]] @ b[t, j % Nb] -> [T, U, M] float32.
+
+    experts [E, M, K] (weights stored [out, in]), b [T, Nb, K], ids [T, U]. The rows are
+    grouped by expert and each routed expert multiplies its rows at once: only the routed
+    experts are read (and upcast), never all E.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    t, u = ids.shape
+    n_b = b.shape[1]
+    m = experts.shape[1]
+    out = np.empty((t * u, m), dtype=np.float32)
+    if ids.size == 0:
+        return out.reshape(t, u, m)
+    flat = ids.reshape(-1)
+    if flat.min() < 0 or flat.max() >= experts.shape[0]:
+        raise ValueError(f"mul_mat_id: expert ids must be in [0, {experts.shape[0]}), got {flat.min()}..{flat.max()}")
+    # Slot r = t * U + j reads row (t, j % Nb) of b. Sort the slots by expert (stably).
+    order = np.argsort(flat, kind="stable")
+    rows = np.asarray(b, dtype=np.float32)[order // u, (order % u) % n_b]  # [T*U, K], grouped
+    sorted_ids = flat[order]
+    cuts = np.flatnonzero(sorted_ids[1:] != sorted_ids[:-1]) + 1
+    starts = np.concatenate(([0], cuts))
+    ends = np.concatenate((cuts, [flat.size]))
+    for s0, s1 in zip(starts.tolist(), ends.tolist()):
+        out[order[s0:s1]] = mul_mat(experts[sorted_ids[s0]], rows[s0:s1])
+    return out.reshape(t, u, m)
 
 
 def reshape(x: np.ndarray, shape) -> np.ndarray:
@@ -137,9 +177,78 @@ def scale(x: np.ndarray, s: float) -> np.ndarray:
     return np.asarray(x, dtype=np.float32) * np.float32(s)
 
 
+def clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """CLAMP: MAX(MIN(x, hi), lo) with ggml's comparisons (a NaN becomes hi), float32."""
+    x = np.asarray(x, dtype=np.float32)
+    lo32, hi32 = np.float32(lo), np.float32(hi)
+    y = np.where(x < hi32, x, hi32)
+    return np.where(y > lo32, y, lo32).astype(np.float32, copy=False)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """SILU: x / (1 + exp(-x)), float32 (exp's overflow for x < -88 gives the correct -0)."""
+    x = np.asarray(x, dtype=np.float32)
+    d = np.negative(x)
+    with np.errstate(over="ignore"):
+        np.exp(d, out=d)
+    d += np.float32(1.0)
+    np.divide(x, d, out=d)
+    return d
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """SIGMOID: 1 / (1 + exp(-x)), float32."""
+    d = np.negative(np.asarray(x, dtype=np.float32))
+    with np.errstate(over="ignore"):
+        np.exp(d, out=d)
+    d += np.float32(1.0)
+    np.reciprocal(d, out=d)
+    return d
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """SOFTPLUS as ggml: x where x > 20, else log(1 + exp(x)), float32."""
+    x = np.asarray(x, dtype=np.float32)
+    y = np.exp(np.minimum(x, np.float32(20.0)))  # no overflow: the large ones are x itself
+    y += np.float32(1.0)
+    np.log(y, out=y)
+    return np.where(x > np.float32(20.0), x, y)
+
+
+def sum_rows(x: np.ndarray) -> np.ndarray:
+    """SUM_ROWS: the sum over the last dim, kept as a dim of 1: [..., C] -> [..., 1] float32."""
+    return np.sum(np.asarray(x, dtype=np.float32), axis=-1, keepdims=True, dtype=np.float32)
+
+
+def argsort(x: np.ndarray, order: str) -> np.ndarray:
+    """ARGSORT over the last dim, int32: "desc" largest first, "asc" smallest first; equal
+    values keep their index order (a stable sort)."""
+    x = np.asarray(x, dtype=np.float32)
+    if order == "desc":
+        x = np.negative(x)
+    elif order != "asc":
+        raise ValueError(f"argsort: unknown order {order!r}")
+    return np.argsort(x, axis=-1, kind="stable").astype(np.int32)
+
+
+def repeat(x: np.ndarray, shape) -> np.ndarray:
+    """REPEAT: tile x to `shape` (dims aligned from the last; -1 keeps x's dim), keeping
+    the element type."""
+    shape = tuple(int(d) for d in shape)
+    x = np.reshape(x, (1,) * (len(shape) - x.ndim) + x.shape)
+    return np.tile(x, [1 if d == -1 or s == 0 else d // s for d, s in zip(shape, x.shape)])
+
+
+def concat(a: np.ndarray, b: np.ndarray, axis: int) -> np.ndarray:
+    """CONCAT: a and b joined along the row-major `axis`, keeping the element type."""
+    return np.concatenate((a, b), axis=axis)
+
+
 def cpy(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """CPY: write src's elements into dst's storage (same count), converting the
     element type; returns dst."""
+    if dst.size == 0:  # an empty view (llama.cpp's copy of no extra states): nothing to write
+        return dst
     flat = np.reshape(dst, -1)
     if not np.shares_memory(flat, dst):
         raise ValueError("cpy: the destination must be contiguous")
@@ -186,36 +295,74 @@ def soft_max(x: np.ndarray, mask, scale: float) -> np.ndarray:
 
 
 def rope(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: str, freq_base: float,
-         freq_scale: float, freq_factors=None) -> np.ndarray:
-    """ROPE of x [S, Heads, D] at positions pos [S], float32.
+         freq_scale: float, freq_factors=None, sections=None) -> np.ndarray:
+    """ROPE of x [S, Heads, D] at positions pos, float32.
 
-    Pair i (i < n_dims/2) is rotated by pos * freq_scale * freq_base^(-2i/n_dims)
+    Pair i (i < n_dims/2) is rotated by p * freq_scale * freq_base^(-2i/n_dims)
     / freq_factors[i]. "neox" pairs dims (i, i + n_dims/2) (HF rotate_half); "norm"
-    pairs (2i, 2i+1) (GGUF llama). Dims from n_dims on pass through.
+    pairs (2i, 2i+1) (GGUF llama); pos is [S]. "mrope" and "imrope" pair like "neox"
+    and take pos [4*S], four streams (t, h, w, e) one after the other; `sections` [4]
+    picks each pair's stream (see _mrope_streams). Dims from n_dims on pass through.
     """
     x = np.asarray(x, dtype=np.float32)
     half = n_dims // 2
     # Angles in float64, then cos/sin rounded to float32: as exact as a float32 table gets.
     inv = float(freq_base) ** (-np.arange(half, dtype=np.float64) * 2.0 / n_dims)
     if freq_factors is not None:
-        inv = inv / np.asarray(freq_factors, dtype=np.float64)
-    theta = np.asarray(pos, dtype=np.float64)[:, None] * (float(freq_scale) * inv)[None, :]
+        inv = inv / np.asarray(freq_factors, dtype=np.float64)[:half]
+    pos = np.asarray(pos, dtype=np.float64).reshape(-1)
+    if mode in ("mrope", "imrope"):
+        streams = pos.reshape(4, x.shape[0])  # [4, S]: t, h, w, e
+        which = _mrope_streams(half, sections, mode == "imrope")
+        p = streams[which].T  # [S, half]: each pair's position
+    elif mode in ("neox", "norm"):
+        p = np.broadcast_to(pos[:, None], (pos.shape[0], half))
+    else:
+        raise ValueError(f"rope: unknown mode {mode!r}")
+    theta = p * (float(freq_scale) * inv)[None, :]
     cos = np.cos(theta).astype(np.float32)[:, None, :]  # [S, 1, half]: broadcast over heads
     sin = np.sin(theta).astype(np.float32)[:, None, :]
     out = np.empty_like(x)
-    out[..., n_dims:] = x[..., n_dims:]  # usually empty: n_dims == D
-    if mode == "neox":
-        first, second = np.s_[..., :half], np.s_[..., half:n_dims]
-    elif mode == "norm":
+    out[..., n_dims:] = x[..., n_dims:]  # empty unless the rotary dims are partial
+    if mode == "norm":
         first, second = np.s_[..., 0:n_dims:2], np.s_[..., 1:n_dims:2]
     else:
-        raise ValueError(f"rope: unknown mode {mode!r}")
+        first, second = np.s_[..., :half], np.s_[..., half:n_dims]
     x0, x1, o0, o1 = x[first], x[second], out[first], out[second]
     # Written into `out` in place: two temporaries instead of six.
     np.multiply(x0, cos, out=o0)
     o0 -= x1 * sin
     np.multiply(x0, sin, out=o1)
     o1 += x1 * cos
+    return out
+
+
+def _mrope_streams(half: int, sections, interleaved: bool) -> np.ndarray:
+    """For each rotary pair i < half, its M-RoPE position stream (0 t, 1 h, 2 w, 3 e), as
+    ggml_mrope_cache_init: sector = i % sum(sections); plain M-RoPE gives sections in turn,
+    interleaved M-RoPE (IMROPE) cycles t, h, w while each section lasts."""
+    s0, s1, s2, s3 = (int(v) for v in sections)
+    total = s0 + s1 + s2 + s3
+    out = np.empty(half, dtype=np.int64)
+    for i in range(half):
+        sector = i % total
+        if interleaved:
+            if sector % 3 == 1 and sector < 3 * s1:
+                out[i] = 1
+            elif sector % 3 == 2 and sector < 3 * s2:
+                out[i] = 2
+            elif sector % 3 == 0 and sector < 3 * s0:
+                out[i] = 0
+            else:
+                out[i] = 3
+        elif sector < s0:
+            out[i] = 0
+        elif sector < s0 + s1:
+            out[i] = 1
+        elif sector < s0 + s1 + s2:
+            out[i] = 2
+        else:
+            out[i] = 3
     return out
 
 
@@ -248,13 +395,62 @@ def flash_attn_ext(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask, scale: flo
     return np.ascontiguousarray(out.transpose(1, 0, 2))
 
 
+def ssm_conv(sx: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """SSM_CONV: sx [..., C, K-1+T], c [C, K] -> [..., T, C] float32, with
+    result[t, ch] = sum_i sx[ch, t + i] * c[ch, i], summed in order of i (as ggml)."""
+    sx = np.asarray(sx, dtype=np.float32)
+    c = np.asarray(c, dtype=np.float32)
+    k = c.shape[1]
+    t = sx.shape[-1] - k + 1
+    acc = sx[..., 0:t] * c[:, 0:1]  # [..., C, T]
+    for i in range(1, k):
+        acc += sx[..., i:i + t] * c[:, i:i + 1]
+    return np.ascontiguousarray(np.swapaxes(acc, -1, -2))
+
+
+def gated_delta_net(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
+                    state: np.ndarray, grouped: bool = False) -> np.ndarray:
+    """GATED_DELTA_NET as ggml's fused op -> [T + D, Hv*D] float32: T rows of outputs
+    [T, Hv, D], then the final state [Hv, D, D].
+
+    q, k [T, Hk, D]; v [T, Hv, D]; g [T, Hv, 1] (or [T, Hv, D], per channel); beta
+    [T, Hv, 1]; state [Hv, D, D] with state[h, j, i] = S[h][i, j] (S is dk x dv). Value
+    head h reads q/k head h % Hk (ggml), or h // (Hv / Hk) when `grouped`. Per token:
+    S *= exp(g); u = beta (v - S^T k); S += k u^T; o = S^T q / sqrt(D).
+    """
+    q = np.asarray(q, dtype=np.float32)
+    k = np.asarray(k, dtype=np.float32)
+    v = np.asarray(v, dtype=np.float32)
+    t, hk, d = q.shape
+    hv = v.shape[1]
+    heads = np.arange(hv) // (hv // hk) if grouped else np.arange(hv) % hk
+    qh, kh = q[:, heads], k[:, heads]  # [T, Hv, D]: each value head's q and k
+    decay = np.exp(np.asarray(g, dtype=np.float32))  # [T, Hv, 1 or D]
+    b = np.asarray(beta, dtype=np.float32)  # [T, Hv, 1]
+    out = np.empty((t + d, hv * d), dtype=np.float32)
+    s = out.reshape(-1)[t * hv * d:].reshape(hv, d, d)  # the state, updated in place
+    s[...] = np.asarray(state, dtype=np.float32)
+    o = out[:t].reshape(t, hv, d)
+    scale = np.float32(1.0 / np.sqrt(np.float32(d)))
+    for i in range(t):
+        # s[h, j, :] is column j of S: the decay of row r of S scales s[h, :, r].
+        s *= decay[i][:, None, :]
+        sk = np.matmul(s, kh[i][:, :, None])[..., 0]  # [Hv, D]: S^T k
+        u = (v[i] - sk) * b[i]
+        s += u[:, :, None] * kh[i][:, None, :]
+        np.multiply(np.matmul(s, qh[i][:, :, None])[..., 0], scale, out=o[i])
+    return out
+
+
 def host_input(kind: str, tokens: np.ndarray, start: int, n_kv: int) -> np.ndarray:
     """The host-prepared input `kind` for a call on `tokens` [S] at position `start`.
 
     tokens: the ids (int32); positions: start + i (int32); kv_rows: the cache rows
     written, start + i (int64); kq_mask [S, n_kv] float32: 0 where cache row
     j <= start + i, else -inf (causal, and hides rows not yet written); out_ids: the
-    row whose logits are returned, [S - 1] (int32).
+    row whose logits are returned, [S - 1] (int32); mrope_positions [4*S] int32: the
+    positions three times then S zeros (M-RoPE's streams for text); state_copy [1]
+    int32: the recurrent-state slot the sequence reads, 0.
     """
     tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)
     s = tokens.shape[0]
@@ -269,4 +465,9 @@ def host_input(kind: str, tokens: np.ndarray, start: int, n_kv: int) -> np.ndarr
         return np.where(visible, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
     if kind == "out_ids":
         return np.array([s - 1], dtype=np.int32)
+    if kind == "mrope_positions":
+        p = start + np.arange(s)
+        return np.concatenate((p, p, p, np.zeros(s, dtype=p.dtype))).astype(np.int32)
+    if kind == "state_copy":
+        return np.zeros(1, dtype=np.int32)
     raise ValueError(f"host_input: unknown kind {kind!r}")

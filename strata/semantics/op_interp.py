@@ -147,13 +147,18 @@ def _state(op: O.StateOp, _: list, env: Env) -> np.ndarray:
     return env.state[name]
 
 
+#: Host inputs with one (or, for M-RoPE's streams, four) entries per token of the call.
+_PER_TOKEN = {"tokens": 1, "positions": 1, "kv_rows": 1, "kq_mask": 1, "mrope_positions": 4}
+
+
 @INTERPRETER.register(O.InputOp)
 def _input(op: O.InputOp, _: list, env: Env) -> np.ndarray:
     kind = op.kind.data
     shape = op.result.type.get_shape()  # type: ignore[attr-defined]
     n_kv = env.n_kv if env.n_kv is not None else (shape[1] if kind == "kq_mask" else 0)
-    if shape[0] != DYNAMIC_INDEX and kind != "out_ids" and shape[0] != env.tokens.shape[0]:
-        raise InterpreterError(f"op.input '{kind}': the function takes {shape[0]} tokens, got {env.tokens.shape[0]}")
+    per = _PER_TOKEN.get(kind)
+    if per is not None and shape[0] != DYNAMIC_INDEX and shape[0] != per * env.tokens.shape[0]:
+        raise InterpreterError(f"op.input '{kind}': the function takes {shape[0] // per} tokens, got {env.tokens.shape[0]}")
     if n_kv and env.start + env.tokens.shape[0] > n_kv:
         raise InterpreterError(f"op.input '{kind}': {env.start} + {env.tokens.shape[0]} tokens exceed n_kv = {n_kv}")
     return K.host_input(kind, env.tokens, env.start, n_kv)
@@ -180,7 +185,14 @@ def _soft_max(op: O.SoftMaxOp, a: list, env: Env) -> np.ndarray:
 @INTERPRETER.register(O.RopeOp)
 def _rope(op: O.RopeOp, a: list, env: Env) -> np.ndarray:
     factors = a[2] if len(a) > 2 else None
-    return K.rope(a[0], a[1], _int(op.n_dims), op.mode.data, _float(op.freq_base), _float(op.freq_scale), factors)
+    sections = op.sections.get_values() if op.sections is not None else None
+    return K.rope(a[0], a[1], _int(op.n_dims), op.mode.data, _float(op.freq_base), _float(op.freq_scale), factors,
+                  sections)
+
+
+@INTERPRETER.register(O.GatedDeltaNetOp)
+def _gated_delta_net(op: O.GatedDeltaNetOp, a: list, env: Env) -> np.ndarray:
+    return K.gated_delta_net(*a, grouped=op.grouped is not None)
 
 
 @INTERPRETER.register(O.FlashAttnExtOp)
@@ -202,6 +214,17 @@ INTERPRETER.add(O.CpyOp, lambda op, a, env: K.cpy(a[0], a[1]))
 INTERPRETER.add(O.ArgmaxOp, lambda op, a, env: K.argmax(a[0]))
 INTERPRETER.add(O.SwigluOp, lambda op, a, env: K.swiglu(a[0], a[1]))
 INTERPRETER.add(O.SetRowsOp, lambda op, a, env: K.set_rows(a[0], a[1], a[2]))
+INTERPRETER.add(O.DivOp, lambda op, a, env: K.div(a[0], a[1]))
+INTERPRETER.add(O.ClampOp, lambda op, a, env: K.clamp(a[0], _float(op.min), _float(op.max)))
+INTERPRETER.add(O.SiluOp, lambda op, a, env: K.silu(a[0]))
+INTERPRETER.add(O.SigmoidOp, lambda op, a, env: K.sigmoid(a[0]))
+INTERPRETER.add(O.SoftplusOp, lambda op, a, env: K.softplus(a[0]))
+INTERPRETER.add(O.SumRowsOp, lambda op, a, env: K.sum_rows(a[0]))
+INTERPRETER.add(O.ArgsortOp, lambda op, a, env: K.argsort(a[0], op.order.data))
+INTERPRETER.add(O.RepeatOp, lambda op, a, env: K.repeat(a[0], shape_with_holes(op.result.type)))
+INTERPRETER.add(O.ConcatOp, lambda op, a, env: K.concat(a[0], a[1], _int(op.axis)))
+INTERPRETER.add(O.MulMatIdOp, lambda op, a, env: K.mul_mat_id(a[0], a[1], a[2]))
+INTERPRETER.add(O.SsmConvOp, lambda op, a, env: K.ssm_conv(a[0], a[1]))
 
 
 # ---------------------------------------------------------------------------

@@ -287,7 +287,7 @@ class CpuEmitter:
                 for attr, op in self.constants:
                     typ = op.result.type
                     elem = typ.get_element_type()
-                    conv = float_lit if isinstance(elem, O.FLOAT_TYPES) else (lambda v: str(int(v)))
+                    conv = float_lit if dtypes.is_float(elem) else (lambda v: str(int(v)))
                     values = ", ".join(conv(v) for v in op.value.get_values())
                     out.line(f"self.{attr} = np.array([{values}], dtype={dtype_expr(elem)})"
                              f".reshape({int_tuple(typ.get_shape())})")
@@ -456,6 +456,8 @@ def _input(e: CpuEmitter, op: O.InputOp) -> None:
 PLAIN_KERNELS: dict[type[Operation], str] = {
     O.GetRowsOp: "get_rows", O.MulOp: "mul", O.AddOp: "add", O.MulMatOp: "mul_mat", O.TransposeOp: "transpose",
     O.CpyOp: "cpy", O.ArgmaxOp: "argmax", O.SwigluOp: "swiglu",
+    O.DivOp: "div", O.SiluOp: "silu", O.SigmoidOp: "sigmoid", O.SoftplusOp: "softplus", O.SumRowsOp: "sum_rows",
+    O.MulMatIdOp: "mul_mat_id", O.SsmConvOp: "ssm_conv",
 }
 
 
@@ -500,6 +502,34 @@ def _scale(e: CpuEmitter, op: O.ScaleOp) -> None:
     e.assign(op, "scale", e.ref(op.src), float_lit(op.scale.value.data))
 
 
+@CPU_EMITTER.register(O.ClampOp)
+def _clamp(e: CpuEmitter, op: O.ClampOp) -> None:
+    e.assign(op, "clamp", e.ref(op.src), float_lit(op.min.value.data), float_lit(op.max.value.data))
+
+
+@CPU_EMITTER.register(O.ArgsortOp)
+def _argsort(e: CpuEmitter, op: O.ArgsortOp) -> None:
+    e.assign(op, "argsort", e.ref(op.src), literal_name(op.order.data, "sort order"))
+
+
+@CPU_EMITTER.register(O.RepeatOp)
+def _repeat(e: CpuEmitter, op: O.RepeatOp) -> None:
+    e.assign(op, "repeat", e.ref(op.src), e.shape(op.result))
+
+
+@CPU_EMITTER.register(O.ConcatOp)
+def _concat(e: CpuEmitter, op: O.ConcatOp) -> None:
+    e.assign(op, "concat", e.ref(op.lhs), e.ref(op.rhs), str(int(op.axis.value.data)))
+
+
+@CPU_EMITTER.register(O.GatedDeltaNetOp)
+def _gated_delta_net(e: CpuEmitter, op: O.GatedDeltaNetOp) -> None:
+    args = [e.ref(v) for v in op.operands]
+    if op.grouped is not None:
+        args.append("grouped=True")
+    e.assign(op, "gated_delta_net", *args)
+
+
 @CPU_EMITTER.register(O.SetRowsOp)
 def _set_rows(e: CpuEmitter, op: O.SetRowsOp) -> None:
     # In place: the result is the written buffer ite.
@@ -518,8 +548,10 @@ def _rope(e: CpuEmitter, op: O.RopeOp) -> None:
     args = [e.ref(op.src), e.ref(op.positions), str(int(op.n_dims.value.data)),
             literal_name(op.mode.data, "rope mode"), float_lit(op.freq_base.value.data),
             float_lit(op.freq_scale.value.data)]
-    if op.freq_factors is not None:
+    if op.freq_factors is not None or op.sections is not None:
         args.append(e.ref(op.freq_factors))
+    if op.sections is not None:
+        args.append(int_tuple(op.sections.get_values()))
     e.assign(op, "rope", *args)
 
 

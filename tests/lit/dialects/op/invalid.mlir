@@ -26,7 +26,7 @@
 // -----
 
 // op.input: the kind is one of a fixed set.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.input: unknown kind 'token' (expected one of tokens, positions, kv_rows, kq_mask, out_ids)
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.input: unknown kind 'token' (expected one of tokens, positions, kv_rows, kq_mask, out_ids, mrope_positions, state_copy)
 %i = op.input "token" : tensor<5xi32>
 
 // -----
@@ -70,8 +70,8 @@
 
 // -----
 
-// op.get_rows: the table has rank 2.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.get_rows: the table must have rank 2, got 2x32x16
+// op.get_rows: a table with a batch dim takes ids with that batch dim.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.get_rows: a rank-3 table takes rank-2 ids, got 5
 func.func @f(%w: tensor<2x32x16xf32>, %ids: tensor<5xi32>) {
   %e = op.get_rows %w, %ids : tensor<2x32x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
   func.return
@@ -80,7 +80,7 @@ func.func @f(%w: tensor<2x32x16xf32>, %ids: tensor<5xi32>) {
 // -----
 
 // op.get_rows: the ids are integers.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.get_rows: the ids must be a rank-1 integer tensor
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.get_rows: the ids must be an integer tensor, got tensor<5xf32>
 func.func @f(%w: tensor<32x16xf32>, %ids: tensor<5xf32>) {
   %e = op.get_rows %w, %ids : tensor<32x16xf32>, tensor<5xf32> -> tensor<5x16xf32>
   func.return
@@ -583,8 +583,8 @@ func.func @f(%q: tensor<5x4x16xf32>, %pos: tensor<4xi32>) {
 
 // -----
 
-// op.rope: the mode is neox or norm.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.rope: mode must be 'neox' or 'norm', got 'gptj'
+// op.rope: the mode is one of ggml's.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.rope: mode must be one of neox, norm, mrope, imrope, got 'gptj'
 func.func @f(%q: tensor<5x4x16xf32>, %pos: tensor<5xi32>) {
   %r = op.rope %q, %pos {n_dims = 16 : i64, mode = "gptj", freq_base = 1.0e+04 : f64, freq_scale = 1.0 : f64} : tensor<5x4x16xf32>, tensor<5xi32> -> tensor<5x4x16xf32>
   func.return
@@ -668,6 +668,415 @@ func.func @f(%q: tensor<4x5x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<2x8x16xf
 // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.flash_attn_ext: mask must be [S, N]
 func.func @f(%q: tensor<4x5x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<2x8x16xf32>, %m: tensor<5x16xf32>) {
   %o = op.flash_attn_ext %q, %k, %v, %m {scale = 0.25 : f64} : tensor<4x5x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<5x16xf32> -> tensor<5x4x16xf32>
+  func.return
+}
+
+// -----
+
+// op.get_rows: batched ids have the table's batch dims.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.get_rows: the ids' batch dims 4 must be the table's 3
+func.func @f(%p: tensor<3x8x1xf32>, %ids: tensor<4x2xi32>) {
+  %e = op.get_rows %p, %ids : tensor<3x8x1xf32>, tensor<4x2xi32> -> tensor<4x2x1xf32>
+  func.return
+}
+
+// -----
+
+// op.get_rows: a batched gather gives [B, N, C].
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.get_rows: result must be 3x2x1, got 3x2
+func.func @f(%p: tensor<3x8x1xf32>, %ids: tensor<3x2xi32>) {
+  %e = op.get_rows %p, %ids : tensor<3x8x1xf32>, tensor<3x2xi32> -> tensor<3x2xf32>
+  func.return
+}
+
+// -----
+
+// op.get_rows: the table has rows.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.get_rows: the table must have rank >= 2, got 32
+func.func @f(%w: tensor<32xf32>, %ids: tensor<5xi32>) {
+  %e = op.get_rows %w, %ids : tensor<32xf32>, tensor<5xi32> -> tensor<5xf32>
+  func.return
+}
+
+// -----
+
+// op.input: M-RoPE positions come four per token.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.input: a 'mrope_positions' input holds 4 positions per token, got 10
+%i = op.input "mrope_positions" : tensor<10xi32>
+
+// -----
+
+// op.input: one recurrent-state slot for the one sequence.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.input: a 'state_copy' input has one slot per sequence (1), got 2
+%i = op.input "state_copy" : tensor<2xi32>
+
+// -----
+
+// op.div: rhs tiles lhs, as in op.add.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.div: rhs 3x4 cannot be broadcast to lhs 3x2
+func.func @f(%x: tensor<3x2xf32>, %s: tensor<3x4xf32>) {
+  %w = op.div %x, %s : tensor<3x2xf32>, tensor<3x4xf32> -> tensor<3x2xf32>
+  func.return
+}
+
+// -----
+
+// op.div: the result has lhs's shape.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.div: result 3x1 must have the shape of lhs 3x2
+func.func @f(%x: tensor<3x2xf32>, %s: tensor<3x1xf32>) {
+  %w = op.div %x, %s : tensor<3x2xf32>, tensor<3x1xf32> -> tensor<3x1xf32>
+  func.return
+}
+
+// -----
+
+// op.div: float operands only (a constraint: a parse error with its line).
+// CHECK: invalid.mlir:[[# @LINE + 3]]
+// CHECK: expected a tensor of float elements, got tensor<3x2xi32>
+func.func @f(%x: tensor<3x2xi32>, %s: tensor<3x1xf32>) {
+  %w = op.div %x, %s : tensor<3x2xi32>, tensor<3x1xf32> -> tensor<3x2xf32>
+  func.return
+}
+
+// -----
+
+// op.clamp: min must not exceed max.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.clamp: min 2.0 must not exceed max 1.0
+func.func @f(%x: tensor<3x1xf32>) {
+  %c = op.clamp %x {min = 2.0 : f64, max = 1.0 : f64} : tensor<3x1xf32> -> tensor<3x1xf32>
+  func.return
+}
+
+// -----
+
+// op.clamp: the bounds are numbers.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.clamp: min and max must be numbers
+func.func @f(%x: tensor<3x1xf32>) {
+  %c = op.clamp %x {min = 0x7FF8000000000000 : f64, max = 1.0 : f64} : tensor<3x1xf32> -> tensor<3x1xf32>
+  func.return
+}
+
+// -----
+
+// op.clamp: both bounds are required.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}attribute 'max' expected in operation 'op.clamp'
+func.func @f(%x: tensor<3x1xf32>) {
+  %c = op.clamp %x {min = 0.0 : f64} : tensor<3x1xf32> -> tensor<3x1xf32>
+  func.return
+}
+
+// -----
+
+// op.clamp: the result has the operand's shape.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.clamp: result shape must equal the operand's
+func.func @f(%x: tensor<3x1xf32>) {
+  %c = op.clamp %x {min = 0.0 : f64, max = 1.0 : f64} : tensor<3x1xf32> -> tensor<3xf32>
+  func.return
+}
+
+// -----
+
+// op.silu: element-wise, same shape.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.silu: result shape must equal the operand's
+func.func @f(%x: tensor<3x128xf32>) {
+  %y = op.silu %x : tensor<3x128xf32> -> tensor<128x3xf32>
+  func.return
+}
+
+// -----
+
+// op.sigmoid: a float operand.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.sigmoid: the operand must be a float tensor, got tensor<3x4xi32>
+func.func @f(%x: tensor<3x4xi32>) {
+  %y = op.sigmoid %x : tensor<3x4xi32> -> tensor<3x4xi32>
+  func.return
+}
+
+// -----
+
+// op.softplus: a float result.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.softplus: the result must be a float tensor, got tensor<3x4xi32>
+func.func @f(%x: tensor<3x4xf32>) {
+  %y = op.softplus %x : tensor<3x4xf32> -> tensor<3x4xi32>
+  func.return
+}
+
+// -----
+
+// op.sum_rows: the last dim becomes 1.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.sum_rows: result must be 3x1, got 3
+func.func @f(%x: tensor<3x2xf32>) {
+  %s = op.sum_rows %x : tensor<3x2xf32> -> tensor<3xf32>
+  func.return
+}
+
+// -----
+
+// op.argsort: the order is asc or desc.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.argsort: order must be 'asc' or 'desc', got 'descending'
+func.func @f(%p: tensor<3x8xf32>) {
+  %s = op.argsort %p {order = "descending"} : tensor<3x8xf32> -> tensor<3x8xi32>
+  func.return
+}
+
+// -----
+
+// op.argsort: i32 indices of the operand's shape.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.argsort: result must be tensor<3x8xi32>
+func.func @f(%p: tensor<3x8xf32>) {
+  %s = op.argsort %p {order = "desc"} : tensor<3x8xf32> -> tensor<3x8xi64>
+  func.return
+}
+
+// -----
+
+// op.repeat: each result dim is a multiple of the source's.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.repeat: 3x2x1x16 cannot be tiled to 3x3x2x16
+func.func @f(%q: tensor<3x2x1x16xf32>) {
+  %r = op.repeat %q : tensor<3x2x1x16xf32> -> tensor<3x3x2x16xf32>
+  func.return
+}
+
+// -----
+
+// op.repeat: the element type stays.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.repeat: element type must not change
+func.func @f(%q: tensor<2x16xf32>) {
+  %r = op.repeat %q : tensor<2x16xf32> -> tensor<4x16xbf16>
+  func.return
+}
+
+// -----
+
+// op.concat: the axis exists.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.concat: axis 2 is out of range for rank 2
+func.func @f(%a: tensor<128x3xf32>, %b: tensor<128x3xf32>) {
+  %c = op.concat %a, %b {axis = 2 : i64} : tensor<128x3xf32>, tensor<128x3xf32> -> tensor<128x6xf32>
+  func.return
+}
+
+// -----
+
+// op.concat: the other dims agree.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.concat: 128x3 and 64x3 differ outside axis 1
+func.func @f(%a: tensor<128x3xf32>, %b: tensor<64x3xf32>) {
+  %c = op.concat %a, %b {axis = 1 : i64} : tensor<128x3xf32>, tensor<64x3xf32> -> tensor<128x6xf32>
+  func.return
+}
+
+// -----
+
+// op.concat: the joined dim is the sum.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.concat: result must be 128x4, got 128x6
+func.func @f(%a: tensor<128x3xf32>, %b: tensor<128x1xf32>) {
+  %c = op.concat %a, %b {axis = 1 : i64} : tensor<128x3xf32>, tensor<128x1xf32> -> tensor<128x6xf32>
+  func.return
+}
+
+// -----
+
+// op.concat: one element type.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.concat: operands and result must have one element type
+func.func @f(%a: tensor<128x3xf32>, %b: tensor<128x3xbf16>) {
+  %c = op.concat %a, %b {axis = 1 : i64} : tensor<128x3xf32>, tensor<128x3xbf16> -> tensor<128x6xf32>
+  func.return
+}
+
+// -----
+
+// op.mul_mat_id: the experts are [E, M, K].
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat_id: the experts must be [E, M, K], got 32x64
+func.func @f(%w: tensor<32x64xf32>, %x: tensor<3x1x64xf32>, %ids: tensor<3x2xi32>) {
+  %g = op.mul_mat_id %w, %x, %ids : tensor<32x64xf32>, tensor<3x1x64xf32>, tensor<3x2xi32> -> tensor<3x2x32xf32>
+  func.return
+}
+
+// -----
+
+// op.mul_mat_id: the ids are i32.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat_id: the ids must be [T, U] i32, got tensor<3x2xi64>
+func.func @f(%w: tensor<8x32x64xf32>, %x: tensor<3x1x64xf32>, %ids: tensor<3x2xi64>) {
+  %g = op.mul_mat_id %w, %x, %ids : tensor<8x32x64xf32>, tensor<3x1x64xf32>, tensor<3x2xi64> -> tensor<3x2x32xf32>
+  func.return
+}
+
+// -----
+
+// op.mul_mat_id: the contraction dims agree.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat_id: contraction dims differ: 8x32x64 vs 3x1x32
+func.func @f(%w: tensor<8x32x64xf32>, %x: tensor<3x1x32xf32>, %ids: tensor<3x2xi32>) {
+  %g = op.mul_mat_id %w, %x, %ids : tensor<8x32x64xf32>, tensor<3x1x32xf32>, tensor<3x2xi32> -> tensor<3x2x32xf32>
+  func.return
+}
+
+// -----
+
+// op.mul_mat_id: one expert list per token of b.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat_id: ids 4x2 and b 3x1x64 must have one row per token
+func.func @f(%w: tensor<8x32x64xf32>, %x: tensor<3x1x64xf32>, %ids: tensor<4x2xi32>) {
+  %g = op.mul_mat_id %w, %x, %ids : tensor<8x32x64xf32>, tensor<3x1x64xf32>, tensor<4x2xi32> -> tensor<4x2x32xf32>
+  func.return
+}
+
+// -----
+
+// op.mul_mat_id: b's rows per token divide the expert slots.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat_id: the 3 expert slots must be a multiple of b's 2 rows
+func.func @f(%w: tensor<8x32x64xf32>, %x: tensor<3x2x64xf32>, %ids: tensor<3x3xi32>) {
+  %g = op.mul_mat_id %w, %x, %ids : tensor<8x32x64xf32>, tensor<3x2x64xf32>, tensor<3x3xi32> -> tensor<3x3x32xf32>
+  func.return
+}
+
+// -----
+
+// op.mul_mat_id: the result is [T, U, M].
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat_id: result must be 3x2x32, got 3x2x64
+func.func @f(%w: tensor<8x32x64xf32>, %x: tensor<3x1x64xf32>, %ids: tensor<3x2xi32>) {
+  %g = op.mul_mat_id %w, %x, %ids : tensor<8x32x64xf32>, tensor<3x1x64xf32>, tensor<3x2xi32> -> tensor<3x2x64xf32>
+  func.return
+}
+
+// -----
+
+// op.mul_mat_id: the result is f32.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat_id: result must be f32
+func.func @f(%w: tensor<8x32x64xbf16>, %x: tensor<3x1x64xf32>, %ids: tensor<3x2xi32>) {
+  %g = op.mul_mat_id %w, %x, %ids : tensor<8x32x64xbf16>, tensor<3x1x64xf32>, tensor<3x2xi32> -> tensor<3x2x32xbf16>
+  func.return
+}
+
+// -----
+
+// op.ssm_conv: sx is [C, K-1+T] or [S, C, K-1+T].
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.ssm_conv: sx must be [C, K-1+T] or [S, C, K-1+T], got 768
+func.func @f(%x: tensor<768xf32>, %w: tensor<128x4xf32>) {
+  %y = op.ssm_conv %x, %w : tensor<768xf32>, tensor<128x4xf32> -> tensor<3x128xf32>
+  func.return
+}
+
+// -----
+
+// op.ssm_conv: sx and the kernel have the same channels.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.ssm_conv: sx 64x6 and kernel 128x4 have different channels
+func.func @f(%x: tensor<64x6xf32>, %w: tensor<128x4xf32>) {
+  %y = op.ssm_conv %x, %w : tensor<64x6xf32>, tensor<128x4xf32> -> tensor<3x64xf32>
+  func.return
+}
+
+// -----
+
+// op.ssm_conv: sx holds at least the K-1 columns of the state.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.ssm_conv: sx 128x2 holds fewer than K-1 = 3 columns
+func.func @f(%x: tensor<128x2xf32>, %w: tensor<128x4xf32>) {
+  %y = op.ssm_conv %x, %w : tensor<128x2xf32>, tensor<128x4xf32> -> tensor<0x128xf32>
+  func.return
+}
+
+// -----
+
+// op.ssm_conv: the result is token-major [T, C].
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.ssm_conv: result must be 3x128, got 128x3
+func.func @f(%x: tensor<128x6xf32>, %w: tensor<128x4xf32>) {
+  %y = op.ssm_conv %x, %w : tensor<128x6xf32>, tensor<128x4xf32> -> tensor<128x3xf32>
+  func.return
+}
+
+// -----
+
+// op.gated_delta_net: q and k have one shape.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.gated_delta_net: q and k must be [T, Hk, D] alike, got 3x2x16 and 3x4x16
+func.func @f(%q: tensor<3x2x16xf32>, %k: tensor<3x4x16xf32>, %v: tensor<3x4x16xf32>, %g: tensor<3x4x1xf32>, %b: tensor<3x4x1xf32>, %s: tensor<4x16x16xf32>) {
+  %r = op.gated_delta_net %q, %k, %v, %g, %b, %s : tensor<3x2x16xf32>, tensor<3x4x16xf32>, tensor<3x4x16xf32>, tensor<3x4x1xf32>, tensor<3x4x1xf32>, tensor<4x16x16xf32> -> tensor<19x64xf32>
+  func.return
+}
+
+// -----
+
+// op.gated_delta_net: value heads are a multiple of key heads.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.gated_delta_net: value heads 3 must be a multiple of key heads 2
+func.func @f(%q: tensor<3x2x16xf32>, %k: tensor<3x2x16xf32>, %v: tensor<3x3x16xf32>, %g: tensor<3x3x1xf32>, %b: tensor<3x3x1xf32>, %s: tensor<3x16x16xf32>) {
+  %r = op.gated_delta_net %q, %k, %v, %g, %b, %s : tensor<3x2x16xf32>, tensor<3x2x16xf32>, tensor<3x3x16xf32>, tensor<3x3x1xf32>, tensor<3x3x1xf32>, tensor<3x16x16xf32> -> tensor<19x48xf32>
+  func.return
+}
+
+// -----
+
+// op.gated_delta_net: one gate per value head (or per channel).
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.gated_delta_net: g must be [T, Hv, 1] or [T, Hv, D] = 3x4x1 or 3x4x16, got 3x2x1
+func.func @f(%q: tensor<3x2x16xf32>, %k: tensor<3x2x16xf32>, %v: tensor<3x4x16xf32>, %g: tensor<3x2x1xf32>, %b: tensor<3x4x1xf32>, %s: tensor<4x16x16xf32>) {
+  %r = op.gated_delta_net %q, %k, %v, %g, %b, %s : tensor<3x2x16xf32>, tensor<3x2x16xf32>, tensor<3x4x16xf32>, tensor<3x2x1xf32>, tensor<3x4x1xf32>, tensor<4x16x16xf32> -> tensor<19x64xf32>
+  func.return
+}
+
+// -----
+
+// op.gated_delta_net: one beta per value head.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.gated_delta_net: beta must be 3x4x1, got 3x4
+func.func @f(%q: tensor<3x2x16xf32>, %k: tensor<3x2x16xf32>, %v: tensor<3x4x16xf32>, %g: tensor<3x4x1xf32>, %b: tensor<3x4xf32>, %s: tensor<4x16x16xf32>) {
+  %r = op.gated_delta_net %q, %k, %v, %g, %b, %s : tensor<3x2x16xf32>, tensor<3x2x16xf32>, tensor<3x4x16xf32>, tensor<3x4x1xf32>, tensor<3x4xf32>, tensor<4x16x16xf32> -> tensor<19x64xf32>
+  func.return
+}
+
+// -----
+
+// op.gated_delta_net: the state is [Hv, D, D].
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.gated_delta_net: state must be 4x16x16, got 1024
+func.func @f(%q: tensor<3x2x16xf32>, %k: tensor<3x2x16xf32>, %v: tensor<3x4x16xf32>, %g: tensor<3x4x1xf32>, %b: tensor<3x4x1xf32>, %s: tensor<1024xf32>) {
+  %r = op.gated_delta_net %q, %k, %v, %g, %b, %s : tensor<3x2x16xf32>, tensor<3x2x16xf32>, tensor<3x4x16xf32>, tensor<3x4x1xf32>, tensor<3x4x1xf32>, tensor<1024xf32> -> tensor<19x64xf32>
+  func.return
+}
+
+// -----
+
+// op.gated_delta_net: the packed result holds T rows of outputs, then the state.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.gated_delta_net: result must be 19x64, got 3x64
+func.func @f(%q: tensor<3x2x16xf32>, %k: tensor<3x2x16xf32>, %v: tensor<3x4x16xf32>, %g: tensor<3x4x1xf32>, %b: tensor<3x4x1xf32>, %s: tensor<4x16x16xf32>) {
+  %r = op.gated_delta_net %q, %k, %v, %g, %b, %s : tensor<3x2x16xf32>, tensor<3x2x16xf32>, tensor<3x4x16xf32>, tensor<3x4x1xf32>, tensor<3x4x1xf32>, tensor<4x16x16xf32> -> tensor<3x64xf32>
+  func.return
+}
+
+// -----
+
+// op.rope: the multi-section modes take four positions per token ...
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.rope: positions must be an integer tensor [4*S] (four streams), got tensor<3xi32>
+func.func @f(%q: tensor<3x4x32xf32>, %pos: tensor<3xi32>) {
+  %r = op.rope %q, %pos {n_dims = 8 : i64, mode = "imrope", sections = array<i64: 2, 1, 1, 0>, freq_base = 1.0e+04 : f64, freq_scale = 1.0 : f64} : tensor<3x4x32xf32>, tensor<3xi32> -> tensor<3x4x32xf32>
+  func.return
+}
+
+// -----
+
+// ... and their sections.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.rope: mode 'imrope' needs `sections` (4 values)
+func.func @f(%q: tensor<3x4x32xf32>, %pos: tensor<12xi32>) {
+  %r = op.rope %q, %pos {n_dims = 8 : i64, mode = "imrope", freq_base = 1.0e+04 : f64, freq_scale = 1.0 : f64} : tensor<3x4x32xf32>, tensor<12xi32> -> tensor<3x4x32xf32>
+  func.return
+}
+
+// -----
+
+// op.rope: four sections, as ggml's.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.rope: sections must be 4 values >= 0 with a positive sum, got [2, 1, 1]
+func.func @f(%q: tensor<3x4x32xf32>, %pos: tensor<12xi32>) {
+  %r = op.rope %q, %pos {n_dims = 8 : i64, mode = "mrope", sections = array<i64: 2, 1, 1>, freq_base = 1.0e+04 : f64, freq_scale = 1.0 : f64} : tensor<3x4x32xf32>, tensor<12xi32> -> tensor<3x4x32xf32>
+  func.return
+}
+
+// -----
+
+// op.rope: the sections fit the head.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.rope: the sections' sum 40 exceeds D=32
+func.func @f(%q: tensor<3x4x32xf32>, %pos: tensor<12xi32>) {
+  %r = op.rope %q, %pos {n_dims = 8 : i64, mode = "imrope", sections = array<i64: 20, 10, 10, 0>, freq_base = 1.0e+04 : f64, freq_scale = 1.0 : f64} : tensor<3x4x32xf32>, tensor<12xi32> -> tensor<3x4x32xf32>
+  func.return
+}
+
+// -----
+
+// op.rope: the one-stream modes take no sections.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.rope: mode 'neox' takes no sections
+func.func @f(%q: tensor<3x4x32xf32>, %pos: tensor<3xi32>) {
+  %r = op.rope %q, %pos {n_dims = 8 : i64, mode = "neox", sections = array<i64: 2, 1, 1, 0>, freq_base = 1.0e+04 : f64, freq_scale = 1.0 : f64} : tensor<3x4x32xf32>, tensor<3xi32> -> tensor<3x4x32xf32>
   func.return
 }
 

@@ -5,7 +5,8 @@
 // Round trip of every op of the `op` dialect: parse, print, parse again, print.
 // Each op appears in its custom form, with and without the optional `name`
 // attribute, and with its optional operands both present and absent
-// (op.soft_max's mask, op.rope's freq_factors, op.flash_attn_ext's mask).
+// (op.soft_max's mask, op.rope's freq_factors, op.flash_attn_ext's mask) and its optional
+// attributes (op.view's strides, op.rope's sections, op.gated_delta_net's grouped).
 
 // CHECK-LABEL: func.func @param(
 // CHECK-NEXT:    %w = op.param "blk.0.attn_q.weight" : tensor<64x16xbf16>
@@ -267,6 +268,179 @@ func.func @rope(%q: tensor<5x4x16xf32>, %pos: tensor<5xi32>, %ff: tensor<8xf32>)
 func.func @flash_attn_ext(%q: tensor<4x5x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<2x8x16xf32>, %m: tensor<5x8xf32>) {
   %o = op.flash_attn_ext %q, %k, %v, %m {scale = 2.500000e-01 : f64} : tensor<4x5x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<5x8xf32> -> tensor<5x4x16xf32>
   %n = op.flash_attn_ext %q, %k, %v {scale = 2.500000e-01 : f64, name = "attn-0"} : tensor<4x5x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32> -> tensor<5x4x16xf32>
+  func.return
+}
+
+// The ops of the hybrid and MoE families (Qwen3-MoE, Qwen3.5, Qwen3-Next), with the
+// shapes of llama.cpp's graphs for the tiny checkpoints in ../shared/refs/llamacpp.
+
+// CHECK-LABEL: func.func @hybrid_inputs(
+// CHECK-NEXT:    %p = op.input "mrope_positions" {name = "inp_pos"} : tensor<12xi32>
+// CHECK-NEXT:    %d = op.input "mrope_positions" : tensor<?xi32>
+// CHECK-NEXT:    %s = op.input "state_copy" {name = "rs_s_copy"} : tensor<1xi32>
+// CHECK-NEXT:    func.return
+func.func @hybrid_inputs() {
+  %p = op.input "mrope_positions" {name = "inp_pos"} : tensor<12xi32>
+  %d = op.input "mrope_positions" : tensor<?xi32>
+  %s = op.input "state_copy" {name = "rs_s_copy"} : tensor<1xi32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @get_rows_batched(
+// CHECK-NEXT:    %w = op.get_rows %p, %k {name = "ffn_moe_weights-0"} : tensor<3x8x1xf32>, tensor<3x2xi32> -> tensor<3x2x1xf32>
+// CHECK-NEXT:    %s = op.get_rows %c, %r {name = "conv_states-0"} : tensor<1x384xf32>, tensor<1xi32> -> tensor<1x384xf32>
+// CHECK-NEXT:    %e = op.get_rows %c, %z : tensor<1x384xf32>, tensor<0xi32> -> tensor<0x384xf32>
+// CHECK-NEXT:    func.return
+func.func @get_rows_batched(%p: tensor<3x8x1xf32>, %k: tensor<3x2xi32>, %c: tensor<1x384xf32>, %r: tensor<1xi32>, %z: tensor<0xi32>) {
+  %w = op.get_rows %p, %k {name = "ffn_moe_weights-0"} : tensor<3x8x1xf32>, tensor<3x2xi32> -> tensor<3x2x1xf32>
+  %s = op.get_rows %c, %r {name = "conv_states-0"} : tensor<1x384xf32>, tensor<1xi32> -> tensor<1x384xf32>
+  %e = op.get_rows %c, %z : tensor<1x384xf32>, tensor<0xi32> -> tensor<0x384xf32>
+  func.return
+}
+
+// Recurrent state: read by GET_ROWS, written back by CPY into a view of the state (an empty
+// view when there is nothing to copy).
+// CHECK-LABEL: func.func @state_write_back(
+// CHECK-NEXT:    %r = op.state "cache_r_l0" : tensor<1x384xf32>
+// CHECK-NEXT:    %u = op.view %r {offset = 0 : i64, name = "conv_state_update-0"} : tensor<1x384xf32> -> tensor<1x384xf32>
+// CHECK-NEXT:    %c = op.cpy %last, %u : tensor<128x3xf32>, tensor<1x384xf32> -> tensor<1x384xf32>
+// CHECK-NEXT:    %e = op.view %r {offset = 384 : i64} : tensor<1x384xf32> -> tensor<0x384xf32>
+// CHECK-NEXT:    %n = op.cpy %none, %e : tensor<0x384xf32>, tensor<0x384xf32> -> tensor<0x384xf32>
+// CHECK-NEXT:    func.return
+func.func @state_write_back(%last: tensor<128x3xf32>, %none: tensor<0x384xf32>) {
+  %r = op.state "cache_r_l0" : tensor<1x384xf32>
+  %u = op.view %r {offset = 0 : i64, name = "conv_state_update-0"} : tensor<1x384xf32> -> tensor<1x384xf32>
+  %c = op.cpy %last, %u : tensor<128x3xf32>, tensor<1x384xf32> -> tensor<1x384xf32>
+  %e = op.view %r {offset = 384 : i64} : tensor<1x384xf32> -> tensor<0x384xf32>
+  %n = op.cpy %none, %e : tensor<0x384xf32>, tensor<0x384xf32> -> tensor<0x384xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @div(
+// CHECK-NEXT:    %w = op.div %x, %s {name = "ffn_moe_weights_norm-0"} : tensor<3x2xf32>, tensor<3x1xf32> -> tensor<3x2xf32>
+// CHECK-NEXT:    %v = op.div %x, %x : tensor<3x2xf32>, tensor<3x2xf32> -> tensor<3x2xf32>
+// CHECK-NEXT:    func.return
+func.func @div(%x: tensor<3x2xf32>, %s: tensor<3x1xf32>) {
+  %w = op.div %x, %s {name = "ffn_moe_weights_norm-0"} : tensor<3x2xf32>, tensor<3x1xf32> -> tensor<3x2xf32>
+  %v = op.div %x, %x : tensor<3x2xf32>, tensor<3x2xf32> -> tensor<3x2xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @clamp(
+// CHECK-NEXT:    %c = op.clamp %s {min = 6.103515625e-05 : f64, max = 0x7ff0000000000000 : f64, name = "ffn_moe_weights_sum_clamped-0"} : tensor<3x1xf32> -> tensor<3x1xf32>
+// CHECK-NEXT:    %d = op.clamp %s {min = -1.000000e+00 : f64, max = 1.000000e+00 : f64} : tensor<3x1xf32> -> tensor<3x1xf32>
+// CHECK-NEXT:    func.return
+func.func @clamp(%s: tensor<3x1xf32>) {
+  %c = op.clamp %s {min = 6.103515625e-05 : f64, max = 0x7FF0000000000000 : f64, name = "ffn_moe_weights_sum_clamped-0"} : tensor<3x1xf32> -> tensor<3x1xf32>
+  %d = op.clamp %s {min = -1.0 : f64, max = 1.0 : f64} : tensor<3x1xf32> -> tensor<3x1xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @activations(
+// CHECK-NEXT:    %a = op.silu %x {name = "conv_output_silu-0"} : tensor<3x128xf32> -> tensor<3x128xf32>
+// CHECK-NEXT:    %b = op.sigmoid %g : tensor<3x4x1xf32> -> tensor<3x4x1xf32>
+// CHECK-NEXT:    %c = op.softplus %h {name = "a_softplus-0"} : tensor<3x4xf32> -> tensor<3x4xf32>
+// CHECK-NEXT:    %d = op.silu %y : tensor<?x64xbf16> -> tensor<?x64xf32>
+// CHECK-NEXT:    func.return
+func.func @activations(%x: tensor<3x128xf32>, %g: tensor<3x4x1xf32>, %h: tensor<3x4xf32>, %y: tensor<?x64xbf16>) {
+  %a = op.silu %x {name = "conv_output_silu-0"} : tensor<3x128xf32> -> tensor<3x128xf32>
+  %b = op.sigmoid %g : tensor<3x4x1xf32> -> tensor<3x4x1xf32>
+  %c = op.softplus %h {name = "a_softplus-0"} : tensor<3x4xf32> -> tensor<3x4xf32>
+  %d = op.silu %y : tensor<?x64xbf16> -> tensor<?x64xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @sum_rows(
+// CHECK-NEXT:    %s = op.sum_rows %w {name = "ffn_moe_weights_sum-0"} : tensor<3x2xf32> -> tensor<3x1xf32>
+// CHECK-NEXT:    %t = op.sum_rows %v : tensor<4x16x16xf32> -> tensor<4x16x1xf32>
+// CHECK-NEXT:    func.return
+func.func @sum_rows(%w: tensor<3x2xf32>, %v: tensor<4x16x16xf32>) {
+  %s = op.sum_rows %w {name = "ffn_moe_weights_sum-0"} : tensor<3x2xf32> -> tensor<3x1xf32>
+  %t = op.sum_rows %v : tensor<4x16x16xf32> -> tensor<4x16x1xf32>
+  func.return
+}
+
+// ARGSORT then the top-k as a strided view of its first columns (ggml_argsort_top_k).
+// CHECK-LABEL: func.func @argsort_top_k(
+// CHECK-NEXT:    %s = op.argsort %p {order = "desc", name = "ffn_moe_argsort-0"} : tensor<3x8xf32> -> tensor<3x8xi32>
+// CHECK-NEXT:    %k = op.view %s {offset = 0 : i64, strides = array<i64: 8, 1>, name = "ffn_moe_topk-0"} : tensor<3x8xi32> -> tensor<3x2xi32>
+// CHECK-NEXT:    %a = op.argsort %p {order = "asc"} : tensor<3x8xf32> -> tensor<3x8xi32>
+// CHECK-NEXT:    func.return
+func.func @argsort_top_k(%p: tensor<3x8xf32>) {
+  %s = op.argsort %p {order = "desc", name = "ffn_moe_argsort-0"} : tensor<3x8xf32> -> tensor<3x8xi32>
+  %k = op.view %s {offset = 0 : i64, strides = array<i64: 8, 1>, name = "ffn_moe_topk-0"} : tensor<3x8xi32> -> tensor<3x2xi32>
+  %a = op.argsort %p {order = "asc"} : tensor<3x8xf32> -> tensor<3x8xi32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @repeat(
+// CHECK-NEXT:    %r = op.repeat %q : tensor<3x2x1x16xf32> -> tensor<3x2x2x16xf32>
+// CHECK-NEXT:    %s = op.repeat %k {name = "k_rep"} : tensor<16xf32> -> tensor<4x16x16xf32>
+// CHECK-NEXT:    func.return
+func.func @repeat(%q: tensor<3x2x1x16xf32>, %k: tensor<16xf32>) {
+  %r = op.repeat %q : tensor<3x2x1x16xf32> -> tensor<3x2x2x16xf32>
+  %s = op.repeat %k {name = "k_rep"} : tensor<16xf32> -> tensor<4x16x16xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @concat(
+// CHECK-NEXT:    %c = op.concat %s, %x {axis = 1 : i64, name = "conv_input-0"} : tensor<128x3xf32>, tensor<128x3xf32> -> tensor<128x6xf32>
+// CHECK-NEXT:    %d = op.concat %s3, %d3 {axis = 2 : i64} : tensor<1x128x3xf32>, tensor<1x128x?xf32> -> tensor<1x128x?xf32>
+// CHECK-NEXT:    %e = op.concat %x, %x {axis = 0 : i64} : tensor<128x3xf32>, tensor<128x3xf32> -> tensor<256x3xf32>
+// CHECK-NEXT:    func.return
+func.func @concat(%s: tensor<128x3xf32>, %x: tensor<128x3xf32>, %s3: tensor<1x128x3xf32>, %d3: tensor<1x128x?xf32>) {
+  %c = op.concat %s, %x {axis = 1 : i64, name = "conv_input-0"} : tensor<128x3xf32>, tensor<128x3xf32> -> tensor<128x6xf32>
+  %d = op.concat %s3, %d3 {axis = 2 : i64} : tensor<1x128x3xf32>, tensor<1x128x?xf32> -> tensor<1x128x?xf32>
+  %e = op.concat %x, %x {axis = 0 : i64} : tensor<128x3xf32>, tensor<128x3xf32> -> tensor<256x3xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @mul_mat_id(
+// CHECK-NEXT:    %g = op.mul_mat_id %w, %x, %ids {name = "ffn_moe_gate-0"} : tensor<8x32x64xf32>, tensor<3x1x64xf32>, tensor<3x2xi32> -> tensor<3x2x32xf32>
+// CHECK-NEXT:    %d = op.mul_mat_id %wd, %h, %ids {name = "ffn_moe_down-0"} : tensor<8x64x32xbf16>, tensor<3x2x32xf32>, tensor<3x2xi32> -> tensor<3x2x64xf32>
+// CHECK-NEXT:    %n = op.mul_mat_id %w, %dx, %dids : tensor<8x32x64xf32>, tensor<?x1x64xf32>, tensor<?x2xi32> -> tensor<?x2x32xf32>
+// CHECK-NEXT:    func.return
+func.func @mul_mat_id(%w: tensor<8x32x64xf32>, %x: tensor<3x1x64xf32>, %ids: tensor<3x2xi32>, %wd: tensor<8x64x32xbf16>, %h: tensor<3x2x32xf32>, %dx: tensor<?x1x64xf32>, %dids: tensor<?x2xi32>) {
+  %g = op.mul_mat_id %w, %x, %ids {name = "ffn_moe_gate-0"} : tensor<8x32x64xf32>, tensor<3x1x64xf32>, tensor<3x2xi32> -> tensor<3x2x32xf32>
+  %d = op.mul_mat_id %wd, %h, %ids {name = "ffn_moe_down-0"} : tensor<8x64x32xbf16>, tensor<3x2x32xf32>, tensor<3x2xi32> -> tensor<3x2x64xf32>
+  %n = op.mul_mat_id %w, %dx, %dids : tensor<8x32x64xf32>, tensor<?x1x64xf32>, tensor<?x2xi32> -> tensor<?x2x32xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @ssm_conv(
+// CHECK-NEXT:    %y = op.ssm_conv %sx, %w {name = "conv_output_raw-0"} : tensor<128x6xf32>, tensor<128x4xf32> -> tensor<3x128xf32>
+// CHECK-NEXT:    %z = op.ssm_conv %s3, %w : tensor<1x128x4xf32>, tensor<128x4xf32> -> tensor<1x1x128xf32>
+// CHECK-NEXT:    func.return
+func.func @ssm_conv(%sx: tensor<128x6xf32>, %w: tensor<128x4xf32>, %s3: tensor<1x128x4xf32>) {
+  %y = op.ssm_conv %sx, %w {name = "conv_output_raw-0"} : tensor<128x6xf32>, tensor<128x4xf32> -> tensor<3x128xf32>
+  %z = op.ssm_conv %s3, %w : tensor<1x128x4xf32>, tensor<128x4xf32> -> tensor<1x1x128xf32>
+  func.return
+}
+
+// GATED_DELTA_NET's packed result, then the views llama.cpp takes of it: the outputs and
+// the new state (at offset T*Hv*D = 192).
+// CHECK-LABEL: func.func @gated_delta_net(
+// CHECK-NEXT:    %r = op.gated_delta_net %q, %k, %v, %g, %b, %s : tensor<3x2x16xf32>, tensor<3x2x16xf32>, tensor<3x4x16xf32>, tensor<3x4x1xf32>, tensor<3x4x1xf32>, tensor<4x16x16xf32> -> tensor<19x64xf32>
+// CHECK-NEXT:    %o = op.view %r {offset = 0 : i64, name = "attn_output-0"} : tensor<19x64xf32> -> tensor<3x4x16xf32>
+// CHECK-NEXT:    %n = op.view %r {offset = 192 : i64, name = "new_state-0"} : tensor<19x64xf32> -> tensor<4x16x16xf32>
+// CHECK-NEXT:    %a = op.gated_delta_net %q, %k, %v, %kg, %b, %s {grouped, name = "kda"} : tensor<3x2x16xf32>, tensor<3x2x16xf32>, tensor<3x4x16xf32>, tensor<3x4x16xf32>, tensor<3x4x1xf32>, tensor<4x16x16xf32> -> tensor<19x64xf32>
+// CHECK-NEXT:    func.return
+func.func @gated_delta_net(%q: tensor<3x2x16xf32>, %k: tensor<3x2x16xf32>, %v: tensor<3x4x16xf32>, %g: tensor<3x4x1xf32>, %b: tensor<3x4x1xf32>, %s: tensor<4x16x16xf32>, %kg: tensor<3x4x16xf32>) {
+  %r = op.gated_delta_net %q, %k, %v, %g, %b, %s : tensor<3x2x16xf32>, tensor<3x2x16xf32>, tensor<3x4x16xf32>, tensor<3x4x1xf32>, tensor<3x4x1xf32>, tensor<4x16x16xf32> -> tensor<19x64xf32>
+  %o = op.view %r {offset = 0 : i64, name = "attn_output-0"} : tensor<19x64xf32> -> tensor<3x4x16xf32>
+  %n = op.view %r {offset = 192 : i64, name = "new_state-0"} : tensor<19x64xf32> -> tensor<4x16x16xf32>
+  %a = op.gated_delta_net %q, %k, %v, %kg, %b, %s {grouped, name = "kda"} : tensor<3x2x16xf32>, tensor<3x2x16xf32>, tensor<3x4x16xf32>, tensor<3x4x16xf32>, tensor<3x4x1xf32>, tensor<4x16x16xf32> -> tensor<19x64xf32>
+  func.return
+}
+
+// Multi-section rope (Qwen3.5's interleaved M-RoPE on 8 of 32 dims), four positions a token.
+// CHECK-LABEL: func.func @rope_multi(
+// CHECK-NEXT:    %r = op.rope %q, %pos {n_dims = 8 : i64, mode = "imrope", sections = array<i64: 2, 1, 1, 0>, freq_base = 1.000000e+04 : f64, freq_scale = 1.000000e+00 : f64, name = "Qcur-3"} : tensor<3x4x32xf32>, tensor<12xi32> -> tensor<3x4x32xf32>
+// CHECK-NEXT:    %m = op.rope %q, %pos {n_dims = 32 : i64, mode = "mrope", sections = array<i64: 8, 4, 4, 0>, freq_base = 1.000000e+06 : f64, freq_scale = 1.000000e+00 : f64} : tensor<3x4x32xf32>, tensor<12xi32> -> tensor<3x4x32xf32>
+// CHECK-NEXT:    func.return
+func.func @rope_multi(%q: tensor<3x4x32xf32>, %pos: tensor<12xi32>) {
+  %r = op.rope %q, %pos {n_dims = 8 : i64, mode = "imrope", sections = array<i64: 2, 1, 1, 0>, freq_base = 1.0e+04 : f64, freq_scale = 1.0 : f64, name = "Qcur-3"} : tensor<3x4x32xf32>, tensor<12xi32> -> tensor<3x4x32xf32>
+  %m = op.rope %q, %pos {n_dims = 32 : i64, mode = "mrope", sections = array<i64: 8, 4, 4, 0>, freq_base = 1.0e+06 : f64, freq_scale = 1.0 : f64} : tensor<3x4x32xf32>, tensor<12xi32> -> tensor<3x4x32xf32>
   func.return
 }
 

@@ -1,0 +1,88 @@
+"""Matrix products: MUL_MAT and the routed-expert MUL_MAT_ID."""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import DYNAMIC_INDEX, Float32Type
+from xdsl.irdl import irdl_op_definition, operand_def, result_def, traits_def
+from xdsl.traits import Pure
+
+from strata.dialects.op.base import (
+    BinaryOp,
+    OpBase,
+    can_repeat,
+    check_float,
+    dim_eq,
+    elem_of,
+    fmt_shape,
+    require,
+    shape_of,
+    shapes_eq,
+)
+from strata.ir.dtypes import FloatTensor, IntTensor, WeightTensor, is_int
+
+
+@irdl_op_definition
+class MulMatOp(BinaryOp):
+    """MUL_MAT: ggml_mul_mat(a, b) = b @ a^T over the last two dims.
+
+    a is [..., M, K] (a weight is stored [out, in]), b is [..., N, K], the result is
+    [..., N, M] in f32. Leading dims of `a` broadcast over `b`'s as in ggml: b's
+    dim must be a multiple of a's and consecutive b slices share an a slice (GQA).
+
+        %q = op.mul_mat %w, %x : tensor<64x16xf32>, tensor<5x16xf32> -> tensor<5x64xf32>
+    """
+
+    name = "op.mul_mat"
+
+    def verify_(self) -> None:
+        a, b, r = shape_of(self.lhs), shape_of(self.rhs), shape_of(self.result)
+        require(len(a) >= 2 and len(b) >= 2, "op.mul_mat: operands must have rank >= 2")
+        require(len(a) <= len(b), "op.mul_mat: lhs rank must not exceed rhs rank")
+        require(dim_eq(a[-1], b[-1]), f"op.mul_mat: contraction dims differ: {fmt_shape(a)} vs {fmt_shape(b)}")
+        require(can_repeat(a[:-2], b[:-2]), f"op.mul_mat: batch dims of {fmt_shape(a)} do not broadcast to {fmt_shape(b)}")
+        expect = (*b[:-1], a[-2])
+        require(shapes_eq(r, expect), f"op.mul_mat: result must be {fmt_shape(expect)}, got {fmt_shape(r)}")
+        require(WeightTensor.verifies(self.lhs.type), f"op.mul_mat: lhs must be a float, integer or packed tensor, got {self.lhs.type}")
+        check_float(self, self.rhs, "rhs")
+        require(isinstance(elem_of(self.result), Float32Type), "op.mul_mat: result must be f32")
+
+
+@irdl_op_definition
+class MulMatIdOp(OpBase):
+    """MUL_MAT_ID (ggml_mul_mat_id(as, b, ids)): the routed experts' matrix products.
+
+    `experts` [E, M, K] holds one weight per expert, stored [out, in] like any weight;
+    `b` [T, Nb, K] holds the rows to multiply (Nb is 1, one row per token shared by its
+    experts, or U, one row per expert slot); `ids` [T, U] i32 names the experts of each
+    token. The result [T, U, M] is f32, with
+
+        result[t, j] = experts[ids[t, j]] @ b[t, j % Nb]
+
+    Only the routed experts are computed (the semantics is a gather, not a dense product).
+
+        %g = op.mul_mat_id %w, %x, %ids {name = "ffn_moe_gate-0"} : tensor<8x32x64xf32>, tensor<3x1x64xf32>, tensor<3x2xi32> -> tensor<3x2x32xf32>
+    """
+
+    name = "op.mul_mat_id"
+    experts = operand_def(WeightTensor)
+    b = operand_def(FloatTensor)
+    ids = operand_def(IntTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure())
+
+    assembly_format = (
+        "$experts `,` $b `,` $ids attr-dict `:` type($experts) `,` type($b) `,` type($ids) `->` type($result)"
+    )
+
+    def verify_(self) -> None:
+        a, b, i, r = (shape_of(v) for v in (self.experts, self.b, self.ids, self.result))
+        require(len(a) == 3, f"op.mul_mat_id: the experts must be [E, M, K], got {fmt_shape(a)}")
+        require(len(b) == 3, f"op.mul_mat_id: b must be [T, Nb, K], got {fmt_shape(b)}")
+        require(len(i) == 2 and is_int(elem_of(self.ids), 32), f"op.mul_mat_id: the ids must be [T, U] i32, got {self.ids.type}")
+        require(dim_eq(a[2], b[2]), f"op.mul_mat_id: contraction dims differ: {fmt_shape(a)} vs {fmt_shape(b)}")
+        require(dim_eq(i[0], b[0]), f"op.mul_mat_id: ids {fmt_shape(i)} and b {fmt_shape(b)} must have one row per token")
+        shared = DYNAMIC_INDEX in (b[1], i[1]) or (b[1] > 0 and i[1] % b[1] == 0)
+        require(shared, f"op.mul_mat_id: the {fmt_shape(i[1:])} expert slots must be a multiple of b's {fmt_shape(b[1:2])} rows")
+        expect = (i[0] if i[0] != DYNAMIC_INDEX else b[0], i[1], a[1])
+        require(shapes_eq(r, expect), f"op.mul_mat_id: result must be {fmt_shape(expect)}, got {fmt_shape(r)}")
+        require(isinstance(elem_of(self.result), Float32Type), "op.mul_mat_id: result must be f32")
