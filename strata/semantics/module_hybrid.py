@@ -230,10 +230,10 @@ class GatedDeltaNet(Block):
         the activations [B, S, C] and the new conv state (the last K-1 inputs, old ones
         included when S < K-1)."""
         weight = self.w("conv1d")[:, 0, :]  # [C, K]
-        k = weight.shape[-1]
-        s = qkv.shape[1]
+        channels, k = weight.shape
+        b, s, _ = qkv.shape
         full = np.concatenate([conv_state, np.swapaxes(qkv, 1, 2)], axis=-1)  # [B, C, K-1+S]
-        out = np.zeros(qkv.shape[0:1] + weight.shape[:1] + (s,), dtype=np.float32)
+        out = np.zeros((b, channels, s), dtype=np.float32)
         for j in range(k):  # cross-correlation, as torch's conv1d: tap j reads input t + j
             out += weight[None, :, j:j + 1] * full[:, :, j:j + s]
         return silu(np.swapaxes(out, 1, 2)), full[:, :, full.shape[-1] - (k - 1):]
@@ -278,8 +278,11 @@ class GatedDeltaNet(Block):
         return self.children["out_proj"].forward(o.reshape(x.shape[0], x.shape[1], -1)), conv_state, rec_state
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        zeros = {name: np.zeros(buf.shape, np.float32) for name, buf in self.state.items()}
-        return self._run(x, zeros["conv_state"], zeros["recurrent_state"])[0]
+        """x [B, S, H] for any B (not just the state's Batch): every row starts from zero state."""
+        b = x.shape[0]
+        conv = np.zeros((b, *self.state["conv_state"].shape[1:]), np.float32)
+        rec = np.zeros((b, *self.state["recurrent_state"].shape[1:]), np.float32)
+        return self._run(x, conv, rec)[0]
 
     def prefill(self, x: np.ndarray, pos: int) -> np.ndarray:
         conv, rec = self.state["conv_state"], self.state["recurrent_state"]

@@ -24,7 +24,18 @@ from transformers.models.qwen3_moe import modeling_qwen3_moe as q3moe
 from transformers.models.qwen3_moe.configuration_qwen3_moe import Qwen3MoeConfig
 from transformers.models.qwen3_next import modeling_qwen3_next as qnext
 from transformers.models.qwen3_next.configuration_qwen3_next import Qwen3NextConfig
-from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, Float32Type, FloatAttr, IntegerAttr, StringAttr, UnitAttr, f64, i64
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseArrayBase,
+    DictionaryAttr,
+    Float32Type,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    UnitAttr,
+    f64,
+    i64,
+)
 
 from strata.dialects import module as M
 from strata.dialects.instances import instantiate
@@ -326,6 +337,8 @@ def test_gated_delta_net_forward_prefill_decode(family: str) -> None:
     cfg, hf, ours = hf_gated_delta_net(family, seed=7)
     x = inputs(PROMPT + STEPS, seed=8)
     close(ours.forward(x), hf(t(x)))  # HF's chunked delta rule, zero state
+    two = np.concatenate([x, x[:, ::-1]])  # forward takes any batch, each row on its own
+    close(ours.forward(two), hf(t(two)))
     assert not ours.state["recurrent_state"].any(), "forward must leave the state alone"
 
     cache = DynamicCache(config=cfg)
@@ -376,7 +389,8 @@ def sparse_moe_model(shared: bool, norm_topk_prob) -> M.ModelOp:
         members += [sub("shared_expert", "SwiGlu<H, SharedInner, T>"), sub("shared_expert_gate", "Linear<H, 1, T>")]
     attrs = {} if norm_topk_prob is None else {"norm_topk_prob": norm_topk_prob}
     moe = block("SparseMoe", MOE_GENERICS, "std.moe.sparse", members, **attrs)
-    dims = {"H": H, "Experts": EXPERTS, "TopK": TOPK, "MoeInner": MOE_INNER, "SharedInner": SHARED_INNER if shared else 0}
+    dims = {"H": H, "Experts": EXPERTS, "TopK": TOPK, "MoeInner": MOE_INNER,
+            "SharedInner": SHARED_INNER if shared else 0}
     return model(moe, [linear(), swiglu()], dims)
 
 
@@ -420,10 +434,14 @@ def test_sparse_moe_runs_only_the_routed_experts() -> None:
     randomize(hf, 13)
     ours = run_block(sparse_moe_model(False, UnitAttr()), expert_weights(numpy_state(hf)))
     touched: list[int] = []
-    expert = ours._expert
-    ours._expert = lambda e, rows: (touched.append(e), expert(e, rows))[1]
-    x = inputs(1, seed=14)
-    ours.forward(x)
+    run_expert = ours._expert
+
+    def spy(e: int, rows: np.ndarray) -> np.ndarray:
+        touched.append(e)
+        return run_expert(e, rows)
+
+    ours._expert = spy
+    ours.forward(inputs(1, seed=14))  # one token: its TopK experts and no others
     assert len(touched) == TOPK and len(set(touched)) == TOPK, touched
 
 
@@ -434,7 +452,7 @@ def test_top_k_takes_the_lowest_index_among_ties() -> None:
 
 def test_sparse_moe_refuses_top_k_above_experts() -> None:
     m = sparse_moe_model(False, None)
-    m.generics = m.generics.__class__({**m.generics.data, "TopK": IntegerAttr(EXPERTS + 1, i64)})
+    m.generics = DictionaryAttr({**m.generics.data, "TopK": IntegerAttr(EXPERTS + 1, i64)})
     w = {"gate.weight": np.zeros((EXPERTS, H), np.float32),
          "gate_exps": np.zeros((EXPERTS, MOE_INNER, H), np.float32),
          "up_exps": np.zeros((EXPERTS, MOE_INNER, H), np.float32),
