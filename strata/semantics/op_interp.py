@@ -173,8 +173,10 @@ def _constant(op: O.ConstantOp, _: list, env: Env) -> np.ndarray:
 
 @INTERPRETER.register(O.ViewOp)
 def _view(op: O.ViewOp, a: list, env: Env) -> np.ndarray:
-    strides = op.strides.get_values() if op.strides is not None else None
-    return K.view(a[0], shape_with_holes(op.result.type), _int(op.offset), strides)
+    t = env.tokens.shape[0]  # a dynamic dim of a view is the call's number of tokens
+    shape = tuple(t if d == -1 else d for d in shape_with_holes(op.result.type))
+    offset, strides = op.window(t)
+    return K.view(a[0], shape, offset, strides)
 
 
 @INTERPRETER.register(O.SoftMaxOp)

@@ -537,13 +537,31 @@ CH = 2 * HK * D + HV * D  # conv channels: q, k, v
 NR, NS = (KC - 1) * CH, HV * D * D  # the conv and recurrent state sizes
 
 
-def _linear_attention_text(entry: str, tt: int, sfx: str) -> str:
+def _linear_attention_text(entry: str, tokens: int | None) -> str:
+    """The rows as IR for `tokens` tokens, or a dynamic number (None): the views that grow
+    with the tokens then say so with per_token. The per-token inputs (the projection, the
+    gates) are rows of tables picked by the token ids."""
     f = "f32"
+    tt = "?" if tokens is None else str(tokens)
+    win = "?" if tokens is None else str(KC - 1 + tokens)
+    rows = "?" if tokens is None else str(tokens + D)
+    if tokens is None:
+        last = f"offset = 0 : i64, strides = array<i64: {KC - 1}, 1>, per_token = array<i64: 1, 1, 0>"
+        new_state = f"offset = 0 : i64, per_token = array<i64: {HV * D}>"
+    else:
+        last = f"offset = {tokens} : i64, strides = array<i64: {KC - 1 + tokens}, 1>"
+        new_state = f"offset = {tokens * HV * D} : i64"
     return f"""
 func.func @{entry}() -> tensor<{tt}x{HV * D}x{f}> attributes {{"op.n_kv" = 8 : i64}} {{
-  %qkv = op.param "qkv{sfx}" : tensor<{tt}x{CH}x{f}>
-  %g = op.param "g{sfx}" : tensor<{tt}x{HV}x1x{f}>
-  %beta = op.param "beta{sfx}" : tensor<{tt}x{HV}x1x{f}>
+  %tq = op.param "qkv" : tensor<8x{CH}x{f}>
+  %tg = op.param "g" : tensor<8x{HV}x{f}>
+  %tb = op.param "beta" : tensor<8x{HV}x{f}>
+  %ids = op.input "tokens" : tensor<{tt}xi32>
+  %qkv = op.get_rows %tq, %ids : tensor<8x{CH}x{f}>, tensor<{tt}xi32> -> tensor<{tt}x{CH}x{f}>
+  %g2 = op.get_rows %tg, %ids : tensor<8x{HV}x{f}>, tensor<{tt}xi32> -> tensor<{tt}x{HV}x{f}>
+  %g = op.reshape %g2 : tensor<{tt}x{HV}x{f}> -> tensor<{tt}x{HV}x1x{f}>
+  %b2 = op.get_rows %tb, %ids : tensor<8x{HV}x{f}>, tensor<{tt}xi32> -> tensor<{tt}x{HV}x{f}>
+  %beta = op.reshape %b2 : tensor<{tt}x{HV}x{f}> -> tensor<{tt}x{HV}x1x{f}>
   %w = op.param "conv1d" : tensor<{CH}x{KC}x{f}>
   %sc = op.input "state_copy" {{name = "rs_s_copy"}} : tensor<1xi32>
   %cr = op.state "cache_r_l0" : tensor<1x{NR}x{f}>
@@ -558,24 +576,24 @@ func.func @{entry}() -> tensor<{tt}x{HV * D}x{f}> attributes {{"op.n_kv" = 8 : i
   %cp0 = op.cpy %extra, %crv : tensor<0x{NR}x{f}>, tensor<0x{NR}x{f}> -> tensor<0x{NR}x{f}>
   %csr = op.reshape %cst {{name = "conv_states_reshaped-0"}} : tensor<1x{NR}x{f}> -> tensor<{CH}x{KC - 1}x{f}>
   %xt = op.transpose %qkv : tensor<{tt}x{CH}x{f}> -> tensor<{CH}x{tt}x{f}>
-  %ci = op.concat %csr, %xt {{axis = 1 : i64, name = "conv_input-0"}} : tensor<{CH}x{KC - 1}x{f}>, tensor<{CH}x{tt}x{f}> -> tensor<{CH}x{KC - 1 + tt}x{f}>
-  %last = op.view %ci {{offset = {tt} : i64, strides = array<i64: {KC - 1 + tt}, 1>}} : tensor<{CH}x{KC - 1 + tt}x{f}> -> tensor<{CH}x{KC - 1}x{f}>
+  %ci = op.concat %csr, %xt {{axis = 1 : i64, name = "conv_input-0"}} : tensor<{CH}x{KC - 1}x{f}>, tensor<{CH}x{tt}x{f}> -> tensor<{CH}x{win}x{f}>
+  %last = op.view %ci {{{last}}} : tensor<{CH}x{win}x{f}> -> tensor<{CH}x{KC - 1}x{f}>
   %upd = op.view %cr {{offset = 0 : i64}} : tensor<1x{NR}x{f}> -> tensor<1x{NR}x{f}>
   %cp1 = op.cpy %last, %upd : tensor<{CH}x{KC - 1}x{f}>, tensor<1x{NR}x{f}> -> tensor<1x{NR}x{f}>
   %cs = op.state "cache_s_l0" : tensor<1x{NS}x{f}>
   %csr2 = op.reshape %cs : tensor<1x{NS}x{f}> -> tensor<1x{NS}x{f}>
   %s0 = op.get_rows %csr2, %main : tensor<1x{NS}x{f}>, tensor<1xi32> -> tensor<1x{NS}x{f}>
   %st = op.reshape %s0 {{name = "state_predelta-0"}} : tensor<1x{NS}x{f}> -> tensor<{HV}x{D}x{D}x{f}>
-  %conv = op.ssm_conv %ci, %w : tensor<{CH}x{KC - 1 + tt}x{f}>, tensor<{CH}x{KC}x{f}> -> tensor<{tt}x{CH}x{f}>
+  %conv = op.ssm_conv %ci, %w : tensor<{CH}x{win}x{f}>, tensor<{CH}x{KC}x{f}> -> tensor<{tt}x{CH}x{f}>
   %silu = op.silu %conv : tensor<{tt}x{CH}x{f}> -> tensor<{tt}x{CH}x{f}>
   %q = op.view %silu {{offset = 0 : i64, strides = array<i64: {CH}, {D}, 1>}} : tensor<{tt}x{CH}x{f}> -> tensor<{tt}x{HK}x{D}x{f}>
   %k = op.view %silu {{offset = {HK * D} : i64, strides = array<i64: {CH}, {D}, 1>}} : tensor<{tt}x{CH}x{f}> -> tensor<{tt}x{HK}x{D}x{f}>
   %v = op.view %silu {{offset = {2 * HK * D} : i64, strides = array<i64: {CH}, {D}, 1>}} : tensor<{tt}x{CH}x{f}> -> tensor<{tt}x{HV}x{D}x{f}>
-  %gdn = op.gated_delta_net %q, %k, %v, %g, %beta, %st {{grouped}} : tensor<{tt}x{HK}x{D}x{f}>, tensor<{tt}x{HK}x{D}x{f}>, tensor<{tt}x{HV}x{D}x{f}>, tensor<{tt}x{HV}x1x{f}>, tensor<{tt}x{HV}x1x{f}>, tensor<{HV}x{D}x{D}x{f}> -> tensor<{tt + D}x{HV * D}x{f}>
-  %ns = op.view %gdn {{offset = {tt * HV * D} : i64, name = "new_state-0"}} : tensor<{tt + D}x{HV * D}x{f}> -> tensor<{HV}x{D}x{D}x{f}>
+  %gdn = op.gated_delta_net %q, %k, %v, %g, %beta, %st {{grouped}} : tensor<{tt}x{HK}x{D}x{f}>, tensor<{tt}x{HK}x{D}x{f}>, tensor<{tt}x{HV}x{D}x{f}>, tensor<{tt}x{HV}x1x{f}>, tensor<{tt}x{HV}x1x{f}>, tensor<{HV}x{D}x{D}x{f}> -> tensor<{rows}x{HV * D}x{f}>
+  %ns = op.view %gdn {{{new_state}, name = "new_state-0"}} : tensor<{rows}x{HV * D}x{f}> -> tensor<{HV}x{D}x{D}x{f}>
   %csv = op.view %cs {{offset = 0 : i64}} : tensor<1x{NS}x{f}> -> tensor<1x{NS}x{f}>
   %cp2 = op.cpy %ns, %csv : tensor<{HV}x{D}x{D}x{f}>, tensor<1x{NS}x{f}> -> tensor<1x{NS}x{f}>
-  %o = op.view %gdn {{offset = 0 : i64, name = "attn_output-0"}} : tensor<{tt + D}x{HV * D}x{f}> -> tensor<{tt}x{HV}x{D}x{f}>
+  %o = op.view %gdn {{offset = 0 : i64, name = "attn_output-0"}} : tensor<{rows}x{HV * D}x{f}> -> tensor<{tt}x{HV}x{D}x{f}>
   %r = op.cont %o : tensor<{tt}x{HV}x{D}x{f}> -> tensor<{tt}x{HV * D}x{f}>
   func.return %r : tensor<{tt}x{HV * D}x{f}>
 }}
@@ -596,28 +614,29 @@ def _hf_linear_attention(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, beta
     return out[0].reshape(tt, HV * D)
 
 
-def test_llama_cpp_linear_attention_rows_carry_state() -> None:
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_llama_cpp_linear_attention_rows_carry_state(dynamic: bool) -> None:
     from strata.dialects import parse_ir
     from strata.semantics.op_interp import alloc_state, find_function, run_function
     from strata.targets.cpu import emit_cpu
 
-    module = parse_ir("builtin.module {" + _linear_attention_text("prefill", 3, "") + _linear_attention_text("decode", 1, "1") + "}")
-    x = randn(4, CH, seed=1)
-    g = -np.abs(randn(4, HV, 1, seed=2))
-    beta = torch.sigmoid(t(randn(4, HV, 1, seed=3))).numpy()
-    weights = {"qkv": x[:3], "g": g[:3], "beta": beta[:3], "qkv1": x[3:], "g1": g[3:], "beta1": beta[3:],
-               "conv1d": randn(CH, KC, seed=4)}
-    want = _hf_linear_attention(t(x), t(weights["conv1d"]), t(g), t(beta))
+    module = parse_ir("builtin.module {" + _linear_attention_text("prefill", None if dynamic else 3)
+                      + _linear_attention_text("decode", None if dynamic else 1) + "}")
+    weights = {"qkv": randn(8, CH, seed=1), "g": -np.abs(randn(8, HV, seed=2)),
+               "beta": torch.sigmoid(t(randn(8, HV, seed=3))).numpy(), "conv1d": randn(CH, KC, seed=4)}
+    ids = [1, 5, 2, 7]  # a prompt of three, then one decoded token
+    want = _hf_linear_attention(t(weights["qkv"][ids]), t(weights["conv1d"]), t(weights["g"][ids])[..., None],
+                                t(weights["beta"][ids])[..., None])
 
     prefill, decode = find_function(module, "prefill"), find_function(module, "decode")
     state = alloc_state(prefill)  # zeroed: llama.cpp's zeroing SCALE is a pure op.scale here
-    close(run_function(prefill, weights, state, np.array([1, 2, 3]), 0), want[:3], atol=2e-5)
-    close(run_function(decode, weights, state, np.array([4]), 3), want[3:], atol=2e-5)
+    close(run_function(prefill, weights, state, np.array(ids[:3]), 0), want[:3], atol=2e-5)
+    close(run_function(decode, weights, state, np.array(ids[3:]), 3), want[3:], atol=2e-5)
 
     ns: dict = {}
     exec(compile(emit_cpu(module), "model.py", "exec"), ns)  # noqa: S102
     model = ns["Model"](weights)
-    close(model.prefill([1, 2, 3], 0), want[:3], atol=2e-5)
-    close(model.decode(4, 3), want[3:], atol=2e-5)
+    close(model.prefill(ids[:3], 0), want[:3], atol=2e-5)
+    close(model.decode(ids[3], 3), want[3:], atol=2e-5)
     np.testing.assert_array_equal(model.cache_r_l0, state["cache_r_l0"])
     np.testing.assert_array_equal(model.cache_s_l0, state["cache_s_l0"])

@@ -88,13 +88,22 @@ class ViewOp(ReshapeLikeOp):
     result's shape, or with explicit element `strides`. A view may be empty (a dim of
     size 0, as llama.cpp's views of the recurrent states that are not copied).
 
+    A dynamic dim (`?`) of the result is the call's number of tokens T, the op level's one
+    dynamic dim. Where ggml's view parameters grow with T, `per_token` gives the growth:
+    [a] adds a*T to the offset, [a, b0, b1, ...] also b_i*T to stride i (strides required).
+    llama.cpp's last K-1 columns of the conv window [C, K-1+T] start at T with row stride
+    K-1+T: offset 0, strides [K-1, 1], per_token [1, 1, 0].
+
         %v = op.view %c {offset = 0 : i64} : tensor<4096x64xf32> -> tensor<256x4x16xf32>
         %e = op.view %s {offset = 384 : i64} : tensor<1x384xf32> -> tensor<0x384xf32>
+        %l = op.view %w {offset = 0 : i64, strides = array<i64: 3, 1>, per_token = array<i64: 1, 1, 0>}
+            : tensor<128x?xf32> -> tensor<128x3xf32>
     """
 
     name = "op.view"
     offset = attr_def(IntegerAttr)
     strides = opt_attr_def(DenseArrayBase)
+    per_token = opt_attr_def(DenseArrayBase)
 
     def verify_(self) -> None:
         src, res = shape_of(self.src), shape_of(self.result)
@@ -105,9 +114,26 @@ class ViewOp(ReshapeLikeOp):
             st = self.strides.get_values()
             require(len(st) == len(res), "op.view: one stride per result dim")
             require(all(s >= 0 for s in st), "op.view: strides must be >= 0")
+        if self.per_token is not None:
+            pt = self.per_token.get_values()
+            n = 1 if self.strides is None else 1 + len(res)
+            require(len(pt) in (1, n), f"op.view: per_token holds the offset's growth{' and one per stride' * (n > 1)} "
+                                       f"({n} value{'s' * (n > 1)}), got {len(pt)}")
+            require(all(c >= 0 for c in pt), "op.view: per_token must be >= 0")
         total, need = numel(src), numel(res)
-        if total is not None and need is not None and self.strides is None:
+        if total is not None and need is not None and self.strides is None and self.per_token is None:
             require(off + need <= total, f"op.view: {need} elements at offset {off} exceed the {total} of the source")
+
+    def window(self, n_tokens: int) -> tuple[int, tuple[int, ...] | None]:
+        """The offset and strides (None: row-major) of a call on `n_tokens` tokens."""
+        off = self.offset.value.data
+        strides = tuple(self.strides.get_values()) if self.strides is not None else None
+        if self.per_token is not None:
+            pt = self.per_token.get_values()
+            off += pt[0] * n_tokens
+            if strides is not None and len(pt) > 1:
+                strides = tuple(s + c * n_tokens for s, c in zip(strides, pt[1:]))
+        return off, strides
 
 
 @irdl_op_definition

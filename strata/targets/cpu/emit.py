@@ -468,33 +468,42 @@ def _plain(kernel: str) -> Callable[[CpuEmitter, Operation], None]:
 for _cls, _kernel in PLAIN_KERNELS.items():
     CPU_EMITTER.add(_cls, _plain(_kernel))
 
+#: Ops printed as `kernel(src, result shape)`: op class -> kernel name.
+SHAPED_KERNELS: dict[type[Operation], str] = {O.ReshapeOp: "reshape", O.ContOp: "cont", O.RepeatOp: "repeat"}
+
+
+def _shaped(kernel: str) -> Callable[[CpuEmitter, Operation], None]:
+    return lambda e, op: e.assign(op, kernel, e.ref(op.operands[0]), e.shape(op.results[0]))
+
+
+for _cls, _kernel in SHAPED_KERNELS.items():
+    CPU_EMITTER.add(_cls, _shaped(_kernel))
+
 
 @CPU_EMITTER.register(O.RmsNormOp)
 def _rms_norm(e: CpuEmitter, op: O.RmsNormOp) -> None:
     e.assign(op, "rms_norm", e.ref(op.src), float_lit(op.eps.value.data))
 
 
-@CPU_EMITTER.register(O.ReshapeOp)
-def _reshape(e: CpuEmitter, op: O.ReshapeOp) -> None:
-    e.assign(op, "reshape", e.ref(op.src), e.shape(op.result))
-
-
 @CPU_EMITTER.register(O.ViewOp)
 def _view(e: CpuEmitter, op: O.ViewOp) -> None:
-    args = [e.ref(op.src), e.shape(op.result), str(int(op.offset.value.data))]
+    # Offsets and strides that grow with the tokens (per_token) print as `a + b * n_tokens`.
+    per = list(op.per_token.get_values()) if op.per_token is not None else []
+
+    def term(base: int, per_token: int) -> str:
+        return f"{base} + {per_token} * n_tokens" if per_token else str(base)
+
+    args = [e.ref(op.src), e.shape(op.result), term(int(op.offset.value.data), per[0] if per else 0)]
     if op.strides is not None:
-        args.append(int_tuple(op.strides.get_values()))
+        steps = per[1:] or [0] * len(op.strides.get_values())
+        items = [term(int(s), int(c)) for s, c in zip(op.strides.get_values(), steps)]
+        args.append("(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")")
     e.assign(op, "view", *args)
 
 
 @CPU_EMITTER.register(O.PermuteOp)
 def _permute(e: CpuEmitter, op: O.PermuteOp) -> None:
     e.assign(op, "permute", e.ref(op.src), int_tuple(op.dims.get_values()))
-
-
-@CPU_EMITTER.register(O.ContOp)
-def _cont(e: CpuEmitter, op: O.ContOp) -> None:
-    e.assign(op, "cont", e.ref(op.src), e.shape(op.result))
 
 
 @CPU_EMITTER.register(O.ScaleOp)
@@ -510,11 +519,6 @@ def _clamp(e: CpuEmitter, op: O.ClampOp) -> None:
 @CPU_EMITTER.register(O.ArgsortOp)
 def _argsort(e: CpuEmitter, op: O.ArgsortOp) -> None:
     e.assign(op, "argsort", e.ref(op.src), literal_name(op.order.data, "sort order"))
-
-
-@CPU_EMITTER.register(O.RepeatOp)
-def _repeat(e: CpuEmitter, op: O.RepeatOp) -> None:
-    e.assign(op, "repeat", e.ref(op.src), e.shape(op.result))
 
 
 @CPU_EMITTER.register(O.ConcatOp)

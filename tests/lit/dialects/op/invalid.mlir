@@ -1082,6 +1082,33 @@ func.func @f(%q: tensor<3x4x32xf32>, %pos: tensor<3xi32>) {
 
 // -----
 
+// op.view: per_token grows the offset, and each stride when there are strides.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.view: per_token holds the offset's growth and one per stride (3 values), got 2
+func.func @f(%w: tensor<128x?xf32>) {
+  %l = op.view %w {offset = 0 : i64, strides = array<i64: 3, 1>, per_token = array<i64: 1, 1>} : tensor<128x?xf32> -> tensor<128x3xf32>
+  func.return
+}
+
+// -----
+
+// ... and only the offset's without strides.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.view: per_token holds the offset's growth (1 value), got 3
+func.func @f(%r: tensor<?x64xf32>) {
+  %s = op.view %r {offset = 0 : i64, per_token = array<i64: 64, 1, 1>} : tensor<?x64xf32> -> tensor<64xf32>
+  func.return
+}
+
+// -----
+
+// op.view: views only grow with the tokens.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.view: per_token must be >= 0
+func.func @f(%r: tensor<?x64xf32>) {
+  %s = op.view %r {offset = 64 : i64, per_token = array<i64: -64>} : tensor<?x64xf32> -> tensor<64xf32>
+  func.return
+}
+
+// -----
+
 // Malformed syntax: a missing comma. The parse error names the file, the line
 // and the column, and shows the line with a caret under the offending token.
 func.func @f(%x: tensor<5x16xf32>, %g: tensor<16xf32>) {

@@ -316,6 +316,20 @@ func.func @state_write_back(%last: tensor<128x3xf32>, %none: tensor<0x384xf32>) 
   func.return
 }
 
+// Views that grow with a dynamic number of tokens T: the last K-1 columns of the conv
+// window [C, K-1+T] (offset T, row stride K-1+T), the state after GATED_DELTA_NET's T rows.
+// CHECK-LABEL: func.func @view_per_token(
+// CHECK-NEXT:    %l = op.view %w {offset = 0 : i64, strides = array<i64: 3, 1>, per_token = array<i64: 1, 1, 0>, name = "conv_state_last-0"} : tensor<128x?xf32> -> tensor<128x3xf32>
+// CHECK-NEXT:    %s = op.view %r {offset = 0 : i64, per_token = array<i64: 64>, name = "new_state-0"} : tensor<?x64xf32> -> tensor<4x16x16xf32>
+// CHECK-NEXT:    %o = op.view %r {offset = 0 : i64} : tensor<?x64xf32> -> tensor<?x4x16xf32>
+// CHECK-NEXT:    func.return
+func.func @view_per_token(%w: tensor<128x?xf32>, %r: tensor<?x64xf32>) {
+  %l = op.view %w {offset = 0 : i64, strides = array<i64: 3, 1>, per_token = array<i64: 1, 1, 0>, name = "conv_state_last-0"} : tensor<128x?xf32> -> tensor<128x3xf32>
+  %s = op.view %r {offset = 0 : i64, per_token = array<i64: 64>, name = "new_state-0"} : tensor<?x64xf32> -> tensor<4x16x16xf32>
+  %o = op.view %r {offset = 0 : i64} : tensor<?x64xf32> -> tensor<?x4x16xf32>
+  func.return
+}
+
 // CHECK-LABEL: func.func @div(
 // CHECK-NEXT:    %w = op.div %x, %s {name = "ffn_moe_weights_norm-0"} : tensor<3x2xf32>, tensor<3x1xf32> -> tensor<3x2xf32>
 // CHECK-NEXT:    %v = op.div %x, %x : tensor<3x2xf32>, tensor<3x2xf32> -> tensor<3x2xf32>
