@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from strata.dialects.instances import find_model, model_params
+from strata.dialects.instances import find_model, instantiate, model_params
 from strata.frontends.hf_config import write_hf_config
 from strata.ir.dtypes import dtype_of_hf
 from strata.ir.weights import INDEX_FILE, SINGLE_FILE, WeightError, write_safetensors
@@ -24,8 +24,8 @@ def save_random_checkpoint(cfg, directory: str | Path, seed: int, dtype: str = "
                            std: float = 0.02) -> Path:
     """Write random HF-named weights for ``cfg`` and its config.json; returns the directory.
 
-    Matrices are N(0, std), vectors N(0, 0.02); norm weights 1 + 0.1 N(0, 1), so that outputs
-    are well conditioned. A tiny model needs std ~0.12 for logits of std ~1 (and varied
+    Matrices are N(0, std), vectors N(0, 0.02); norm weights 1 + 0.1 N(0, 1) (0.1 N(0, 1) for a
+    zero-centred norm, whose scale is 1 + w), so that outputs are well conditioned. A tiny model needs std ~0.12 for logits of std ~1 (and varied
     greedy tokens); 0.02 is HF's init. The bytes depend only on the arguments.
     """
     stored = dtype_of_hf(dtype)
@@ -34,9 +34,15 @@ def save_random_checkpoint(cfg, directory: str | Path, seed: int, dtype: str = "
     directory = Path(directory)
     rng = np.random.default_rng(seed)
     tensors: dict[str, np.ndarray] = {}
-    for name, t in model_params(find_model(build_module(cfg))).items():
+    model = find_model(build_module(cfg))
+    centred = {inst.params["weight"].ggml for inst in instantiate(model).walk()
+               if inst.attr("weight_offset") is not None and "weight" in inst.params}
+    for name, t in model_params(model).items():
         x = rng.standard_normal(t.shape, dtype=np.float32)
-        x = 1.0 + 0.1 * x if "norm" in name else (std if x.ndim >= 2 else 0.02) * x
+        if "norm" in name:
+            x = 0.1 * x if name in centred else 1.0 + 0.1 * x
+        else:
+            x = (std if x.ndim >= 2 else 0.02) * x
         if "*" in t.hf:  # stored one by one, as the hub stores experts
             tensors.update({t.hf.replace("*", str(i)): x[i].astype(stored.numpy) for i in range(t.shape[0])})
         else:

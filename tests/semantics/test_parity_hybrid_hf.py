@@ -23,9 +23,7 @@ import torch
 import transformers
 from safetensors.numpy import load_file
 
-from strata.dialects.instances import find_model, instantiate
 from strata.ir.weights import SINGLE_FILE, write_safetensors
-from strata.models import build_module
 from strata.models.qwen35 import Qwen35Config
 from strata.semantics.module_interp import ModuleRunner
 from support import open_store, write_checkpoint
@@ -74,19 +72,11 @@ class Case:
 def perturb_constants(cfg: Qwen35Config, directory: Path, seed: int) -> None:
     """Give the weights HF initialises to constants a realistic spread.
 
-    The random writer draws every norm weight as 1 + 0.1 N(0, 1); a zero-centred norm
-    scales by weight_offset + w, so its weights become 0.1 N(0, 1) (scales near 1, as in
-    a trained model, rather than near 2, which sharpens attention and makes fp32 round-off
-    of any implementation, HF's included, approach the tolerance). A_log and dt_bias (random
-    vectors of std 0.02 from the writer) get decays exp(A_log) from ~0.3 to ~4.5 and biases
-    of std 0.5."""
+    The random writer draws zero-centred norm weights as 0.1 N(0, 1) (scales near 1, as in a
+    trained model). A_log and dt_bias (random vectors of std 0.02 from the writer) get decays
+    exp(A_log) from ~0.3 to ~4.5 and biases of std 0.5."""
     path = directory / SINGLE_FILE
     tensors = load_file(str(path))
-    for inst in instantiate(find_model(build_module(cfg))).walk():
-        offset = inst.float_attr("weight_offset", 0.0) if inst.kind == "std.nn.norm" else 0.0
-        if offset:
-            name = inst.params["weight"].hf
-            tensors[name] = tensors[name] - np.float32(offset)
     rng = np.random.default_rng(seed)
     for name, x in sorted(tensors.items()):
         if name.endswith(".A_log"):
