@@ -24,6 +24,7 @@ import transformers
 from safetensors.numpy import load_file
 
 from strata.ir.weights import SINGLE_FILE, write_safetensors
+from strata.models import build_module
 from strata.models.qwen35 import Qwen35Config
 from strata.semantics.module_interp import ModuleRunner
 from support import open_store, write_checkpoint
