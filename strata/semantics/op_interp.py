@@ -235,10 +235,14 @@ INTERPRETER.add(O.SsmConvOp, lambda op, a, env: K.ssm_conv(a[0], a[1]))
 
 
 def run_function(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray],
-                 tokens: np.ndarray, start: int) -> np.ndarray:
+                 tokens: np.ndarray, start: int, *,
+                 observe: Callable[[Operation, np.ndarray], None] | None = None) -> np.ndarray:
     """Run `fn` on `tokens` [S] at position `start`; returns its result (the logits).
 
     `state` (from :func:`alloc_state`) is updated in place by the cache writes.
+    `observe`, if given, is called with each op and its result right after the op runs
+    (leaves included), in program order: a per-op comparison (`strata verify`) or a
+    debugger reads every intermediate without the interpreter keeping them all.
     """
     env = Env(fn, weights, state, tokens, start)
     values: dict[SSAValue, np.ndarray] = {}
@@ -254,6 +258,8 @@ def run_function(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray]
         result = impl(op, args, env)
         _check_result(op, result)
         values[op.results[0]] = result
+        if observe is not None:
+            observe(op, result)
     raise InterpreterError(f"@{fn.sym_name.data}: the function has no func.return")
 
 

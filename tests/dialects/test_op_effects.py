@@ -232,3 +232,17 @@ def test_cse_of_both_entries_in_one_module(tiny_checkpoints):
         np.testing.assert_array_equal(b, a)
     for name in s0:
         np.testing.assert_array_equal(s1[name], s0[name])
+
+
+def test_run_function_observes_every_op_in_order(tiny_checkpoints):
+    """`observe` sees each op with its result right after it runs, the returned value last."""
+    cfg = TINY["qwen3"]
+    fn = lower_fn(cfg, "prefill", tokens=len(PROMPT), start=0, ctx=CTX, kv_pad=KV_PAD)
+    seen: list = []
+    logits = run_function(fn, open_store(tiny_checkpoints["qwen3"]), alloc_state(fn), PROMPT, 0,
+                          observe=lambda op, value: seen.append((op, value)))
+    body = [op for op in fn.body.block.ops if not isinstance(op, func.ReturnOp)]
+    assert [op for op, _ in seen] == body
+    assert all(tuple(v.shape) == tuple(d if d >= 0 else len(PROMPT) for d in op.results[0].type.get_shape())
+               for op, v in seen)
+    assert seen[-1][1] is logits
