@@ -177,6 +177,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Run the model on a llama-eval-callback log's prompt and compare every op's sum with it."""
+    from strata.verify.llamacpp import compare, parse_callback_log, strata_values
+
+    log = parse_callback_log(Path(args.against))
+    model = _model(args)
+    ours = strata_values(model, log.tokens, ctx=args.ctx, kv_pad=args.kv_pad)
+    agreed, divergence = compare(log, ours, args.rtol)
+    if divergence is None:
+        print(f"all {agreed} ops agree with {args.against} (rtol {args.rtol} of each tensor's magnitude)")
+        return 0
+    d = divergence
+    print(f"ops 1-{agreed} agree; op {d.index} diverges: {d.op} '{d.name}': llama.cpp sum {d.theirs:.6g}, "
+          f"strata {d.ours:.6g} (magnitude {d.scale:.6g}): {d.why}")
+    return 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on the built-in default model: inspect, trace, compile, run."""
     from strata.models.default import ensure_default_model
@@ -285,6 +302,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-nonfinite", action="store_true",
                    help="run even if a weight holds NaN or infinity (warns instead of refusing)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("verify", help="compare every op's value with a llama.cpp eval-callback log",
+                       description="Run MODEL's prefill on the prompt of a llama-eval-callback log and compare "
+                                   "the sum of every op with llama.cpp's, row for row. Exit 1 at the first op "
+                                   "that diverges, naming it.")
+    _add_model(p)
+    p.add_argument("--against", metavar="LOG", required=True, help="llama-eval-callback's output (*.callback.log)")
+    p.add_argument("--ctx", type=bounded_int(1), default=256, help="the context llama.cpp ran with (default 256)")
+    p.add_argument("--kv-pad", type=bounded_int(1), default=256, help="llama.cpp's KV padding (default 256)")
+    p.add_argument("--rtol", type=float, default=1e-2,
+                   help="tolerance on each sum, relative to the tensor's sum of |x| (default 1e-2)")
+    p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("demo", help="the main job on the built-in default model")
     p.add_argument("--root", default=".strata-cache/models", help="where the default model is written")
