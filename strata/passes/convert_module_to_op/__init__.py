@@ -100,8 +100,9 @@ def lower_entry(root: BlockInstance, entry: str, opts: ConvertModuleToOpPass) ->
     else:
         n_kv = n_ctx
     block = Block()
-    lo = Lowering(block, entry, tokens, n_ctx, n_kv, opts.flash_attn)
-    logits = lo.call(root, entry)
+    lo = Lowering(block, entry, tokens, n_ctx, n_kv, opts.flash_attn, start=opts.start)
+    logits = lo.g.expand(lo.call(root, entry))
+    lo.g.finish()
     block.add_op(func.ReturnOp(logits))
     fn = func.FuncOp(entry, ((), (logits.type,)), Region(block))
     fn.attributes["op.n_ctx"] = IntegerAttr(n_ctx, i64)

@@ -46,7 +46,7 @@ def llama3_freq_factors(theta: float, head_dim: int, rs: dict) -> list[float]:
 class GroupedQueryAttention:
     @staticmethod
     def forward(lo: Lowering, inst: BlockInstance, x: SSAValue) -> SSAValue:
-        g, S, sfx, il = lo.g, lo.S, lo.suffix(inst), inst.layer or 0
+        g, S, sfx = lo.g, lo.S, lo.suffix(inst)
         shards = inst.dim("Shards")
         n_head, n_kv_head, d = inst.dim("Heads") // shards, inst.dim("KvHeads") // shards, inst.dim("HeadDim")
         rope = _rope(lo, inst, d)
@@ -61,32 +61,43 @@ class GroupedQueryAttention:
         q = rope(project("q_proj", n_head, "q_norm", f"Qcur{sfx}"), f"Qcur{sfx}")
         v = project("v_proj", n_kv_head, None, f"Vcur{sfx}")
         k = rope(project("k_proj", n_kv_head, "k_norm", f"Kcur{sfx}"), f"Kcur{sfx}")
-
-        caches = []
-        for kind, src in (("k", k), ("v", v)):
-            elem = dtype_named(inst.state[f"cache_{kind}"].dtype).attr
-            cache = lo.state(f"cache_{kind}_l{il}", (lo.n_ctx, n_kv_head * d), elem)
-            rows = lo.input("kv_rows", (S,), i64, f"{kind}_idxs", key=("kv_rows", il, kind))
-            flat = g.view(src, (S, n_kv_head * d))
-            g.add(O.SetRowsOp.create(operands=[cache, flat, rows], result_types=[cache.type]))
-            caches.append(cache)
-
-        mask = lo.input("kq_mask", (S, lo.n_kv), f32, "kq_mask")
-        qp = g.permute(g.view(q, (S, n_head, d)), (1, 0, 2))
-        kp, vp = (g.permute(g.view(c, (lo.n_kv, n_kv_head, d)), (1, 0, 2)) for c in caches)
-        scale = {"scale": FloatAttr(1.0 / math.sqrt(d), f64)}
-        if lo.flash_attn:
-            op = O.FlashAttnExtOp.create(operands=[qp, kp, vp, mask], result_types=[tensor((S, n_head, d))],
-                                         attributes=scale)
-            attn = g.reshape(g.add(op), (S, n_head * d), f"kqv_out{sfx}")
-        else:
-            kq = g.mul_mat(kp, qp, f"kq{sfx}")
-            kq = g.add(O.SoftMaxOp.create(operands=[kq, mask], result_types=[kq.type], attributes=scale),
-                       f"kq_soft_max{sfx}")
-            vt = g.unary(O.ContOp, g.unary(O.TransposeOp, vp, (n_kv_head, d, lo.n_kv)), (n_kv_head, d, lo.n_kv))
-            kqv = g.mul_mat(vt, kq, f"kqv{sfx}")
-            attn = g.unary(O.ContOp, g.permute(kqv, (1, 0, 2)), (S, n_head * d), f"kqv_out{sfx}")
+        attn = attend(lo, inst, q, k, v, n_head, n_kv_head, d, f"kqv_out{sfx}")
         return lo.call(inst.child("o_proj"), "forward", attn)
+
+
+def attend(lo: Lowering, inst: BlockInstance, q: SSAValue, k: SSAValue, v: SSAValue, n_head: int,
+           n_kv_head: int, d: int, label: str) -> SSAValue:
+    """llama.cpp's build_attn with a KV cache: write k and v [S, KvHeads, d] at the call's
+    rows, then attend with q [S, Heads, d] over the first n_kv cache rows; returns the
+    heads joined, [S, Heads * d], named `label`."""
+    g, S, il, sfx = lo.g, lo.S, inst.layer or 0, lo.suffix(inst)
+    # Q, then V, then K (llama.cpp expands K last so that rope can fuse into the cache write).
+    for x in (q, v, k):
+        g.expand(x)
+    caches = []
+    for kind, src in (("k", k), ("v", v)):
+        elem = dtype_named(inst.state[f"cache_{kind}"].dtype).attr
+        cache = lo.state(f"cache_{kind}_l{il}", (lo.n_ctx, n_kv_head * d), elem)
+        rows = lo.input("kv_rows", (S,), i64, f"{kind}_idxs", key=("kv_rows", il, kind),
+                        label=lo.input_name(f"{kind}_rows"))
+        flat = g.view(src, (S, n_kv_head * d))
+        g.expand(g.add(O.SetRowsOp.create(operands=[cache, flat, rows], result_types=[cache.type])))
+        caches.append(cache)
+
+    mask = lo.input("kq_mask", (S, lo.n_kv), f32, "kq_mask")
+    qp = g.permute(g.view(q, (S, n_head, d)), (1, 0, 2))
+    kp, vp = (g.permute(g.view(c, (lo.n_kv, n_kv_head, d)), (1, 0, 2)) for c in caches)
+    scale = {"scale": FloatAttr(1.0 / math.sqrt(d), f64)}
+    if lo.flash_attn:
+        op = O.FlashAttnExtOp.create(operands=[qp, kp, vp, mask], result_types=[tensor((S, n_head, d))],
+                                     attributes=scale)
+        return g.reshape(g.add(op), (S, n_head * d), label)
+    kq = g.mul_mat(kp, qp, f"kq{sfx}")
+    kq = g.add(O.SoftMaxOp.create(operands=[kq, mask], result_types=[kq.type], attributes=scale),
+               f"kq_soft_max{sfx}")
+    vt = g.unary(O.ContOp, g.unary(O.TransposeOp, vp, (n_kv_head, d, lo.n_kv)), (n_kv_head, d, lo.n_kv))
+    kqv = g.mul_mat(vt, kq, f"kqv{sfx}")
+    return g.unary(O.ContOp, g.permute(kqv, (1, 0, 2)), (S, n_head * d), label)
 
 
 def _rope(lo: Lowering, inst: BlockInstance, head_dim: int):
@@ -109,7 +120,7 @@ def _rope(lo: Lowering, inst: BlockInstance, head_dim: int):
     }
 
     def apply(x: SSAValue, label: str) -> SSAValue:
-        positions = lo.input("positions", (lo.S,), i32, "inp_pos")
+        positions = lo.input("positions", (lo.S,), i32, "inp_pos", label=lo.input_name("positions"))
         operands = [x, positions] + ([freq] if freq is not None else [])
         return lo.g.add(O.RopeOp.create(operands=operands, result_types=[x.type], attributes=dict(attrs)), label)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, StringAttr, TensorType, f32, i64
+from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, DictionaryAttr, IntegerAttr, StringAttr, TensorType, f32, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from strata.dialects import op as O
@@ -45,19 +45,68 @@ def value_hint(label: str) -> str:
 
 
 class GraphBuilder:
-    """Appends op-level ops to a block; each helper returns the new value."""
+    """Builds the op-level graph the way ggml does: ops are created first, then put in the
+    block by `expand` (ggml_build_forward_expand), which appends a value's missing ancestors
+    depth first, operands left to right. So the block's order is llama.cpp's node order,
+    whatever order an expansion creates its ops in, and an op nothing expands (ggml leaves a
+    tensor no output depends on out of its graph) is dropped by `finish`."""
 
     def __init__(self, block: Block):
         self.block = block
+        self._created: list[Operation] = []
 
     def add(self, op: Operation, label: str | None = None) -> SSAValue:
         if label is not None:
             op.attributes["name"] = StringAttr(label)
-        self.block.add_op(op)
+        self._created.append(op)
         res = op.results[0]
         if label is not None:
             res.name_hint = value_hint(label)
         return res
+
+    def expand(self, value: SSAValue) -> SSAValue:
+        """Append `value`'s op and the ops it depends on that are not in the block yet, in
+        ggml's depth-first order (operands left to right); returns `value`. Leaves (weights,
+        inputs, state) are not nodes in ggml: each goes in just before its first user."""
+        owner = value.owner
+        if not self._pending(owner):
+            return value
+        stack: list[tuple[Operation, int]] = [(owner, 0)]
+        while stack:  # iterative: a chain through every layer is deeper than Python's recursion
+            op, i = stack[-1]
+            if i < len(op.operands):
+                stack[-1] = (op, i + 1)
+                dep = op.operands[i].owner
+                if self._pending(dep) and dep.operands:
+                    stack.append((dep, 0))
+                continue
+            stack.pop()
+            if self._pending(op):  # (an op reached twice on the stack goes in once)
+                for operand in op.operands:
+                    if self._pending(operand.owner):
+                        self.block.add_op(operand.owner)
+                self.block.add_op(op)
+        return value
+
+    @staticmethod
+    def _pending(op: object) -> bool:
+        return isinstance(op, Operation) and op.parent is None
+
+    def finish(self) -> None:
+        """Drop the ops no `expand` reached (latest first, so users go before what they use)."""
+        for op in reversed(self._created):
+            if op.parent is None:
+                op.erase(safe_erase=False)
+        self._created = []
+
+    @staticmethod
+    def rename(value: SSAValue, label: str) -> SSAValue:
+        """ggml_set_name (llama.cpp's `cb`) on a value built earlier: the last name wins."""
+        owner = value.owner
+        assert isinstance(owner, Operation)
+        owner.attributes["name"] = StringAttr(label)
+        value.name_hint = value_hint(label)
+        return value
 
     def unary(self, cls, x: SSAValue, shape, label=None, elem=None, **attrs) -> SSAValue:
         op = cls.create(operands=[x], result_types=[tensor(shape, elem or O.elem_of(x))], attributes=attrs)
@@ -74,8 +123,14 @@ class GraphBuilder:
     def reshape(self, x: SSAValue, shape, label=None) -> SSAValue:
         return self.unary(O.ReshapeOp, x, shape, label)
 
-    def view(self, x: SSAValue, shape, label=None, offset: int = 0) -> SSAValue:
-        return self.unary(O.ViewOp, x, shape, label, offset=IntegerAttr(offset, i64))
+    def view(self, x: SSAValue, shape, label=None, offset: int = 0, strides: tuple[int, ...] | None = None,
+             per_token: tuple[int, ...] | None = None) -> SSAValue:
+        attrs: dict[str, Attribute] = {"offset": IntegerAttr(offset, i64)}
+        if strides is not None:
+            attrs["strides"] = DenseArrayBase.from_list(i64, strides)
+        if per_token is not None and any(per_token):
+            attrs["per_token"] = DenseArrayBase.from_list(i64, per_token)
+        return self.unary(O.ViewOp, x, shape, label, **attrs)
 
     def permute(self, x: SSAValue, dims: tuple[int, ...], label=None) -> SSAValue:
         s = O.shape_of(x)
@@ -86,17 +141,46 @@ class Lowering:
     """The state of lowering one entry: where ops go, the call's sizes, and the leaves
     (host inputs, state buffers, constants) created once and shared by every block."""
 
-    def __init__(self, block: Block, entry: str, tokens: int, n_ctx: int, n_kv: int, flash_attn: bool):
+    def __init__(self, block: Block, entry: str, tokens: int, n_ctx: int, n_kv: int, flash_attn: bool,
+                 start: int = -1):
         self.g = GraphBuilder(block)
         self.entry = entry
         self.S = tokens  # the call's token count (DYNAMIC_INDEX when dynamic)
+        self.start = start  # the call's first position (-1: known only at run time)
         self.n_ctx = n_ctx
         self.n_kv = n_kv
         self.flash_attn = flash_attn
         # The last layer of a multi-token prefill computes only the rows whose logits are
         # returned (llama.cpp's GET_ROWS by out_ids); a one-token call has nothing to drop.
+        # The root block may say otherwise (`ggml_output_rows`, see CausalLM).
         self.prune = entry == "prefill" and tokens != 1
+        #: The names llama.cpp gives the graph inputs (positions, k_rows, v_rows, out_ids,
+        #: state_copy), stamped on the root block by the family; absent: seed 000's leaf_N.
+        self.input_names: dict[str, str] = {}
         self._leaves: dict[Hashable, SSAValue] = {}
+
+    def input_name(self, key: str) -> str | None:
+        """llama.cpp's name of the graph input `key` (positions, k_rows, v_rows, out_ids,
+        state_copy), or None (an unnamed leaf, as in seed 000)."""
+        return self.input_names.get(key)
+
+    @property
+    def dynamic(self) -> bool:
+        return self.S == DYNAMIC_INDEX
+
+    def per_token(self, base: int, step: int) -> tuple[int, int]:
+        """`base + step * T` as (static part, growth per token): folded when T is known."""
+        return (base + step * self.S, 0) if not self.dynamic else (base, step)
+
+    def view_t(self, x: SSAValue, shape, label: str | None = None, offset: tuple[int, int] = (0, 0),
+               strides: list[tuple[int, int]] | None = None) -> SSAValue:
+        """A view whose offset and strides may grow with the call's tokens T: each is a
+        (base, per-token) pair, `base + per_token * T` (see `op.view`'s per_token)."""
+        off = self.per_token(*offset)
+        if strides is None:
+            return self.g.view(x, shape, label, off[0], per_token=(off[1],))
+        st = [self.per_token(*s) for s in strides]
+        return self.g.view(x, shape, label, off[0], tuple(b for b, _ in st), (off[1], *(c for _, c in st)))
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -155,3 +239,20 @@ class Lowering:
             return v
 
         return self.once(("state", name), make)
+
+
+def string_dict(inst: BlockInstance, attr: str) -> dict[str, str]:
+    """A block attribute that maps names to strings (`{residual = "attn_residual"}`), as a dict;
+    empty when the block has none."""
+    a = inst.attr(attr)
+    if a is None:
+        return {}
+    if not isinstance(a, DictionaryAttr) or not all(isinstance(v, StringAttr) for v in a.data.values()):
+        raise LoweringError(f"convert-module-to-op: {inst.name}: attribute '{attr}' must map names to strings")
+    return {k: v.data for k, v in a.data.items()}  # type: ignore[attr-defined]
+
+
+def flag(inst: BlockInstance, attr: str) -> bool:
+    """A block's flag attribute: present and not 0."""
+    a = inst.attr(attr)
+    return a is not None and not (isinstance(a, IntegerAttr) and a.value.data == 0)

@@ -12,7 +12,7 @@ from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering
 
 def keep_output_rows(lo: Lowering, x: SSAValue) -> SSAValue:
     """GET_ROWS of the rows whose logits the call returns (llama.cpp's `inp_out_ids`)."""
-    out_ids = lo.input("out_ids", (1,), i32, "inp_out_ids")
+    out_ids = lo.input("out_ids", (1,), i32, "inp_out_ids", label=lo.input_name("out_ids"))
     return lo.g.binary(O.GetRowsOp, x, out_ids, (1, O.shape_of(x)[-1]))
 
 

@@ -52,8 +52,8 @@
 // of the residual with inp_out_ids, before ffn_inp-1.
 
 // PREFILL-LABEL: func.func @prefill() -> tensor<1x32xf32> attributes {op.n_ctx = 64 : i64, op.n_kv = 32 : i64} {
-// PREFILL-NEXT: %inp_tokens = op.input "tokens" {name = "inp_tokens"} : tensor<5xi32>
 // PREFILL-NEXT: %token_embd.weight = op.param "token_embd.weight" : tensor<32x16xf32>
+// PREFILL-NEXT: %inp_tokens = op.input "tokens" {name = "inp_tokens"} : tensor<5xi32>
 // PREFILL-NEXT: %embd = op.get_rows %token_embd.weight, %inp_tokens {name = "embd"} : tensor<32x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
 // PREFILL: %inp_pos = op.input "positions" : tensor<5xi32>
 // PREFILL: %kq_mask = op.input "kq_mask" : tensor<5x32xf32>
@@ -72,13 +72,13 @@
 // PREFILL-NEXT: %Kcur-1 = op.mul_mat %blk.1.attn_k.weight, %attn_norm-1 {name = "Kcur-1"} : tensor<8x16xf32>, tensor<5x16xf32> -> tensor<5x8xf32>
 // PREFILL-NEXT: %Kcur-1_1 = op.reshape %Kcur-1 {name = "Kcur-1"} : tensor<5x8xf32> -> tensor<5x2x4xf32>
 // PREFILL-NEXT: %Kcur-1_2 = op.rope %Kcur-1_1, %inp_pos {n_dims = 4 : i64, mode = "neox", freq_base = 1.000000e+04 : f64, freq_scale = 1.000000e+00 : f64, name = "Kcur-1"} : tensor<5x2x4xf32>, tensor<5xi32> -> tensor<5x2x4xf32>
+// PREFILL-NEXT: [[VIEW1:%[0-9]+]] = op.view %Kcur-1_2 {offset = 0 : i64} : tensor<5x2x4xf32> -> tensor<5x8xf32>
 // PREFILL-NEXT: %cache_k_l1 = op.state "cache_k_l1" : tensor<64x8xf32>
 // PREFILL-NEXT: %k_idxs_1 = op.input "kv_rows" : tensor<5xi64>
-// PREFILL-NEXT: [[VIEW1:%[0-9]+]] = op.view %Kcur-1_2 {offset = 0 : i64} : tensor<5x2x4xf32> -> tensor<5x8xf32>
 // PREFILL-NEXT: [[SETROWS1:%[0-9]+]] = op.set_rows %cache_k_l1, [[VIEW1]], %k_idxs_1 : tensor<64x8xf32>, tensor<5x8xf32>, tensor<5xi64> -> tensor<64x8xf32>
+// PREFILL-NEXT: [[VIEW2:%[0-9]+]] = op.view %Vcur-1_1 {offset = 0 : i64} : tensor<5x2x4xf32> -> tensor<5x8xf32>
 // PREFILL-NEXT: %cache_v_l1 = op.state "cache_v_l1" : tensor<64x8xf32>
 // PREFILL-NEXT: %v_idxs_1 = op.input "kv_rows" : tensor<5xi64>
-// PREFILL-NEXT: [[VIEW2:%[0-9]+]] = op.view %Vcur-1_1 {offset = 0 : i64} : tensor<5x2x4xf32> -> tensor<5x8xf32>
 // PREFILL-NEXT: [[SETROWS2:%[0-9]+]] = op.set_rows %cache_v_l1, [[VIEW2]], %v_idxs_1 : tensor<64x8xf32>, tensor<5x8xf32>, tensor<5xi64> -> tensor<64x8xf32>
 // PREFILL-NEXT: [[VIEW3:%[0-9]+]] = op.view %Qcur-1_2 {offset = 0 : i64} : tensor<5x4x4xf32> -> tensor<5x4x4xf32>
 // PREFILL-NEXT: [[PERMUTE1:%[0-9]+]] = op.permute [[VIEW3]] {dims = array<i64: 1, 0, 2>} : tensor<5x4x4xf32> -> tensor<4x5x4xf32>
@@ -118,8 +118,8 @@
 // contiguous, KQV, permuted back to [S, Heads, D] and made contiguous.
 
 // NOFA-LABEL: func.func @prefill() -> tensor<1x32xf32> attributes {op.n_ctx = 64 : i64, op.n_kv = 32 : i64} {
-// NOFA-NEXT: %inp_tokens = op.input "tokens" {name = "inp_tokens"} : tensor<5xi32>
 // NOFA-NEXT: %token_embd.weight = op.param "token_embd.weight" : tensor<32x16xf32>
+// NOFA-NEXT: %inp_tokens = op.input "tokens" {name = "inp_tokens"} : tensor<5xi32>
 // NOFA-NEXT: %embd = op.get_rows %token_embd.weight, %inp_tokens {name = "embd"} : tensor<32x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
 // NOFA: %inp_pos = op.input "positions" : tensor<5xi32>
 // NOFA: %kq_mask = op.input "kq_mask" : tensor<5x32xf32>
@@ -138,24 +138,24 @@
 // NOFA-NEXT: %Kcur-1 = op.mul_mat %blk.1.attn_k.weight, %attn_norm-1 {name = "Kcur-1"} : tensor<8x16xf32>, tensor<5x16xf32> -> tensor<5x8xf32>
 // NOFA-NEXT: %Kcur-1_1 = op.reshape %Kcur-1 {name = "Kcur-1"} : tensor<5x8xf32> -> tensor<5x2x4xf32>
 // NOFA-NEXT: %Kcur-1_2 = op.rope %Kcur-1_1, %inp_pos {n_dims = 4 : i64, mode = "neox", freq_base = 1.000000e+04 : f64, freq_scale = 1.000000e+00 : f64, name = "Kcur-1"} : tensor<5x2x4xf32>, tensor<5xi32> -> tensor<5x2x4xf32>
+// NOFA-NEXT: [[VIEW1:%[0-9]+]] = op.view %Kcur-1_2 {offset = 0 : i64} : tensor<5x2x4xf32> -> tensor<5x8xf32>
 // NOFA-NEXT: %cache_k_l1 = op.state "cache_k_l1" : tensor<64x8xf32>
 // NOFA-NEXT: %k_idxs_1 = op.input "kv_rows" : tensor<5xi64>
-// NOFA-NEXT: [[VIEW1:%[0-9]+]] = op.view %Kcur-1_2 {offset = 0 : i64} : tensor<5x2x4xf32> -> tensor<5x8xf32>
 // NOFA-NEXT: [[SETROWS1:%[0-9]+]] = op.set_rows %cache_k_l1, [[VIEW1]], %k_idxs_1 : tensor<64x8xf32>, tensor<5x8xf32>, tensor<5xi64> -> tensor<64x8xf32>
+// NOFA-NEXT: [[VIEW2:%[0-9]+]] = op.view %Vcur-1_1 {offset = 0 : i64} : tensor<5x2x4xf32> -> tensor<5x8xf32>
 // NOFA-NEXT: %cache_v_l1 = op.state "cache_v_l1" : tensor<64x8xf32>
 // NOFA-NEXT: %v_idxs_1 = op.input "kv_rows" : tensor<5xi64>
-// NOFA-NEXT: [[VIEW2:%[0-9]+]] = op.view %Vcur-1_1 {offset = 0 : i64} : tensor<5x2x4xf32> -> tensor<5x8xf32>
 // NOFA-NEXT: [[SETROWS2:%[0-9]+]] = op.set_rows %cache_v_l1, [[VIEW2]], %v_idxs_1 : tensor<64x8xf32>, tensor<5x8xf32>, tensor<5xi64> -> tensor<64x8xf32>
-// NOFA-NEXT: [[VIEW3:%[0-9]+]] = op.view %Qcur-1_2 {offset = 0 : i64} : tensor<5x4x4xf32> -> tensor<5x4x4xf32>
-// NOFA-NEXT: [[PERMUTE1:%[0-9]+]] = op.permute [[VIEW3]] {dims = array<i64: 1, 0, 2>} : tensor<5x4x4xf32> -> tensor<4x5x4xf32>
-// NOFA-NEXT: [[VIEW4:%[0-9]+]] = op.view %cache_k_l1 {offset = 0 : i64} : tensor<64x8xf32> -> tensor<32x2x4xf32>
-// NOFA-NEXT: [[PERMUTE2:%[0-9]+]] = op.permute [[VIEW4]] {dims = array<i64: 1, 0, 2>} : tensor<32x2x4xf32> -> tensor<2x32x4xf32>
 // NOFA-NEXT: [[VIEW5:%[0-9]+]] = op.view %cache_v_l1 {offset = 0 : i64} : tensor<64x8xf32> -> tensor<32x2x4xf32>
 // NOFA-NEXT: [[PERMUTE3:%[0-9]+]] = op.permute [[VIEW5]] {dims = array<i64: 1, 0, 2>} : tensor<32x2x4xf32> -> tensor<2x32x4xf32>
-// NOFA-NEXT: %kq-1 = op.mul_mat [[PERMUTE2]], [[PERMUTE1]] {name = "kq-1"} : tensor<2x32x4xf32>, tensor<4x5x4xf32> -> tensor<4x5x32xf32>
-// NOFA-NEXT: %kq_soft_max-1 = op.soft_max %kq-1, %kq_mask {scale = 5.000000e-01 : f64, name = "kq_soft_max-1"} : tensor<4x5x32xf32>, tensor<5x32xf32> -> tensor<4x5x32xf32>
 // NOFA-NEXT: [[TRANSPOSE1:%[0-9]+]] = op.transpose [[PERMUTE3]] : tensor<2x32x4xf32> -> tensor<2x4x32xf32>
 // NOFA-NEXT: [[CONT1:%[0-9]+]] = op.cont [[TRANSPOSE1]] : tensor<2x4x32xf32> -> tensor<2x4x32xf32>
+// NOFA-NEXT: [[VIEW4:%[0-9]+]] = op.view %cache_k_l1 {offset = 0 : i64} : tensor<64x8xf32> -> tensor<32x2x4xf32>
+// NOFA-NEXT: [[PERMUTE2:%[0-9]+]] = op.permute [[VIEW4]] {dims = array<i64: 1, 0, 2>} : tensor<32x2x4xf32> -> tensor<2x32x4xf32>
+// NOFA-NEXT: [[VIEW3:%[0-9]+]] = op.view %Qcur-1_2 {offset = 0 : i64} : tensor<5x4x4xf32> -> tensor<5x4x4xf32>
+// NOFA-NEXT: [[PERMUTE1:%[0-9]+]] = op.permute [[VIEW3]] {dims = array<i64: 1, 0, 2>} : tensor<5x4x4xf32> -> tensor<4x5x4xf32>
+// NOFA-NEXT: %kq-1 = op.mul_mat [[PERMUTE2]], [[PERMUTE1]] {name = "kq-1"} : tensor<2x32x4xf32>, tensor<4x5x4xf32> -> tensor<4x5x32xf32>
+// NOFA-NEXT: %kq_soft_max-1 = op.soft_max %kq-1, %kq_mask {scale = 5.000000e-01 : f64, name = "kq_soft_max-1"} : tensor<4x5x32xf32>, tensor<5x32xf32> -> tensor<4x5x32xf32>
 // NOFA-NEXT: %kqv-1 = op.mul_mat [[CONT1]], %kq_soft_max-1 {name = "kqv-1"} : tensor<2x4x32xf32>, tensor<4x5x32xf32> -> tensor<4x5x4xf32>
 // NOFA-NEXT: [[PERMUTE4:%[0-9]+]] = op.permute %kqv-1 {dims = array<i64: 1, 0, 2>} : tensor<4x5x4xf32> -> tensor<5x4x4xf32>
 // NOFA-NEXT: %kqv_out-1 = op.cont [[PERMUTE4]] {name = "kqv_out-1"} : tensor<5x4x4xf32> -> tensor<5x16xf32>
@@ -188,8 +188,8 @@
 // Decode, flash attention: one row everywhere, and no row pruning in any layer.
 
 // DECODE-LABEL: func.func @decode() -> tensor<1x32xf32> attributes {op.n_ctx = 64 : i64, op.n_kv = 32 : i64} {
-// DECODE-NEXT: %inp_tokens = op.input "tokens" {name = "inp_tokens"} : tensor<1xi32>
 // DECODE-NEXT: %token_embd.weight = op.param "token_embd.weight" : tensor<32x16xf32>
+// DECODE-NEXT: %inp_tokens = op.input "tokens" {name = "inp_tokens"} : tensor<1xi32>
 // DECODE-NEXT: %embd = op.get_rows %token_embd.weight, %inp_tokens {name = "embd"} : tensor<32x16xf32>, tensor<1xi32> -> tensor<1x16xf32>
 // DECODE: %inp_pos = op.input "positions" : tensor<1xi32>
 // DECODE: %kq_mask = op.input "kq_mask" : tensor<1x32xf32>
@@ -208,13 +208,13 @@
 // DECODE-NEXT: %Kcur-1 = op.mul_mat %blk.1.attn_k.weight, %attn_norm-1 {name = "Kcur-1"} : tensor<8x16xf32>, tensor<1x16xf32> -> tensor<1x8xf32>
 // DECODE-NEXT: %Kcur-1_1 = op.reshape %Kcur-1 {name = "Kcur-1"} : tensor<1x8xf32> -> tensor<1x2x4xf32>
 // DECODE-NEXT: %Kcur-1_2 = op.rope %Kcur-1_1, %inp_pos {n_dims = 4 : i64, mode = "neox", freq_base = 1.000000e+04 : f64, freq_scale = 1.000000e+00 : f64, name = "Kcur-1"} : tensor<1x2x4xf32>, tensor<1xi32> -> tensor<1x2x4xf32>
+// DECODE-NEXT: [[VIEW1:%[0-9]+]] = op.view %Kcur-1_2 {offset = 0 : i64} : tensor<1x2x4xf32> -> tensor<1x8xf32>
 // DECODE-NEXT: %cache_k_l1 = op.state "cache_k_l1" : tensor<64x8xf32>
 // DECODE-NEXT: %k_idxs_1 = op.input "kv_rows" : tensor<1xi64>
-// DECODE-NEXT: [[VIEW1:%[0-9]+]] = op.view %Kcur-1_2 {offset = 0 : i64} : tensor<1x2x4xf32> -> tensor<1x8xf32>
 // DECODE-NEXT: [[SETROWS1:%[0-9]+]] = op.set_rows %cache_k_l1, [[VIEW1]], %k_idxs_1 : tensor<64x8xf32>, tensor<1x8xf32>, tensor<1xi64> -> tensor<64x8xf32>
+// DECODE-NEXT: [[VIEW2:%[0-9]+]] = op.view %Vcur-1_1 {offset = 0 : i64} : tensor<1x2x4xf32> -> tensor<1x8xf32>
 // DECODE-NEXT: %cache_v_l1 = op.state "cache_v_l1" : tensor<64x8xf32>
 // DECODE-NEXT: %v_idxs_1 = op.input "kv_rows" : tensor<1xi64>
-// DECODE-NEXT: [[VIEW2:%[0-9]+]] = op.view %Vcur-1_1 {offset = 0 : i64} : tensor<1x2x4xf32> -> tensor<1x8xf32>
 // DECODE-NEXT: [[SETROWS2:%[0-9]+]] = op.set_rows %cache_v_l1, [[VIEW2]], %v_idxs_1 : tensor<64x8xf32>, tensor<1x8xf32>, tensor<1xi64> -> tensor<64x8xf32>
 // DECODE-NEXT: [[VIEW3:%[0-9]+]] = op.view %Qcur-1_2 {offset = 0 : i64} : tensor<1x4x4xf32> -> tensor<1x4x4xf32>
 // DECODE-NEXT: [[PERMUTE1:%[0-9]+]] = op.permute [[VIEW3]] {dims = array<i64: 1, 0, 2>} : tensor<1x4x4xf32> -> tensor<4x1x4xf32>
@@ -251,8 +251,8 @@
 // Decode without flash attention.
 
 // DECNOFA-LABEL: func.func @decode() -> tensor<1x32xf32> attributes {op.n_ctx = 64 : i64, op.n_kv = 32 : i64} {
-// DECNOFA-NEXT: %inp_tokens = op.input "tokens" {name = "inp_tokens"} : tensor<1xi32>
 // DECNOFA-NEXT: %token_embd.weight = op.param "token_embd.weight" : tensor<32x16xf32>
+// DECNOFA-NEXT: %inp_tokens = op.input "tokens" {name = "inp_tokens"} : tensor<1xi32>
 // DECNOFA-NEXT: %embd = op.get_rows %token_embd.weight, %inp_tokens {name = "embd"} : tensor<32x16xf32>, tensor<1xi32> -> tensor<1x16xf32>
 // DECNOFA: %inp_pos = op.input "positions" : tensor<1xi32>
 // DECNOFA: %kq_mask = op.input "kq_mask" : tensor<1x32xf32>
@@ -271,24 +271,24 @@
 // DECNOFA-NEXT: %Kcur-1 = op.mul_mat %blk.1.attn_k.weight, %attn_norm-1 {name = "Kcur-1"} : tensor<8x16xf32>, tensor<1x16xf32> -> tensor<1x8xf32>
 // DECNOFA-NEXT: %Kcur-1_1 = op.reshape %Kcur-1 {name = "Kcur-1"} : tensor<1x8xf32> -> tensor<1x2x4xf32>
 // DECNOFA-NEXT: %Kcur-1_2 = op.rope %Kcur-1_1, %inp_pos {n_dims = 4 : i64, mode = "neox", freq_base = 1.000000e+04 : f64, freq_scale = 1.000000e+00 : f64, name = "Kcur-1"} : tensor<1x2x4xf32>, tensor<1xi32> -> tensor<1x2x4xf32>
+// DECNOFA-NEXT: [[VIEW1:%[0-9]+]] = op.view %Kcur-1_2 {offset = 0 : i64} : tensor<1x2x4xf32> -> tensor<1x8xf32>
 // DECNOFA-NEXT: %cache_k_l1 = op.state "cache_k_l1" : tensor<64x8xf32>
 // DECNOFA-NEXT: %k_idxs_1 = op.input "kv_rows" : tensor<1xi64>
-// DECNOFA-NEXT: [[VIEW1:%[0-9]+]] = op.view %Kcur-1_2 {offset = 0 : i64} : tensor<1x2x4xf32> -> tensor<1x8xf32>
 // DECNOFA-NEXT: [[SETROWS1:%[0-9]+]] = op.set_rows %cache_k_l1, [[VIEW1]], %k_idxs_1 : tensor<64x8xf32>, tensor<1x8xf32>, tensor<1xi64> -> tensor<64x8xf32>
+// DECNOFA-NEXT: [[VIEW2:%[0-9]+]] = op.view %Vcur-1_1 {offset = 0 : i64} : tensor<1x2x4xf32> -> tensor<1x8xf32>
 // DECNOFA-NEXT: %cache_v_l1 = op.state "cache_v_l1" : tensor<64x8xf32>
 // DECNOFA-NEXT: %v_idxs_1 = op.input "kv_rows" : tensor<1xi64>
-// DECNOFA-NEXT: [[VIEW2:%[0-9]+]] = op.view %Vcur-1_1 {offset = 0 : i64} : tensor<1x2x4xf32> -> tensor<1x8xf32>
 // DECNOFA-NEXT: [[SETROWS2:%[0-9]+]] = op.set_rows %cache_v_l1, [[VIEW2]], %v_idxs_1 : tensor<64x8xf32>, tensor<1x8xf32>, tensor<1xi64> -> tensor<64x8xf32>
-// DECNOFA-NEXT: [[VIEW3:%[0-9]+]] = op.view %Qcur-1_2 {offset = 0 : i64} : tensor<1x4x4xf32> -> tensor<1x4x4xf32>
-// DECNOFA-NEXT: [[PERMUTE1:%[0-9]+]] = op.permute [[VIEW3]] {dims = array<i64: 1, 0, 2>} : tensor<1x4x4xf32> -> tensor<4x1x4xf32>
-// DECNOFA-NEXT: [[VIEW4:%[0-9]+]] = op.view %cache_k_l1 {offset = 0 : i64} : tensor<64x8xf32> -> tensor<32x2x4xf32>
-// DECNOFA-NEXT: [[PERMUTE2:%[0-9]+]] = op.permute [[VIEW4]] {dims = array<i64: 1, 0, 2>} : tensor<32x2x4xf32> -> tensor<2x32x4xf32>
 // DECNOFA-NEXT: [[VIEW5:%[0-9]+]] = op.view %cache_v_l1 {offset = 0 : i64} : tensor<64x8xf32> -> tensor<32x2x4xf32>
 // DECNOFA-NEXT: [[PERMUTE3:%[0-9]+]] = op.permute [[VIEW5]] {dims = array<i64: 1, 0, 2>} : tensor<32x2x4xf32> -> tensor<2x32x4xf32>
-// DECNOFA-NEXT: %kq-1 = op.mul_mat [[PERMUTE2]], [[PERMUTE1]] {name = "kq-1"} : tensor<2x32x4xf32>, tensor<4x1x4xf32> -> tensor<4x1x32xf32>
-// DECNOFA-NEXT: %kq_soft_max-1 = op.soft_max %kq-1, %kq_mask {scale = 5.000000e-01 : f64, name = "kq_soft_max-1"} : tensor<4x1x32xf32>, tensor<1x32xf32> -> tensor<4x1x32xf32>
 // DECNOFA-NEXT: [[TRANSPOSE1:%[0-9]+]] = op.transpose [[PERMUTE3]] : tensor<2x32x4xf32> -> tensor<2x4x32xf32>
 // DECNOFA-NEXT: [[CONT1:%[0-9]+]] = op.cont [[TRANSPOSE1]] : tensor<2x4x32xf32> -> tensor<2x4x32xf32>
+// DECNOFA-NEXT: [[VIEW4:%[0-9]+]] = op.view %cache_k_l1 {offset = 0 : i64} : tensor<64x8xf32> -> tensor<32x2x4xf32>
+// DECNOFA-NEXT: [[PERMUTE2:%[0-9]+]] = op.permute [[VIEW4]] {dims = array<i64: 1, 0, 2>} : tensor<32x2x4xf32> -> tensor<2x32x4xf32>
+// DECNOFA-NEXT: [[VIEW3:%[0-9]+]] = op.view %Qcur-1_2 {offset = 0 : i64} : tensor<1x4x4xf32> -> tensor<1x4x4xf32>
+// DECNOFA-NEXT: [[PERMUTE1:%[0-9]+]] = op.permute [[VIEW3]] {dims = array<i64: 1, 0, 2>} : tensor<1x4x4xf32> -> tensor<4x1x4xf32>
+// DECNOFA-NEXT: %kq-1 = op.mul_mat [[PERMUTE2]], [[PERMUTE1]] {name = "kq-1"} : tensor<2x32x4xf32>, tensor<4x1x4xf32> -> tensor<4x1x32xf32>
+// DECNOFA-NEXT: %kq_soft_max-1 = op.soft_max %kq-1, %kq_mask {scale = 5.000000e-01 : f64, name = "kq_soft_max-1"} : tensor<4x1x32xf32>, tensor<1x32xf32> -> tensor<4x1x32xf32>
 // DECNOFA-NEXT: %kqv-1 = op.mul_mat [[CONT1]], %kq_soft_max-1 {name = "kqv-1"} : tensor<2x4x32xf32>, tensor<4x1x32xf32> -> tensor<4x1x4xf32>
 // DECNOFA-NEXT: [[PERMUTE4:%[0-9]+]] = op.permute %kqv-1 {dims = array<i64: 1, 0, 2>} : tensor<4x1x4xf32> -> tensor<1x4x4xf32>
 // DECNOFA-NEXT: %kqv_out-1 = op.cont [[PERMUTE4]] {name = "kqv_out-1"} : tensor<1x4x4xf32> -> tensor<1x16xf32>
@@ -382,6 +382,7 @@
 // context (MaxSeq) is visible; the last layer still keeps one row.
 
 // DYN-LABEL: func.func @prefill() -> tensor<1x32xf32> attributes {op.n_ctx = 64 : i64, op.n_kv = 64 : i64}
+// DYN-NEXT: %token_embd.weight = op.param "token_embd.weight" : tensor<32x16xf32>
 // DYN-NEXT: %inp_tokens = op.input "tokens" {name = "inp_tokens"} : tensor<?xi32>
 // DYN: %kq_mask = op.input "kq_mask" : tensor<?x64xf32>
 // DYN: op.flash_attn_ext {{.*}} : tensor<4x?x4xf32>, tensor<2x64x4xf32>, tensor<2x64x4xf32>, tensor<?x64xf32> -> tensor<?x4x4xf32>

@@ -51,10 +51,11 @@
 // Without flash attention: KQ, SOFT_MAX with the mask, V transposed and made
 // contiguous, KQV, permuted back and made contiguous.
 // NOFA-NOT: FLASH_ATTN_EXT
+// (ggml's order: KQV's first source, V made contiguous, before its second, the softmax.)
+// NOFA:      {{^}}| {{[0-9]+}} | cache_v_l1 (view) (permuted) (transposed) | TRANSPOSE | cache_v_l1 (view) (permuted){4, 32, 2, 1} | → | {32, 4, 2, 1} |
+// NOFA-NEXT: {{^}}| {{[0-9]+}} | cache_v_l1 (view) (permuted) (transposed) (cont) | CONT | cache_v_l1 (view) (permuted) (transposed){32, 4, 2, 1} | → | {32, 4, 2, 1} |
 // NOFA:      {{^}}| {{[0-9]+}} | kq-1 | MUL_MAT | cache_k_l1 (view) (permuted){4, 32, 2, 1} , Qcur-1 (view) (permuted){4, 5, 4, 1} | → | {32, 5, 4, 1} |
 // NOFA-NEXT: {{^}}| {{[0-9]+}} | kq_soft_max-1 | SOFT_MAX | kq-1{32, 5, 4, 1} , leaf_{{[0-9]+}}{32, 5, 1, 1} | → | {32, 5, 4, 1} |
-// NOFA-NEXT: {{^}}| {{[0-9]+}} | cache_v_l1 (view) (permuted) (transposed) | TRANSPOSE | cache_v_l1 (view) (permuted){4, 32, 2, 1} | → | {32, 4, 2, 1} |
-// NOFA-NEXT: {{^}}| {{[0-9]+}} | cache_v_l1 (view) (permuted) (transposed) (cont) | CONT | cache_v_l1 (view) (permuted) (transposed){32, 4, 2, 1} | → | {32, 4, 2, 1} |
 // NOFA-NEXT: {{^}}| {{[0-9]+}} | kqv-1 | MUL_MAT | cache_v_l1 (view) (permuted) (transposed) (cont){32, 4, 2, 1} , kq_soft_max-1{32, 5, 4, 1} | → | {4, 5, 4, 1} |
 // NOFA-NEXT: {{^}}| {{[0-9]+}} | kqv-1 (permuted) | PERMUTE | kqv-1{4, 5, 4, 1} | → | {4, 4, 5, 1} |
 // NOFA-NEXT: {{^}}| {{[0-9]+}} | kqv_out-1 | CONT | kqv-1 (permuted){4, 4, 5, 1} | → | {16, 5, 1, 1} |
