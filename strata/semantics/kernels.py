@@ -442,6 +442,34 @@ def gated_delta_net(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, 
     return out
 
 
+def convert_plus_one(w: np.ndarray, args=()) -> np.ndarray:
+    """op.param's `plus_one`: 1 + w in float32 (a zero-centred norm weight as llama.cpp uses it)."""
+    return np.asarray(w, dtype=np.float32) + np.float32(1.0)
+
+
+def convert_neg_exp(w: np.ndarray, args=()) -> np.ndarray:
+    """op.param's `neg_exp`: -exp(w) in float32 (Gated DeltaNet's A_log as llama.cpp's ssm_a)."""
+    return np.negative(np.exp(np.asarray(w, dtype=np.float32)))
+
+
+def convert_squeeze(w: np.ndarray, args=()) -> np.ndarray:
+    """op.param's `squeeze`: w without its size-1 dims (a view; the conv1d [C, 1, K] as [C, K])."""
+    return np.squeeze(np.asarray(w))
+
+
+def convert_ungroup_rows(w: np.ndarray, args) -> np.ndarray:
+    """op.param's `ungroup_rows`, args [G, lo, hi, s_0, ...]: w's rows are G groups of parts
+    of s_0, s_1, ... rows; returns parts lo..hi-1, part by part, each part's rows from every
+    group in turn (keeping w's element type)."""
+    g, lo, hi = int(args[0]), int(args[1]), int(args[2])
+    sizes = [int(a) for a in args[3:]]
+    w = np.asarray(w)
+    groups = w.reshape((g, sum(sizes)) + w.shape[1:])
+    starts = np.cumsum([0] + sizes)
+    parts = [groups[:, starts[j]:starts[j + 1]].reshape((-1,) + w.shape[1:]) for j in range(lo, hi)]
+    return np.concatenate(parts, axis=0)
+
+
 def host_input(kind: str, tokens: np.ndarray, start: int, n_kv: int) -> np.ndarray:
     """The host-prepared input `kind` for a call on `tokens` [S] at position `start`.
 

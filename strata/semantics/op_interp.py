@@ -124,16 +124,29 @@ def _int(attr: Attribute) -> int:
     return int(attr.value.data)  # type: ignore[attr-defined]
 
 
+#: op.param's conversions (`O.PARAM_CONVERSIONS`) -> (stored array, convert_args) -> the array.
+PARAM_CONVERSIONS: Implementations[Callable[[np.ndarray, tuple[int, ...]], np.ndarray]] = Implementations(
+    "op interpreter (op.param conversions)")
+PARAM_CONVERSIONS.add("plus_one", K.convert_plus_one)
+PARAM_CONVERSIONS.add("neg_exp", K.convert_neg_exp)
+PARAM_CONVERSIONS.add("squeeze", K.convert_squeeze)
+PARAM_CONVERSIONS.add("ungroup_rows", K.convert_ungroup_rows)
+
+
 @INTERPRETER.register(O.ParamOp)
 def _param(op: O.ParamOp, _: list, env: Env) -> np.ndarray:
-    name = op.tensor_name.data
+    name, stored = op.tensor_name.data, op.stored_name
     try:
-        w = env.weights.get(name)
+        w = env.weights.get(stored)
     except (KeyError, StrataError) as e:
-        raise InterpreterError(f"op.param '{name}': not in the weight store ({e})") from None
+        raise InterpreterError(f"op.param '{name}': '{stored}' is not in the weight store ({e})") from None
+    if op.conversion is not None:
+        kind, args = op.conversion
+        w = PARAM_CONVERSIONS[kind](w, args)
     want = op.result.type.get_shape()  # type: ignore[attr-defined]
     if tuple(w.shape) != tuple(want):
-        raise InterpreterError(f"op.param '{name}': stored shape {list(w.shape)}, IR type says {op.result.type}")
+        what = "stored" if op.conversion is None else f"'{op.conversion[0]}' of '{stored}' gives"
+        raise InterpreterError(f"op.param '{name}': {what} shape {list(w.shape)}, IR type says {op.result.type}")
     dtype = numpy_dtype(op.result.type.get_element_type())  # type: ignore[attr-defined]
     # The IR's element type is the semantics; a checkpoint stored otherwise is converted.
     return w if w.dtype == dtype else w.astype(dtype)

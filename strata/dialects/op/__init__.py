@@ -76,7 +76,7 @@ from strata.dialects.op.layout import (
     TransposeOp,
     ViewOp,
 )
-from strata.dialects.op.leaves import INPUT_KINDS, LEAF_OPS, ConstantOp, InputOp, ParamOp, StateOp
+from strata.dialects.op.leaves import INPUT_KINDS, LEAF_OPS, PARAM_CONVERSIONS, ConstantOp, InputOp, ParamOp, StateOp
 from strata.dialects.op.matmul import MulMatIdOp, MulMatOp
 from strata.dialects.op.reduce import SORT_ORDERS, ArgmaxOp, ArgsortOp, RmsNormOp, SumRowsOp
 from strata.dialects.op.ssm import GatedDeltaNetOp, SsmConvOp
@@ -125,7 +125,7 @@ Op = Dialect(
 )
 
 __all__ = [
-    "INPUT_KINDS", "LEAF_OPS", "MULTI_ROPE_MODES", "ROPE_MODES", "SORT_ORDERS", "Op",
+    "INPUT_KINDS", "LEAF_OPS", "PARAM_CONVERSIONS", "MULTI_ROPE_MODES", "ROPE_MODES", "SORT_ORDERS", "Op",
     "OpBase", "LeafOp", "UnaryOp", "BinaryOp", "ElementwiseUnaryOp", "ElementwiseBinaryOp", "ReshapeLikeOp",
     "shape_of", "elem_of", "fmt_shape", "dim_eq", "shapes_eq", "numel", "can_repeat", "require", "check_float",
     "ParamOp", "StateOp", "InputOp", "ConstantOp",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseIntOrFPElementsAttr, StringAttr, TensorType
+from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, DenseIntOrFPElementsAttr, StringAttr, TensorType, i64
 from xdsl.ir import Attribute
-from xdsl.irdl import attr_def, irdl_op_definition, result_def, traits_def
+from xdsl.irdl import attr_def, irdl_op_definition, opt_attr_def, result_def, traits_def
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import MemoryReadEffect
@@ -16,19 +16,95 @@ from strata.ir.dtypes import AnyTensor, is_float, is_int
 INPUT_KINDS = ("tokens", "positions", "kv_rows", "kq_mask", "out_ids", "mrope_positions", "state_copy")
 
 
+#: The conversions an `op.param` may apply to its stored values (see `ParamOp`), with the
+#: number of `convert_args` each takes (None: at least 4, see ungroup_rows).
+PARAM_CONVERSIONS: dict[str, int | None] = {"plus_one": 0, "neg_exp": 0, "squeeze": 0, "ungroup_rows": None}
+
+
 @irdl_op_definition
 class ParamOp(LeafOp):
     """A weight, resolved by name in the weight store; its data never enters the IR.
 
+    The op level names llama.cpp's tensors with llama.cpp's values, while the weight store
+    holds the checkpoint's (HF's). Where llama.cpp's GGUF converter changes a tensor, the
+    param says how with `convert`, and `source` names the stored tensor when it is another
+    one; the result type is the converted tensor's. The vocabulary (`PARAM_CONVERSIONS`):
+
+    * `plus_one`: 1 + w, in f32 (a zero-centred norm weight, stored w, used as 1 + w);
+    * `neg_exp`: -exp(w), in f32 (Gated DeltaNet's A_log, used as ssm_a = -exp(A_log));
+    * `squeeze`: w without its size-1 dims (the depthwise conv1d [C, 1, K] as [C, K]);
+    * `ungroup_rows` with `convert_args = [G, lo, hi, s_0, ..., s_n-1]`: w's rows are G
+      groups, each of parts of s_0, ..., s_n-1 rows; the result is parts lo..hi-1 taken
+      part by part, each part's rows from every group in turn (Qwen3-Next's in_proj_qkvz,
+      grouped per key head as [q | k | v | z], is llama.cpp's attn_qkv, parts 0..2 as
+      [q | k | v], and attn_gate, part 3).
+
+    Each consumer (the op interpreter, each target's weight binding) implements every
+    conversion once.
+
         %w = op.param "blk.0.attn_q.weight" : tensor<4096x4096xbf16>
+        %n = op.param "blk.0.attn_norm.weight" {convert = "plus_one"} : tensor<64xf32>
+        %q = op.param "blk.0.attn_qkv.weight" {source = "blk.0.ssm_in.weight", convert = "ungroup_rows",
+                                               convert_args = array<i64: 2, 0, 3, 16, 16, 32, 32>} : tensor<128x64xf32>
     """
 
     name = "op.param"
     tensor_name = attr_def(StringAttr, attr_name="tensor")
+    convert = opt_attr_def(StringAttr)
+    convert_args = opt_attr_def(DenseArrayBase)
+    source = opt_attr_def(StringAttr)
     assembly_format = "$tensor attr-dict `:` type($result)"
 
-    def __init__(self, tensor_name: str, typ: TensorType):
-        super().__init__(result_types=[typ], attributes={"tensor": StringAttr(tensor_name)})
+    def __init__(self, tensor_name: str, typ: TensorType, convert: str | None = None,
+                 args: tuple[int, ...] | None = None, source: str | None = None):
+        attrs: dict[str, Attribute] = {"tensor": StringAttr(tensor_name)}
+        if convert is not None:
+            attrs["convert"] = StringAttr(convert)
+        if args is not None:
+            attrs["convert_args"] = DenseArrayBase.from_list(i64, args)
+        if source is not None:
+            attrs["source"] = StringAttr(source)
+        super().__init__(result_types=[typ], attributes=attrs)
+
+    @property
+    def stored_name(self) -> str:
+        """The weight store's tensor this param reads (before its conversion)."""
+        return (self.source or self.tensor_name).data
+
+    @property
+    def conversion(self) -> tuple[str, tuple[int, ...]] | None:
+        """(conversion, its arguments), or None for a weight used as stored."""
+        if self.convert is None:
+            return None
+        args = tuple(self.convert_args.get_values()) if self.convert_args is not None else ()
+        return self.convert.data, args
+
+    def verify_(self) -> None:
+        if self.convert is None:
+            require(self.convert_args is None and self.source is None,
+                    "op.param: convert_args and source go with a conversion (convert)")
+            return
+        kind = self.convert.data
+        require(kind in PARAM_CONVERSIONS,
+                f"op.param: unknown conversion '{kind}' (known: {', '.join(PARAM_CONVERSIONS)})")
+        args = self.conversion[1]  # type: ignore[index]
+        arity = PARAM_CONVERSIONS[kind]
+        if arity is not None:
+            require(len(args) == arity, f"op.param: conversion '{kind}' takes {arity} convert_args, got {len(args)}")
+        if kind in ("plus_one", "neg_exp"):
+            require(is_float(elem_of(self.result)), f"op.param: conversion '{kind}' gives a float tensor")
+        if kind == "ungroup_rows":
+            _check_ungroup_rows(args, shape_of(self.result))
+
+
+def _check_ungroup_rows(args: tuple[int, ...], shape: tuple[int, ...]) -> None:
+    ok = len(args) >= 4 and args[0] > 0 and 0 <= args[1] < args[2] <= len(args) - 3 and all(s > 0 for s in args[3:])
+    require(ok, f"op.param: ungroup_rows takes [G, lo, hi, s_0, ...] with G > 0, 0 <= lo < hi <= parts and "
+                f"positive sizes, got {list(args)}")
+    g, lo, hi, sizes = args[0], args[1], args[2], args[3:]
+    rows = g * sum(sizes[lo:hi])
+    require(len(shape) >= 1 and shape[0] == rows,
+            f"op.param: ungroup_rows of {list(args)} gives {rows} rows, the result type has {fmt_shape(shape[:1])}")
 
 
 @irdl_op_definition

@@ -153,6 +153,7 @@ class CpuEmitter:
         # Model attributes: params, state and constants, by a key that identifies them.
         self.attr_namer = Namer(self.reserved | _MODEL_ATTRS)
         self.params: dict[str, tuple[str, TensorType]] = {}  # ggml name -> (attr, type)
+        self.param_reads: dict[str, tuple[str, tuple[str, tuple[int, ...]] | None]] = {}  # -> (stored, conversion)
         self.states: dict[str, tuple[str, TensorType]] = {}  # state name -> (attr, type)
         self.constants: list[tuple[str, O.ConstantOp]] = []
         self.entries: list[func.FuncOp] = []
@@ -233,16 +234,20 @@ class CpuEmitter:
         out.line(f"N_CTX = {self.n_ctx}")
 
     def print_bind(self, out: IndentedWriter) -> None:
-        out.line("def _bind(weights, name, shape, dtype):")
+        out.line("def _bind(weights, name, shape, dtype, convert=None, args=()):")
         with out.indented():
-            out.line('"""Weight `name` from `weights` (a mapping or a getter) as an array of `shape`;')
-            out.line('a view of the caller\'s (memory-mapped) array unless its dtype differs."""')
+            out.line('"""Weight `name` from `weights` (a mapping or a getter) as an array of `shape`, after')
+            out.line('`convert(array, args)` where llama.cpp\'s values differ from the stored ones; a view of the')
+            out.line('caller\'s (memory-mapped) array unless converted or its dtype differs."""')
             out.line("get = getattr(weights, 'get', None)")
             out.line("array = get(name) if get is not None else weights(name) if callable(weights) else weights[name]")
             out.line("if array is None:")
             with out.indented():
                 out.line("raise KeyError(f'weight {name!r} is missing')")
             out.line("array = np.asarray(array)")
+            out.line("if convert is not None:")
+            with out.indented():
+                out.line("array = convert(array, args)")
             out.line("if array.shape != shape:")
             with out.indented():
                 out.line("raise ValueError(f'weight {name!r} has shape {list(array.shape)}, expected {list(shape)}')")
@@ -282,8 +287,12 @@ class CpuEmitter:
             out.line("def __init__(self, weights):")
             with out.indented():
                 for name, (attr, typ) in self.params.items():
-                    out.line(f"self.{attr} = _bind(weights, {literal_name(name, 'tensor name')}, "
-                             f"{int_tuple(typ.get_shape())}, {dtype_expr(typ.get_element_type())})")
+                    stored, conversion = self.param_reads[name]
+                    convert = ""
+                    if conversion is not None:  # converted once, here, at load
+                        convert = f", {CPU_PARAM_CONVERSIONS[conversion[0]]}, {int_tuple(conversion[1])}"
+                    out.line(f"self.{attr} = _bind(weights, {literal_name(stored, 'tensor name')}, "
+                             f"{int_tuple(typ.get_shape())}, {dtype_expr(typ.get_element_type())}{convert})")
                 for attr, op in self.constants:
                     typ = op.result.type
                     elem = typ.get_element_type()
@@ -419,9 +428,24 @@ class CpuEmitter:
 CPU_EMITTER: Implementations[Callable[[CpuEmitter, Operation], None]] = Implementations("cpu emitter")
 
 
+#: op.param's conversions (`O.PARAM_CONVERSIONS`) -> the kernel the generated `_bind` applies
+#: at load, as `kernel(array, convert_args)`.
+CPU_PARAM_CONVERSIONS: dict[str, str] = {"plus_one": "convert_plus_one", "neg_exp": "convert_neg_exp",
+                                         "squeeze": "convert_squeeze", "ungroup_rows": "convert_ungroup_rows"}
+
+
 @CPU_EMITTER.register(O.ParamOp)
 def _param(e: CpuEmitter, op: O.ParamOp) -> None:
-    e._bind_attribute(e.params, op.tensor_name.data, "tensor", op.result)
+    name = op.tensor_name.data
+    read = (op.stored_name, op.conversion)
+    if read[1] is not None and read[1][0] not in CPU_PARAM_CONVERSIONS:
+        raise CpuTargetError(f"cpu target: op.param '{sanitize_label(name)}': no implementation of conversion "
+                             f"{sanitize_label(read[1][0])!r}")
+    if e.param_reads.setdefault(name, read) != read:
+        raise CpuTargetError(f"cpu target: tensor '{sanitize_label(name)}' is read two ways")
+    if read[1] is not None:
+        e.kernels_used.add(CPU_PARAM_CONVERSIONS[read[1][0]])
+    e._bind_attribute(e.params, name, "tensor", op.result)
 
 
 @CPU_EMITTER.register(O.StateOp)

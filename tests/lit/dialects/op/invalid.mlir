@@ -19,6 +19,30 @@
 
 // -----
 
+// op.param: a conversion is one of a fixed vocabulary ...
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.param: unknown conversion 'transpose' (known: plus_one, neg_exp, squeeze, ungroup_rows)
+%w = op.param "w" {convert = "transpose"} : tensor<4x4xf32>
+
+// -----
+
+// ... with its number of arguments ...
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.param: conversion 'plus_one' takes 0 convert_args, got 1
+%w = op.param "w" {convert = "plus_one", convert_args = array<i64: 1>} : tensor<4xf32>
+
+// -----
+
+// ... and a source tensor only with a conversion.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.param: convert_args and source go with a conversion (convert)
+%w = op.param "w" {source = "v"} : tensor<4xf32>
+
+// -----
+
+// op.param: ungroup_rows gives G times the rows of the parts it takes.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.param: ungroup_rows of [2, 3, 4, 16, 16, 32, 32] gives 64 rows, the result type has 128
+%w = op.param "w" {source = "v", convert = "ungroup_rows", convert_args = array<i64: 2, 3, 4, 16, 16, 32, 32>} : tensor<128x64xf32>
+
+// -----
+
 // op.state: a state buffer has a static shape.
 // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.state: a state buffer must have a static shape
 %s = op.state "cache_k_l0" : tensor<?x64xf32>

@@ -12,11 +12,19 @@
 // CHECK-NEXT:    %w = op.param "blk.0.attn_q.weight" : tensor<64x16xbf16>
 // CHECK-NEXT:    %wn = op.param "token_embd.weight" {name = "embd_table"} : tensor<32x16xf16>
 // CHECK-NEXT:    %wf = op.param "output_norm.weight" : tensor<16xf32>
+// CHECK-NEXT:    %wc = op.param "output_norm.weight" {convert = "plus_one"} : tensor<16xf32>
+// CHECK-NEXT:    %wa = op.param "blk.0.ssm_a" {convert = "neg_exp"} : tensor<4xf32>
+// CHECK-NEXT:    %ws = op.param "blk.0.ssm_conv1d.weight" {convert = "squeeze"} : tensor<128x4xbf16>
+// CHECK-NEXT:    %wq = op.param "blk.0.attn_qkv.weight" {source = "blk.0.ssm_in.weight", convert = "ungroup_rows", convert_args = array<i64: 2, 0, 3, 16, 16, 32, 32>} : tensor<128x64xbf16>
 // CHECK-NEXT:    func.return
 func.func @param() {
   %w = op.param "blk.0.attn_q.weight" : tensor<64x16xbf16>
   %wn = op.param "token_embd.weight" {name = "embd_table"} : tensor<32x16xf16>
   %wf = op.param "output_norm.weight" : tensor<16xf32>
+  %wc = op.param "output_norm.weight" {convert = "plus_one"} : tensor<16xf32>
+  %wa = op.param "blk.0.ssm_a" {convert = "neg_exp"} : tensor<4xf32>
+  %ws = op.param "blk.0.ssm_conv1d.weight" {convert = "squeeze"} : tensor<128x4xbf16>
+  %wq = op.param "blk.0.attn_qkv.weight" {source = "blk.0.ssm_in.weight", convert = "ungroup_rows", convert_args = array<i64: 2, 0, 3, 16, 16, 32, 32>} : tensor<128x64xbf16>
   func.return
 }
 
