@@ -20,6 +20,7 @@ from typing import Any
 
 from xdsl.dialects.builtin import (
     DenseArrayBase,
+    DictionaryAttr,
     FloatAttr,
     IntegerAttr,
     ModuleOp,
@@ -82,6 +83,20 @@ NAMES: dict[tuple[str, str], tuple[str, str]] = {
 }
 #: The post-attention norm is `ffn_norm` in llama.cpp's Qwen3-MoE, `post_attention_norm` in the hybrids.
 POST_NORM = {"Qwen3MoeForCausalLM": "ffn_norm"}
+
+# Facts of llama.cpp's graph builders (src/models/qwen3moe.cpp, qwen35.cpp, qwen35moe.cpp,
+# qwen3next.cpp), stamped on the blocks for convert-module-to-op: names, and which of two
+# equivalent graphs the builder makes.
+#: The graph inputs' names (this llama.cpp names them; seed 000's left them leaf_N).
+GGML_INPUTS = {"positions": "inp_pos", "k_rows": "attn_inp_k_idxs", "v_rows": "attn_inp_v_idxs",
+               "out_ids": "out_ids", "state_copy": "rs_s_copy"}
+#: The embedding's output name.
+EMBD_NAME = {"Qwen3MoeForCausalLM": "embd", "Qwen3_5ForCausalLM": "model.input_embed",
+             "Qwen3_5MoeForCausalLM": "model.input_embed", "Qwen3NextForCausalLM": "model.embed_tokens"}
+#: Qwen3.5's rope is always interleaved M-RoPE; llama.cpp's converter writes these sections when
+#: the config has none.
+MROPE_DEFAULT = (11, 11, 10)
+QWEN35 = ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM")
 #: transformers 5's merged experts: the alternative to the hub's one-by-one tensors.
 MERGED = {"gate_exps": "experts.gate_up_proj:0/2", "up_exps": "experts.gate_up_proj:1/2",
           "down_exps": "experts.down_proj:0/1"}
@@ -331,8 +346,14 @@ def _gated_delta_net(cfg: Qwen35Config) -> M.BlockOp:
     ]
     generics = ["H: Dim", "LinKHeads: Dim", "LinVHeads: Dim", "LinKDim: Dim", "LinVDim: Dim", "ConvK: Dim",
                 "Batch: Dim", "T: Float"]
+    attrs: dict[str, Attribute] = {}
+    if grouped:
+        # llama.cpp's converter splits in_proj_qkvz into attn_qkv and attn_gate, and its
+        # builder repeats the q/k heads for their value heads before GATED_DELTA_NET.
+        attrs = {"ggml_split": DictionaryAttr({"qkv": StringAttr("attn_qkv"), "z": StringAttr("attn_gate")}),
+                 "qk_repeat": IntegerAttr(1, i64)}
     return _block(b, generics, "std.attn.gated_delta_net", members,
-                  layout=StringAttr("grouped" if grouped else "separate"), eps=FloatAttr(1e-6, f64))
+                  layout=StringAttr("grouped" if grouped else "separate"), eps=FloatAttr(1e-6, f64), **attrs)
 
 
 def _attention(cfg: Qwen35Config) -> M.BlockOp:
@@ -355,9 +376,15 @@ def _attention(cfg: Qwen35Config) -> M.BlockOp:
     attrs: dict[str, Attribute] = {"rope_theta": FloatAttr(cfg.rope_theta, f64)}
     if gated:
         attrs["rotary_dim"] = IntegerAttr(cfg.rotary_dim, i64)
-        if cfg.mrope_section:
-            attrs["mrope_section"] = DenseArrayBase.from_list(i64, cfg.mrope_section)
-            attrs["mrope_interleaved"] = IntegerAttr(int(cfg.mrope_interleaved), i64)
+        section = cfg.mrope_section or (MROPE_DEFAULT if cfg.arch in QWEN35 else ())
+        if section:
+            attrs["mrope_section"] = DenseArrayBase.from_list(i64, section)
+            attrs["mrope_interleaved"] = IntegerAttr(int(cfg.mrope_interleaved or cfg.arch in QWEN35), i64)
+        # llama.cpp: Qwen3.5 ropes with IMROPE (four position streams) and views q and its gate
+        # straight out of q_proj's output; Qwen3-Next ropes plainly and reshapes first.
+        attrs["rope_mode"] = StringAttr("imrope" if cfg.arch in QWEN35 else "neox")
+        if cfg.arch not in QWEN35:
+            attrs["ggml_q_split"] = StringAttr("reshape")
     return _block(b, generics, "std.attn.gated" if gated else "std.attn.grouped_query", members, **attrs)
 
 
@@ -397,7 +424,12 @@ def _layer(cfg: Qwen35Config, mixer: str, moe: bool) -> M.BlockOp:
         *[_fn(n, s) for n, s in _SEQ_FNS.items()],
     ]
     name = ("Linear" if mixer == "linear_attention" else "Attention") + ("Moe" if moe else "Dense") + "Layer"
-    return _block(name, _DIMS + _SHARDING, "std.layer.decoder", members)
+    attrs: dict[str, Attribute] = {}
+    if cfg.hybrid:  # llama.cpp's qwen35/qwen3next builders name the residual stream their own way
+        attrs["ggml_names"] = DictionaryAttr({"residual": StringAttr("attn_residual"),
+                                              "mlp_norm": StringAttr("attn_post_norm"),
+                                              "mlp_out": StringAttr("ffn_out")})
+    return _block(name, _DIMS + _SHARDING, "std.layer.decoder", members, **attrs)
 
 
 def build(cfg: Qwen35Config, max_seq: int | None = None) -> ModuleOp:
@@ -415,7 +447,11 @@ def build(cfg: Qwen35Config, max_seq: int | None = None) -> ModuleOp:
                       _named("Model", "norm", "RmsNorm<H, T>"),
                       _named("Model", "lm_head", "Linear<H, Vocab / Shards, T>", **lm_head),
                       *[_fn(n, s, entry=True) for n, s in ENTRIES.items()],
-                  ])
+                  ], ggml_names=DictionaryAttr({"embd": StringAttr(EMBD_NAME[cfg.arch])}),
+                  ggml_inputs=DictionaryAttr({k: StringAttr(v) for k, v in GGML_INPUTS.items()}),
+                  # The hybrids gather the output rows after the final norm (h_nextn); Qwen3-MoE in
+                  # its last layer; this llama.cpp does either for one token too.
+                  ggml_output_rows=StringAttr("after_norm" if cfg.hybrid else "last_layer"))
     # Qwen3.5 and Qwen3-Next norms are zero-centred: x * rsqrt(mean x^2 + eps) * (1 + w).
     norm_attrs: dict[str, Attribute] = {"eps": FloatAttr(cfg.rms_norm_eps, f64)}
     if cfg.hybrid:

@@ -157,6 +157,8 @@ def _state(op: O.StateOp, _: list, env: Env) -> np.ndarray:
     name = op.state_name.data
     if name not in env.state:
         raise InterpreterError(f"op.state '{name}': no buffer given (use alloc_state)")
+    if op.recurrent is not None and env.start == 0:  # a new sequence: its recurrent state starts at 0
+        env.state[name][...] = 0
     return env.state[name]
 
 

@@ -55,7 +55,8 @@ class RopeOp(OpBase):
       the halves like "neox", with four position streams: `positions` is [4*S], stream k
       of token s at k*S + s (t, h, w, e; for text llama.cpp passes the positions three
       times and zeros, op.input "mrope_positions"). `sections` [4] splits the pairs among
-      the streams, as ggml: with sector = i % sum(sections), "mrope" gives sectors
+      the streams, as ggml (their sum may exceed the pairs: Qwen3.5's default [11, 11, 10, 0]
+      with a small head): with sector = i % sum(sections), "mrope" gives sectors
       [0, s0) to t, then s1 to h, s2 to w and the rest to e; "imrope" interleaves:
       sector % 3 == 1 and sector < 3*s1 is h, == 2 and < 3*s2 is w, == 0 and < 3*s0 is
       t, anything else e.
@@ -104,7 +105,6 @@ class RopeOp(OpBase):
             sec = tuple(self.sections.get_values())
             require(len(sec) == 4 and all(s >= 0 for s in sec) and sum(sec) > 0,
                     f"op.rope: sections must be 4 values >= 0 with a positive sum, got {list(sec)}")
-            require(a[2] == DYNAMIC_INDEX or sum(sec) <= a[2], f"op.rope: the sections' sum {sum(sec)} exceeds D={a[2]}")
         else:
             require(self.sections is None, f"op.rope: mode '{mode}' takes no sections")
         if self.freq_factors is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, DenseIntOrFPElementsAttr, StringAttr, TensorType, i64
+from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, DenseIntOrFPElementsAttr, StringAttr, TensorType, UnitAttr, i64
 from xdsl.ir import Attribute
 from xdsl.irdl import attr_def, irdl_op_definition, opt_attr_def, result_def, traits_def
 from xdsl.parser import Parser
@@ -111,18 +111,27 @@ def _check_ungroup_rows(args: tuple[int, ...], shape: tuple[int, ...]) -> None:
 class StateOp(OpBase):
     """A persistent buffer that outlives one call of an entry (the KV cache, a recurrent state).
 
+    A `recurrent` state belongs to the sequence: a call at position 0 starts a new sequence
+    and reads it zeroed (llama.cpp clears a new sequence's slot of its recurrent states; the
+    SCALE by 0 in its graph). A KV cache needs no clearing: the mask hides rows not written.
+
         %k = op.state "cache_k_l0" : tensor<89856x1024xf32>
+        %r = op.state "cache_r_l0" {recurrent} : tensor<1x384xf32>
     """
 
     name = "op.state"
     result = result_def(AnyTensor)
     state_name = attr_def(StringAttr, attr_name="state")
+    recurrent = opt_attr_def(UnitAttr)
     # It yields the buffer's current contents: a read, ordered against the writes.
     traits = traits_def(MemoryReadEffect())
     assembly_format = "$state attr-dict `:` type($result)"
 
-    def __init__(self, state_name: str, typ: TensorType):
-        super().__init__(result_types=[typ], attributes={"state": StringAttr(state_name)})
+    def __init__(self, state_name: str, typ: TensorType, recurrent: bool = False):
+        attrs: dict[str, Attribute] = {"state": StringAttr(state_name)}
+        if recurrent:
+            attrs["recurrent"] = UnitAttr()
+        super().__init__(result_types=[typ], attributes=attrs)
 
     def verify_(self) -> None:
         require(all(d != DYNAMIC_INDEX for d in shape_of(self.result)), "op.state: a state buffer must have a static shape")

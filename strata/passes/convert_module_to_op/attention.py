@@ -1,4 +1,5 @@
-"""Op-level expansion of grouped-query attention with RoPE and a KV cache (llama.cpp's graph).
+"""Op-level expansions of attention with RoPE and a KV cache (llama.cpp's graph): grouped-query
+attention, and the gated attention of the hybrids.
 
 Q, then V, then K (llama.cpp expands K last so that rope can fuse into the cache write);
 each per-layer cache is an `op.state` `cache_{k,v}_l<il>` laid out [ctx, KvHeads*HeadDim],
@@ -11,7 +12,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, DictionaryAttr, FloatAttr, IntegerAttr, StringAttr, f32, f64, i32, i64
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    DictionaryAttr,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    f32,
+    f64,
+    i32,
+    i64,
+)
 from xdsl.ir import SSAValue
 
 from strata.dialects import op as O
@@ -100,9 +113,57 @@ def attend(lo: Lowering, inst: BlockInstance, q: SSAValue, k: SSAValue, v: SSAVa
     return g.unary(O.ContOp, g.permute(kqv, (1, 0, 2)), (S, n_head * d), label)
 
 
+@EXPANSIONS.register("std.attn.gated")
+class GatedAttention:
+    """Gated full attention, as llama.cpp's build_layer_attn of Qwen3.5 / Qwen3-Next: q_proj
+    gives per head [query | gate] (`Qcur_full`); q and k get their (zero-centred) norms and a
+    rope over the first `rotary_dim` dims; the attention output times sigmoid(gate) goes
+    through o_proj (`attn_output`). The block's `ggml_q_split` says how llama.cpp takes the
+    query and the gate out of Qcur_full: strided views of it (absent: Qwen3.5's), or a
+    reshape to [S, Heads, 2*HeadDim] first (`reshape`: Qwen3-Next's, which also names them
+    `Qcur_view` and `gate`)."""
+
+    @staticmethod
+    def forward(lo: Lowering, inst: BlockInstance, x: SSAValue) -> SSAValue:
+        g, S, sfx = lo.g, lo.S, lo.suffix(inst)
+        shards = inst.dim("Shards")
+        n_head, n_kv_head, d = inst.dim("Heads") // shards, inst.dim("KvHeads") // shards, inst.dim("HeadDim")
+        rope = _rope(lo, inst, d)
+        q_full = lo.call(inst.child("q_proj"), "forward", x, label=f"Qcur_full{sfx}")  # [S, Heads * 2d]
+        k = lo.call(inst.child("k_proj"), "forward", x, label=f"Kcur{sfx}")
+        v = lo.call(inst.child("v_proj"), "forward", x, label=f"Vcur{sfx}")
+        split = inst.str_attr("ggml_q_split")
+        if split not in (None, "reshape"):
+            raise LoweringError(f"convert-module-to-op: {inst.name}: ggml_q_split '{split}' is not 'reshape'")
+        heads, strides = (S, n_head, d), (n_head * 2 * d, 2 * d, 1)  # every head's [query | gate]
+        if split == "reshape":
+            q_full = g.reshape(q_full, (S, n_head, 2 * d))
+            q = g.view(q_full, heads, f"Qcur_view{sfx}", 0, strides)
+            gate = g.view(q_full, heads, f"gate{sfx}", d, strides)
+        else:
+            q = g.view(q_full, heads, f"Qcur_reshaped{sfx}", 0, strides)
+            gate = g.view(q_full, heads, None, d, strides)
+        q = lo.call(inst.child("q_norm"), "forward", q, label=f"Qcur_normed{sfx}")
+        k = lo.call(inst.child("k_norm"), "forward", g.reshape(k, (S, n_kv_head, d)), label=f"Kcur_normed{sfx}")
+        gate = g.unary(O.ContOp, gate, (S, n_head * d), None if split else f"gate_reshaped{sfx}")
+        v = g.reshape(v, (S, n_kv_head, d), f"Vcur{sfx}")
+        q, k = rope(q, f"Qcur{sfx}"), rope(k, f"Kcur{sfx}")
+        attn = attend(lo, inst, q, k, v, n_head, n_kv_head, d, f"attn_pregate{sfx}")
+        gate = g.unary(O.SigmoidOp, gate, (S, n_head * d), f"gate_sigmoid{sfx}")
+        attn = g.binary(O.MulOp, attn, gate, (S, n_head * d), f"attn_gated{sfx}")
+        return lo.call(inst.child("o_proj"), "forward", attn, label=f"attn_output{sfx}")
+
+
 def _rope(lo: Lowering, inst: BlockInstance, head_dim: int):
-    """A function that applies the block's NeoX RoPE (with llama3 factors if it has them)."""
+    """A function that applies the block's rope: NeoX over the first `rotary_dim` dims (all
+    by default), with llama3 factors if it has them, or multi-section (`rope_mode` imrope or
+    mrope, `mrope_section`) with M-RoPE's four position streams, as llama.cpp's
+    ggml_rope_multi for text."""
     theta = inst.float_attr("rope_theta")
+    n_dims = int(inst.float_attr("rotary_dim", float(head_dim)))
+    mode = inst.str_attr("rope_mode", "neox")
+    if mode not in O.ROPE_MODES or mode == "norm":
+        raise LoweringError(f"convert-module-to-op: {inst.name}: rope_mode '{mode}' is not neox, mrope or imrope")
     scaling = rope_scaling(inst)
     freq = None
     if scaling is not None:
@@ -113,14 +174,25 @@ def _rope(lo: Lowering, inst: BlockInstance, head_dim: int):
         freq = lo.once(("rope_freqs", tuple(factors)), lambda: lo.g.add(O.ConstantOp(
             DenseIntOrFPElementsAttr.from_list(tensor((head_dim // 2,)), factors), "rope_freqs")))
     attrs = {
-        "n_dims": IntegerAttr(head_dim, i64),
-        "mode": StringAttr("neox"),
+        "n_dims": IntegerAttr(n_dims, i64),
+        "mode": StringAttr(mode),
         "freq_base": FloatAttr(theta, f64),
         "freq_scale": FloatAttr(1.0, f64),
     }
+    multi = mode in O.MULTI_ROPE_MODES
+    if multi:
+        section = inst.attr("mrope_section")
+        values = list(section.get_values()) if isinstance(section, DenseArrayBase) else []
+        if not values or len(values) > 4:
+            raise LoweringError(f"convert-module-to-op: {inst.name}: rope_mode '{mode}' needs mrope_section (up to 4)")
+        attrs["sections"] = DenseArrayBase.from_list(i64, values + [0] * (4 - len(values)))
 
     def apply(x: SSAValue, label: str) -> SSAValue:
-        positions = lo.input("positions", (lo.S,), i32, "inp_pos", label=lo.input_name("positions"))
+        if multi:  # four streams per token: t, h, w (the positions for text) and e (zeros)
+            n = DYNAMIC_INDEX if lo.dynamic else 4 * lo.S
+            positions = lo.input("mrope_positions", (n,), i32, "inp_pos", label=lo.input_name("positions"))
+        else:
+            positions = lo.input("positions", (lo.S,), i32, "inp_pos", label=lo.input_name("positions"))
         operands = [x, positions] + ([freq] if freq is not None else [])
         return lo.g.add(O.RopeOp.create(operands=operands, result_types=[x.type], attributes=dict(attrs)), label)
 

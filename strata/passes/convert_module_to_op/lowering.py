@@ -210,13 +210,25 @@ class Lowering:
             value = self._leaves[key] = make()
         return value
 
-    def param(self, inst: BlockInstance, name: str) -> SSAValue:
-        """The weight `name` of `inst`, as an `op.param` with its llama.cpp name."""
+    def param(self, inst: BlockInstance, name: str, *, convert: str | None = None,
+              args: tuple[int, ...] | None = None, ggml: str | None = None,
+              shape: tuple[int, ...] | None = None) -> SSAValue:
+        """The weight `name` of `inst`, as an `op.param` with its llama.cpp name. Where
+        llama.cpp's converter changes the tensor, `convert` (and `args`) say how (see
+        `op.param`); `ggml` renames it (the stored tensor becomes the param's `source`) and
+        `shape` gives the converted shape when the conversion changes it."""
         t = inst.params.get(name)
         if t is None:
             raise LoweringError(f"convert-module-to-op: {inst.name} has no param '{name}'")
-        v = self.g.add(O.ParamOp(t.ggml, tensor(t.shape, dtype_named(t.dtype).attr)))
-        v.name_hint = value_hint(t.ggml)
+        elem = dtype_named(t.dtype).attr
+        if convert in ("plus_one", "neg_exp"):
+            elem = f32  # computed in f32 and kept so, as llama.cpp's GGUF keeps such small tensors
+        if convert == "squeeze" and shape is None:
+            shape = tuple(d for d in t.shape if d != 1)
+        label = ggml or t.ggml
+        source = t.ggml if label != t.ggml else None
+        v = self.g.add(O.ParamOp(label, tensor(shape or t.shape, elem), convert, args, source))
+        v.name_hint = value_hint(label)
         return v
 
     def input(self, kind: str, shape: tuple[int, ...], elem: Attribute, hint: str, *,
@@ -230,11 +242,12 @@ class Lowering:
 
         return self.once(("input", key or (kind, hint)), make)
 
-    def state(self, name: str, shape: tuple[int, ...], elem: Attribute) -> SSAValue:
-        """The persistent buffer `name` (`op.state`), made once."""
+    def state(self, name: str, shape: tuple[int, ...], elem: Attribute, recurrent: bool = False) -> SSAValue:
+        """The persistent buffer `name` (`op.state`), made once; a `recurrent` one starts each
+        sequence at 0."""
 
         def make() -> SSAValue:
-            v = self.g.add(O.StateOp(name, tensor(shape, elem)))
+            v = self.g.add(O.StateOp(name, tensor(shape, elem), recurrent))
             v.name_hint = value_hint(name)
             return v
 

@@ -1,19 +1,35 @@
-"""Op-level expansions of the decoder layer and of a causal LM's entries (prefill, decode)."""
+"""Op-level expansions of the decoder layer and of a causal LM's entries (prefill, decode).
+
+llama.cpp's builders differ in a few names and in where they gather the rows whose logits
+are returned; the family stamps those facts on its blocks (absent, seed 000's llama):
+
+* the root's `ggml_names` (`embd`: the embedding's output name), `ggml_inputs` (the graph
+  inputs' names, see `Lowering.input_names`) and `ggml_output_rows`: absent, the last
+  layer of a multi-token prefill keeps the output rows (seed 000); `last_layer`, it does
+  for every call (this llama.cpp's llama-style builders); `after_norm`, the rows are
+  gathered after the final norm, named `h_nextn` (llama.cpp's Qwen3.5 and Qwen3-Next);
+* a layer's `ggml_names`: `residual` (default `ffn_inp`), `mlp_norm` (default
+  `ffn_norm`) and `mlp_out` (the FFN's output, renamed as llama.cpp's `cb` does; absent,
+  the FFN's own name stays).
+"""
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import i32
+from xdsl.dialects.builtin import StringAttr, i32
 from xdsl.ir import SSAValue
 
 from strata.dialects import op as O
 from strata.dialects.instances import BlockInstance
-from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering
+from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering, LoweringError, string_dict
+
+#: The values of a root's `ggml_output_rows`.
+OUTPUT_ROWS = ("last_layer", "after_norm")
 
 
-def keep_output_rows(lo: Lowering, x: SSAValue) -> SSAValue:
+def keep_output_rows(lo: Lowering, x: SSAValue, label: str | None = None) -> SSAValue:
     """GET_ROWS of the rows whose logits the call returns (llama.cpp's `inp_out_ids`)."""
     out_ids = lo.input("out_ids", (1,), i32, "inp_out_ids", label=lo.input_name("out_ids"))
-    return lo.g.binary(O.GetRowsOp, x, out_ids, (1, O.shape_of(x)[-1]))
+    return lo.g.binary(O.GetRowsOp, x, out_ids, (1, O.shape_of(x)[-1]), label)
 
 
 @EXPANSIONS.register("std.layer.decoder")
@@ -22,16 +38,19 @@ class DecoderLayer:
 
     @staticmethod
     def forward(lo: Lowering, inst: BlockInstance, x: SSAValue, last: bool = False) -> SSAValue:
-        sfx = lo.suffix(inst)
+        sfx, names = lo.suffix(inst), string_dict(inst, "ggml_names")
         residual = x
         cur = lo.call(inst.child("attention_norm"), "forward", x, label=f"attn_norm{sfx}")
+        lo.g.expand(cur)  # llama.cpp's hybrids expand it here, before any state is read
         cur = lo.call(inst.child("attention"), "forward", cur)
         if last and lo.prune:
             cur, residual = keep_output_rows(lo, cur), keep_output_rows(lo, residual)
-        ffn_inp = lo.g.binary(O.AddOp, cur, residual, O.shape_of(cur), f"ffn_inp{sfx}")
-        cur = lo.call(inst.child("mlp_norm"), "forward", ffn_inp, label=f"ffn_norm{sfx}")
+        h = lo.g.binary(O.AddOp, cur, residual, O.shape_of(cur), names.get("residual", "ffn_inp") + sfx)
+        cur = lo.call(inst.child("mlp_norm"), "forward", h, label=names.get("mlp_norm", "ffn_norm") + sfx)
         cur = lo.call(inst.child("mlp"), "forward", cur)
-        return lo.g.binary(O.AddOp, cur, ffn_inp, O.shape_of(cur), f"l_out{sfx}")
+        if "mlp_out" in names:
+            lo.g.rename(cur, names["mlp_out"] + sfx)
+        return lo.g.binary(O.AddOp, cur, h, O.shape_of(cur), f"l_out{sfx}")
 
 
 @EXPANSIONS.register("std.model.causal_lm")
@@ -40,12 +59,30 @@ class CausalLM:
 
     @staticmethod
     def prefill(lo: Lowering, inst: BlockInstance) -> SSAValue:
+        rows = _configure(lo, inst)
         tokens = lo.input("tokens", (lo.S,), i32, "inp_tokens", label="inp_tokens")
-        x = lo.call(inst.child("embedding"), "forward", tokens, label="embd")
+        x = lo.call(inst.child("embedding"), "forward", tokens,
+                    label=string_dict(inst, "ggml_names").get("embd", "embd"))
         layers = inst.array("layers")
         for i, layer in enumerate(layers):
             x = lo.call(layer, "forward", x, last=i == len(layers) - 1)
-        x = lo.call(inst.child("norm"), "forward", x, label="result_norm")
+        if rows == "after_norm":
+            x = keep_output_rows(lo, lo.call(inst.child("norm"), "forward", x, label="h_nextn"), "result_norm")
+        else:
+            x = lo.call(inst.child("norm"), "forward", x, label="result_norm")
         return lo.call(inst.child("lm_head"), "forward", x, label="result_output")
 
-    decode = prefill  # one token: the same graph, with nothing to prune
+    decode = prefill  # one token: the same graph
+
+
+def _configure(lo: Lowering, inst: BlockInstance) -> str | None:
+    """Read the root's llama.cpp facts into `lo`; returns its `ggml_output_rows`."""
+    lo.input_names = string_dict(inst, "ggml_inputs")
+    attr = inst.attr("ggml_output_rows")
+    rows = attr.data if isinstance(attr, StringAttr) else None
+    if attr is not None and rows not in OUTPUT_ROWS:
+        raise LoweringError(f"convert-module-to-op: {inst.name}: ggml_output_rows must be one of "
+                            f"{', '.join(OUTPUT_ROWS)}, got {attr}")
+    if rows is not None:
+        lo.prune = rows == "last_layer"
+    return rows

@@ -11,7 +11,7 @@ from xdsl.ir import SSAValue
 
 from strata.dialects import op as O
 from strata.dialects.instances import BlockInstance
-from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering
+from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering, LoweringError
 
 
 @EXPANSIONS.register("std.nn.embedding")
@@ -24,14 +24,34 @@ class Embedding:
 
 @EXPANSIONS.register("std.nn.norm")
 class RmsNorm:
-    """RMS_NORM then MUL by the weight: `norm-<il>`, then the caller's name."""
+    """RMS_NORM then MUL by the weight: `norm-<il>`, then the caller's name. A zero-centred
+    norm (`weight_offset` 1: x·rsqrt(mean x²+eps)·(1+w)) multiplies by 1 + w, which
+    llama.cpp's converter bakes into the weight: the param converts (`plus_one`)."""
 
     @staticmethod
     def forward(lo: Lowering, inst: BlockInstance, x: SSAValue, label: str | None = None) -> SSAValue:
         shape = O.shape_of(x)
         eps = FloatAttr(inst.float_attr("eps"), f64)
         normed = lo.g.unary(O.RmsNormOp, x, shape, "norm" + lo.suffix(inst), eps=eps)
-        return lo.g.binary(O.MulOp, normed, lo.param(inst, "weight"), shape, label)
+        offset = inst.float_attr("weight_offset", 0.0)
+        if offset not in (0.0, 1.0):
+            raise LoweringError(f"convert-module-to-op: {inst.name}: weight_offset {offset} (only 0 or 1 are llama.cpp's)")
+        weight = lo.param(inst, "weight", convert="plus_one" if offset else None)
+        return lo.g.binary(O.MulOp, normed, weight, shape, label)
+
+
+@EXPANSIONS.register("std.nn.gated_norm")
+class GatedRmsNorm:
+    """rms(x)·w·silu(z) over the last dim, as llama.cpp's build_norm_gated: RMS_NORM
+    (`norm-<il>`), MUL by the (plain) weight, SILU of the gate, MUL."""
+
+    @staticmethod
+    def forward(lo: Lowering, inst: BlockInstance, x: SSAValue, z: SSAValue) -> SSAValue:
+        g, shape = lo.g, O.shape_of(x)
+        eps = FloatAttr(inst.float_attr("eps"), f64)
+        normed = g.binary(O.MulOp, g.unary(O.RmsNormOp, x, shape, "norm" + lo.suffix(inst), eps=eps),
+                          lo.param(inst, "weight"), shape)
+        return g.binary(O.MulOp, normed, g.unary(O.SiluOp, z, O.shape_of(z)), shape)
 
 
 @EXPANSIONS.register("std.nn.linear")
@@ -48,12 +68,13 @@ class Linear:
 
 @EXPANSIONS.register("std.nn.mlp")
 class SwiGlu:
-    """down(silu(gate(x)) * up(x)) as ffn_gate, ffn_up, ffn_swiglu and ffn_out."""
+    """down(silu(gate(x)) * up(x)) as ffn_gate, ffn_up, ffn_swiglu and ffn_out (or the
+    caller's name for the output: a shared expert's is `ffn_shexp`)."""
 
     @staticmethod
-    def forward(lo: Lowering, inst: BlockInstance, x: SSAValue) -> SSAValue:
+    def forward(lo: Lowering, inst: BlockInstance, x: SSAValue, label: str | None = None) -> SSAValue:
         sfx = lo.suffix(inst)
         gate = lo.call(inst.child("gate"), "forward", x, label=f"ffn_gate{sfx}")
         up = lo.call(inst.child("up"), "forward", x, label=f"ffn_up{sfx}")
         act = lo.g.binary(O.SwigluOp, gate, up, O.shape_of(gate), f"ffn_swiglu{sfx}")
-        return lo.call(inst.child("down"), "forward", act, label=f"ffn_out{sfx}")
+        return lo.call(inst.child("down"), "forward", act, label=label or f"ffn_out{sfx}")

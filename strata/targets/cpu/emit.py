@@ -451,6 +451,9 @@ def _param(e: CpuEmitter, op: O.ParamOp) -> None:
 @CPU_EMITTER.register(O.StateOp)
 def _state(e: CpuEmitter, op: O.StateOp) -> None:
     e._bind_attribute(e.states, op.state_name.data, "state", op.result)
+    if op.recurrent is not None:
+        e.out.line("if start == 0:  # a new sequence: its recurrent state starts at 0")
+        e.out.line(f"    {e.names[op.result]}[...] = 0")
 
 
 @CPU_EMITTER.register(O.ConstantOp)

@@ -1086,14 +1086,6 @@ func.func @f(%q: tensor<3x4x32xf32>, %pos: tensor<12xi32>) {
   func.return
 }
 
-// -----
-
-// op.rope: the sections fit the head.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.rope: the sections' sum 40 exceeds D=32
-func.func @f(%q: tensor<3x4x32xf32>, %pos: tensor<12xi32>) {
-  %r = op.rope %q, %pos {n_dims = 8 : i64, mode = "imrope", sections = array<i64: 20, 10, 10, 0>, freq_base = 1.0e+04 : f64, freq_scale = 1.0 : f64} : tensor<3x4x32xf32>, tensor<12xi32> -> tensor<3x4x32xf32>
-  func.return
-}
 
 // -----
 

@@ -31,10 +31,12 @@ func.func @param() {
 // CHECK-LABEL: func.func @state(
 // CHECK-NEXT:    %k = op.state "cache_k_l0" : tensor<256x64xf32>
 // CHECK-NEXT:    %v = op.state "cache_v_l0" {name = "cache_v_l0"} : tensor<256x64xbf16>
+// CHECK-NEXT:    %r = op.state "cache_r_l0" {recurrent} : tensor<1x384xf32>
 // CHECK-NEXT:    func.return
 func.func @state() {
   %k = op.state "cache_k_l0" : tensor<256x64xf32>
   %v = op.state "cache_v_l0" {name = "cache_v_l0"} : tensor<256x64xbf16>
+  %r = op.state "cache_r_l0" {recurrent} : tensor<1x384xf32>
   func.return
 }
 

@@ -1,0 +1,76 @@
+"""The op level of the hybrid and MoE families equals llama.cpp's own graphs (../shared/refs/llamacpp):
+`strata trace` of each tiny reference checkpoint, prefill (3 tokens) and a decode step, row for
+row (node_N / leaf_N normalised); and executed on the checkpoint's weights, every op's sum is the
+one llama-eval-callback logged, to 1e-3 of the tensor's magnitude Σ|x| (llama.cpp keeps its KV
+cache in f16; a sum can cancel while its terms do not).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from strata.exporters.trace import parse_trace
+from strata.pipeline import entry_pipeline, load_model, lower
+from strata.semantics.op_interp import alloc_state, find_function, run_function
+from support import REFS, run_tool
+
+LLAMACPP = REFS / "llamacpp"
+MODELS = ["qwen3.5-tiny"]
+#: The commands of the reference traces (the README of ../shared/refs/llamacpp): "hello" is
+#: 256, 257, 78; the decode-shaped step is "h" (71) at position 0.
+ENTRIES = {"prefill": (["--tokens", "3"], [256, 257, 78]), "decode": (["--start", "0"], [71])}
+
+pytestmark = pytest.mark.skipif(not LLAMACPP.is_dir(), reason="no ../shared/refs/llamacpp beside the checkout")
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+@pytest.mark.parametrize("model", MODELS)
+def test_trace_equals_llama_cpp_row_for_row(model: str, entry: str) -> None:
+    r = run_tool("trace", str(LLAMACPP / model), "--entry", entry, *ENTRIES[entry][0], "--ctx", "256")
+    assert r.returncode == 0, r.stderr
+    mine, theirs = parse_trace(r.stdout), parse_trace((LLAMACPP / model / f"{entry}.txt").read_text())
+    assert len(theirs) > 100
+    for i, (a, b) in enumerate(zip(mine, theirs), start=1):
+        assert a == b, f"row {i}: strata {a} != llama.cpp {b}"
+    assert len(mine) == len(theirs)
+
+
+def callback_sums(path: Path) -> list[tuple[str, float]]:
+    """(tensor name, sum) of every op llama-eval-callback logged, in order."""
+    out, name = [], None
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        m = re.match(r"^common_debug_cb_eval:\s+(.*?) = \(", line)
+        if m:
+            name = m.group(1).strip()
+        m = re.match(r"^\s+sum = (\S+)$", line)
+        if m and name is not None:
+            out.append((name, float(m.group(1))))
+            name = None
+    return out
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+@pytest.mark.parametrize("model", MODELS)
+def test_every_op_sums_as_llama_cpp_logged(model: str, entry: str) -> None:
+    """The converted params (1 + w, -exp(A_log), the squeezed conv, the split projections) give
+    llama.cpp's values; the V heads stay in HF's order, which no sum sees."""
+    loaded = load_model(LLAMACPP / model)
+    tokens = ENTRIES[entry][1]
+    opts = {"tokens": len(tokens)} if entry == "prefill" else {}
+    fn = find_function(lower(loaded, entry_pipeline(entry, start=0, ctx=256, **opts)))
+    sums: list[tuple[float, float]] = []  # (sum, sum of |x|)
+
+    def observe(op, value: np.ndarray) -> None:
+        if op.name not in ("op.param", "op.state", "op.input", "op.constant"):
+            x = value.astype(np.float64)
+            sums.append((float(x.sum()), float(np.abs(x).sum())))
+
+    run_function(fn, loaded.open_weights(quiet=True), alloc_state(fn), np.array(tokens), 0, observe=observe)
+    logged = callback_sums(LLAMACPP / model / f"{entry}.callback.log")
+    assert len(sums) == len(logged)
+    for i, ((name, want), (got, magnitude)) in enumerate(zip(logged, sums), start=1):
+        assert abs(got - want) <= 1e-3 * magnitude + 1e-6, f"row {i}: {name}: {got} != llama.cpp's {want}"
