@@ -33,8 +33,13 @@ HYBRID = dict(vocab_size=128, hidden_size=64, num_layers=4,
               max_position_embeddings=128, tie_word_embeddings=False, dtype="float32",
               lin_k_heads=2, lin_v_heads=4, lin_k_dim=16, lin_v_dim=16, conv_kernel=4)
 
+EXPERTS = dict(num_experts=8, top_k=2, moe_intermediate_size=32)
+
 FAMILIES = {
     "qwen3_5": Qwen35Config(arch="Qwen3_5ForCausalLM", name="op-qwen3.5", **HYBRID),
+    "qwen3_5_moe": Qwen35Config(arch="Qwen3_5MoeForCausalLM", name="op-qwen3.5-moe",
+                                **(HYBRID | dict(moe_layers=(True,) * 4, intermediate_size=0)),
+                                shared_intermediate_size=48, **EXPERTS),
 }
 
 #: Other shapes of the families: they must lower (static, dynamic), verify and match the module level.
@@ -46,6 +51,14 @@ VARIANTS = {
                                                  "full_attention", "linear_attention"),
         moe_layers=(False,) * 5, tie_word_embeddings=True, rms_norm_eps=1e-5, num_heads=8, num_kv_heads=1,
         head_dim=16, rotary_dim=4, mrope_section=()),
+    # three of six experts, a wider shared expert, 8 value heads on 2 key heads, 2 layers
+    "qwen3_5_moe-variant": dataclasses.replace(
+        FAMILIES["qwen3_5_moe"], name="op-qwen3.5-moe-b", num_layers=2, layer_types=("linear_attention",
+                                                                                    "full_attention"),
+        moe_layers=(True, True), num_experts=6, top_k=3, moe_intermediate_size=24, shared_intermediate_size=80,
+        lin_v_heads=8, lin_k_dim=8, lin_v_dim=8, mrope_section=(1, 1, 2)),
+    # one expert per token (llama.cpp makes the sum of one slot contiguous)
+    "qwen3_5_moe-top1": dataclasses.replace(FAMILIES["qwen3_5_moe"], name="op-qwen3.5-moe-c", top_k=1),
 }
 
 

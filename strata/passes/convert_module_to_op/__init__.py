@@ -24,7 +24,7 @@ from strata.dialects.instances import BlockInstance, InstanceError, find_model, 
 from strata.errors import StrataError
 
 # The expansions register themselves with EXPANSIONS when imported.
-from strata.passes.convert_module_to_op import attention, hybrid, model, nn  # noqa: F401
+from strata.passes.convert_module_to_op import attention, hybrid, model, moe, nn  # noqa: F401
 from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering, LoweringError
 
 __all__ = ["ConvertModuleToOpPass", "EXPANSIONS", "LoweringError", "lower_entry"]

@@ -154,6 +154,25 @@ class GatedAttention:
         return lo.call(inst.child("o_proj"), "forward", attn, label=f"attn_output{sfx}")
 
 
+def text_sections(sections: tuple[int, ...], pairs: int, interleaved: bool) -> tuple[int, ...]:
+    """The M-RoPE sections for text: llama.cpp's, unless they send a rotary pair to the fourth
+    stream (e), which llama.cpp feeds zeros for text while HF rotates every pair by the
+    position. For text the t, h and w streams are all the position, so any sections that
+    avoid e give HF's (and, where llama.cpp's avoid e, llama.cpp's) values; [n, n, n, 0]
+    always does. Only interleaved sections can reach e before the pairs run out."""
+    total = sum(sections)
+    s0, s1, s2 = sections[:3]
+
+    def stream_e(i: int) -> bool:
+        sector = i % total
+        return not ((sector % 3 == 1 and sector < 3 * s1) or (sector % 3 == 2 and sector < 3 * s2)
+                    or (sector % 3 == 0 and sector < 3 * s0))
+
+    if interleaved and any(stream_e(i) for i in range(pairs)):
+        return (pairs, pairs, pairs, 0)
+    return sections
+
+
 def _rope(lo: Lowering, inst: BlockInstance, head_dim: int):
     """A function that applies the block's rope: NeoX over the first `rotary_dim` dims (all
     by default), with llama3 factors if it has them, or multi-section (`rope_mode` imrope or
@@ -185,7 +204,8 @@ def _rope(lo: Lowering, inst: BlockInstance, head_dim: int):
         values = list(section.get_values()) if isinstance(section, DenseArrayBase) else []
         if not values or len(values) > 4:
             raise LoweringError(f"convert-module-to-op: {inst.name}: rope_mode '{mode}' needs mrope_section (up to 4)")
-        attrs["sections"] = DenseArrayBase.from_list(i64, values + [0] * (4 - len(values)))
+        sections = text_sections(tuple(values + [0] * (4 - len(values))), n_dims // 2, mode == "imrope")
+        attrs["sections"] = DenseArrayBase.from_list(i64, sections)
 
     def apply(x: SSAValue, label: str) -> SSAValue:
         if multi:  # four streams per token: t, h, w (the positions for text) and e (zeros)
