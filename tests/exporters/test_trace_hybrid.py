@@ -19,7 +19,7 @@ from strata.semantics.op_interp import alloc_state, find_function, run_function
 from support import REFS, run_tool
 
 LLAMACPP = REFS / "llamacpp"
-MODELS = ["qwen3.5-tiny", "qwen3.5-moe-tiny"]
+MODELS = ["qwen3-moe-tiny", "qwen3.5-tiny", "qwen3.5-moe-tiny"]
 #: The commands of the reference traces (the README of ../shared/refs/llamacpp): "hello" is
 #: 256, 257, 78; the decode-shaped step is "h" (71) at position 0.
 ENTRIES = {"prefill": (["--tokens", "3"], [256, 257, 78]), "decode": (["--start", "0"], [71])}
@@ -74,3 +74,19 @@ def test_every_op_sums_as_llama_cpp_logged(model: str, entry: str) -> None:
     assert len(sums) == len(logged)
     for i, ((name, want), (got, magnitude)) in enumerate(zip(logged, sums), start=1):
         assert abs(got - want) <= 1e-3 * magnitude + 1e-6, f"row {i}: {name}: {got} != llama.cpp's {want}"
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+def test_unnormalised_top_k_keeps_llama_cpps_graph(entry: str, tmp_path: Path) -> None:
+    """llama.cpp's Qwen3-MoE builder renormalises the top-k weights whatever norm_topk_prob
+    says: with it false the graph is the same (its CLAMP's bounds are 1, so the DIV keeps
+    HF's weights)."""
+    import json
+
+    config = json.loads((LLAMACPP / "qwen3-moe-tiny" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "norm_topk_prob": False}))
+    r = run_tool("trace", str(tmp_path), "--entry", entry, *ENTRIES[entry][0], "--ctx", "256")
+    assert r.returncode == 0, r.stderr
+    assert parse_trace(r.stdout) == parse_trace((LLAMACPP / "qwen3-moe-tiny" / f"{entry}.txt").read_text())
+    ir = run_tool("ir", str(tmp_path), "--level", "op", "--entry", entry, *ENTRIES[entry][0], "--ctx", "256")
+    assert ir.stdout.count("op.clamp") == 2 and ir.stdout.count("min = 1.000000e+00 : f64, max = 1.000000e+00 : f64") == 2

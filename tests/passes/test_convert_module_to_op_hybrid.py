@@ -36,6 +36,12 @@ HYBRID = dict(vocab_size=128, hidden_size=64, num_layers=4,
 EXPERTS = dict(num_experts=8, top_k=2, moe_intermediate_size=32)
 
 FAMILIES = {
+    "qwen3_moe": Qwen35Config(
+        arch="Qwen3MoeForCausalLM", name="op-qwen3-moe", vocab_size=128, hidden_size=64, num_layers=3,
+        layer_types=("full_attention",) * 3, moe_layers=(True,) * 3, num_heads=4, num_kv_heads=2,
+        head_dim=16, intermediate_size=96, rms_norm_eps=1e-6, rope_theta=1e6, rotary_dim=16, mrope_section=(),
+        mrope_interleaved=False, max_position_embeddings=128, tie_word_embeddings=False, dtype="float32",
+        norm_topk_prob=True, **EXPERTS),
     "qwen3_5": Qwen35Config(arch="Qwen3_5ForCausalLM", name="op-qwen3.5", **HYBRID),
     "qwen3_5_moe": Qwen35Config(arch="Qwen3_5MoeForCausalLM", name="op-qwen3.5-moe",
                                 **(HYBRID | dict(moe_layers=(True,) * 4, intermediate_size=0)),
@@ -44,6 +50,12 @@ FAMILIES = {
 
 #: Other shapes of the families: they must lower (static, dynamic), verify and match the module level.
 VARIANTS = {
+    # HF's top-k weights unnormalised (llama.cpp's graph with its sum clamped to 1), a dense layer
+    # (mlp_only_layers), tied embeddings, four of 16 experts
+    "qwen3_moe-variant": dataclasses.replace(
+        FAMILIES["qwen3_moe"], name="op-qwen3-moe-b", num_layers=4, layer_types=("full_attention",) * 4,
+        moe_layers=(True, False, True, True), norm_topk_prob=False, tie_word_embeddings=True, num_experts=16,
+        top_k=4, num_heads=8, num_kv_heads=8, head_dim=8, rotary_dim=8),
     # equal key and value heads, a 3-tap conv, attention first, tied embeddings, rms_norm_eps 1e-5
     "qwen3_5-variant": dataclasses.replace(
         FAMILIES["qwen3_5"], name="op-qwen3.5-b", num_layers=5, lin_k_heads=4, lin_v_heads=4, lin_k_dim=8,
