@@ -19,7 +19,7 @@ from strata.semantics.op_interp import alloc_state, find_function, run_function
 from support import REFS, run_tool
 
 LLAMACPP = REFS / "llamacpp"
-MODELS = ["qwen3-moe-tiny", "qwen3.5-tiny", "qwen3.5-moe-tiny"]
+MODELS = ["qwen3-moe-tiny", "qwen3.5-tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"]
 #: The commands of the reference traces (the README of ../shared/refs/llamacpp): "hello" is
 #: 256, 257, 78; the decode-shaped step is "h" (71) at position 0.
 ENTRIES = {"prefill": (["--tokens", "3"], [256, 257, 78]), "decode": (["--start", "0"], [71])}

@@ -46,6 +46,11 @@ FAMILIES = {
     "qwen3_5_moe": Qwen35Config(arch="Qwen3_5MoeForCausalLM", name="op-qwen3.5-moe",
                                 **(HYBRID | dict(moe_layers=(True,) * 4, intermediate_size=0)),
                                 shared_intermediate_size=48, **EXPERTS),
+    # in_proj_qkvz / in_proj_ba grouped per key head, plain rotary, a dense layer among the sparse
+    "qwen3_next": Qwen35Config(arch="Qwen3NextForCausalLM", name="op-qwen3-next",
+                               **(HYBRID | dict(moe_layers=(True, True, False, True), mrope_section=(),
+                                                mrope_interleaved=False)),
+                               shared_intermediate_size=48, **EXPERTS),
 }
 
 #: Other shapes of the families: they must lower (static, dynamic), verify and match the module level.
@@ -69,6 +74,16 @@ VARIANTS = {
                                                                                     "full_attention"),
         moe_layers=(True, True), num_experts=6, top_k=3, moe_intermediate_size=24, shared_intermediate_size=80,
         lin_v_heads=8, lin_k_dim=8, lin_v_dim=8, mrope_section=(1, 1, 2)),
+    # as many key as value heads (no repeat), a narrow shared expert, a 2-tap conv, 3 layers
+    "qwen3_next-variant": dataclasses.replace(
+        FAMILIES["qwen3_next"], name="op-qwen3-next-b", num_layers=3, layer_types=("linear_attention",
+                                                                                  "full_attention",
+                                                                                  "linear_attention"),
+        moe_layers=(True, True, True), lin_k_heads=4, lin_v_heads=4, shared_intermediate_size=16, conv_kernel=2),
+    # 4 value heads per key head, top-3 of 5 experts, rotary over half the head
+    "qwen3_next-wide": dataclasses.replace(
+        FAMILIES["qwen3_next"], name="op-qwen3-next-c", lin_k_heads=1, lin_v_heads=4, num_experts=5, top_k=3,
+        rotary_dim=16, tie_word_embeddings=True),
     # one expert per token (llama.cpp makes the sum of one slot contiguous)
     "qwen3_5_moe-top1": dataclasses.replace(FAMILIES["qwen3_5_moe"], name="op-qwen3.5-moe-c", top_k=1),
 }
