@@ -90,3 +90,25 @@ def test_unnormalised_top_k_keeps_llama_cpps_graph(entry: str, tmp_path: Path) -
     assert parse_trace(r.stdout) == parse_trace((LLAMACPP / "qwen3-moe-tiny" / f"{entry}.txt").read_text())
     ir = run_tool("ir", str(tmp_path), "--level", "op", "--entry", entry, *ENTRIES[entry][0], "--ctx", "256")
     assert ir.stdout.count("op.clamp") == 2 and ir.stdout.count("min = 1.000000e+00 : f64, max = 1.000000e+00 : f64") == 2
+
+
+EXAMPLE_MODELS = ["qwen3.6-35b-a3b", "qwen3-30b-a3b", "qwen3-next-80b-a3b"]
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+@pytest.mark.parametrize("example", EXAMPLE_MODELS)
+def test_example_traces_follow_the_layer_pattern(example: str, entry: str) -> None:
+    """`strata trace` of each full-size example (config only): one GATED_DELTA_NET per linear
+    layer, one FLASH_ATTN_EXT per full-attention layer, three MUL_MAT_IDs per MoE layer."""
+    from strata.models import read_config
+    from support import EXAMPLES
+
+    cfg = read_config(EXAMPLES / example)
+    r = run_tool("trace", str(EXAMPLES / example), "--entry", entry, *ENTRIES[entry][0])
+    assert r.returncode == 0, r.stderr
+    ops = [row[1] for row in parse_trace(r.stdout)]
+    assert ops.count("GATED_DELTA_NET") == cfg.layer_types.count("linear_attention")
+    assert ops.count("FLASH_ATTN_EXT") == cfg.layer_types.count("full_attention")
+    assert ops.count("MUL_MAT_ID") == 3 * sum(cfg.moe_layers)
+    assert ops.count("FLASH_ATTN_EXT") + ops.count("GATED_DELTA_NET") == cfg.num_layers > 0
+    assert ops[-1] == "MUL_MAT" and parse_trace(r.stdout)[-1][0] == "result_output"
