@@ -311,8 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--against", metavar="LOG", required=True, help="llama-eval-callback's output (*.callback.log)")
     p.add_argument("--ctx", type=bounded_int(1), default=256, help="the context llama.cpp ran with (default 256)")
     p.add_argument("--kv-pad", type=bounded_int(1), default=256, help="llama.cpp's KV padding (default 256)")
-    p.add_argument("--rtol", type=float, default=1e-2,
-                   help="tolerance on each sum, relative to the tensor's sum of |x| (default 1e-2)")
+    p.add_argument("--rtol", type=float, default=1e-3,
+                   help="tolerance on each sum, relative to the tensor's sum of |x| (default 1e-3)")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("demo", help="the main job on the built-in default model")

@@ -75,3 +75,34 @@ def test_reference_logs_parse():
         for entry in ("prefill", "decode"):
             log = parse_callback_log(d / f"{entry}.callback.log")
             assert len(log.tokens) == (3 if entry == "prefill" else 1) and len(log.rows) > 50
+
+
+LOGS = [(d.name, entry) for d in sorted((REFS / "llamacpp").glob("*-tiny")) for entry in ("prefill", "decode")]
+
+
+@pytest.mark.skipif(not LOGS, reason="no ../shared/refs/llamacpp beside the checkout")
+@pytest.mark.parametrize("name, entry", LOGS)
+def test_every_shipped_log_agrees(name, entry, capsys):
+    """llama.cpp's own values for the hybrid and MoE families, op by op (its GGUF bakes 1 + w,
+    -exp(A_log) and a V-head order; Strata's op.param conversions give the same tensors)."""
+    d = REFS / "llamacpp" / name
+    assert main(["verify", str(d), "--against", str(d / f"{entry}.callback.log")]) == 0
+    assert "ops agree" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not LOGS, reason="no ../shared/refs/llamacpp beside the checkout")
+def test_a_wrong_weight_is_found_where_it_is_used(tmp_path, capsys):
+    import shutil
+
+    from safetensors.numpy import load_file
+
+    from strata.ir.weights import write_safetensors
+
+    d = tmp_path / "m"
+    shutil.copytree(REFS / "llamacpp" / "qwen3.5-tiny", d)
+    tensors = load_file(str(d / "model.safetensors"))
+    tensors["model.layers.1.linear_attn.A_log"] = tensors["model.layers.1.linear_attn.A_log"] + 0.5
+    write_safetensors(d / "model.safetensors", tensors, {"format": "pt"})
+    assert main(["verify", str(d), "--against", str(REFS / "llamacpp" / "qwen3.5-tiny" / "prefill.callback.log")]) == 1
+    out = capsys.readouterr().out
+    assert "diverges: MUL 'gate-1'" in out, out
