@@ -7,6 +7,15 @@ static, or dynamic with `tokens=0`) from a start position, or `decode` of one to
 
 `n_kv` (the visible cache rows) is `start + S` rounded up to `kv-pad` (capped at `ctx`)
 when both are known, else `ctx`: the mask hides the rows not yet written either way.
+
+The expansions, by theme: `nn` (embedding, RMS norm, gated norm, linear, SwiGLU),
+`attention` (grouped-query and gated attention, RoPE and M-RoPE, the KV cache), `hybrid`
+(Gated DeltaNet with its conv and recurrent state), `moe` (routed and shared experts) and
+`model` (decoder layer, causal LM); `lowering` holds the graph builder, which orders ops as
+ggml's graph does (see `GraphBuilder`). Where llama.cpp's builders differ in a name or in
+one of two equivalent graphs, the family stamps the fact on its blocks (`ggml_names`,
+`ggml_inputs`, `ggml_output_rows`, `ggml_q_split`, `ggml_split`, `qk_repeat`, `rope_mode`):
+the pass knows block kinds and attributes, never a family.
 """
 
 from __future__ import annotations

@@ -236,18 +236,15 @@ class CpuEmitter:
     def print_bind(self, out: IndentedWriter) -> None:
         out.line("def _bind(weights, name, shape, dtype, convert=None, args=()):")
         with out.indented():
-            out.line('"""Weight `name` from `weights` (a mapping or a getter) as an array of `shape`, after')
-            out.line('`convert(array, args)` where llama.cpp\'s values differ from the stored ones; a view of the')
-            out.line('caller\'s (memory-mapped) array unless converted or its dtype differs."""')
+            out.line('"""Weight `name` from `weights` (a mapping or a getter), `convert(array, args)` if given, as an')
+            out.line('array of `shape`: a view of the caller\'s (memory-mapped) array unless converted or retyped."""')
             out.line("get = getattr(weights, 'get', None)")
             out.line("array = get(name) if get is not None else weights(name) if callable(weights) else weights[name]")
             out.line("if array is None:")
             with out.indented():
                 out.line("raise KeyError(f'weight {name!r} is missing')")
             out.line("array = np.asarray(array)")
-            out.line("if convert is not None:")
-            with out.indented():
-                out.line("array = convert(array, args)")
+            out.line("array = array if convert is None else convert(array, args)")
             out.line("if array.shape != shape:")
             with out.indented():
                 out.line("raise ValueError(f'weight {name!r} has shape {list(array.shape)}, expected {list(shape)}')")
@@ -287,10 +284,8 @@ class CpuEmitter:
             out.line("def __init__(self, weights):")
             with out.indented():
                 for name, (attr, typ) in self.params.items():
-                    stored, conversion = self.param_reads[name]
-                    convert = ""
-                    if conversion is not None:  # converted once, here, at load
-                        convert = f", {CPU_PARAM_CONVERSIONS[conversion[0]]}, {int_tuple(conversion[1])}"
+                    stored, conv = self.param_reads[name]  # a conversion is done once, here, at load
+                    convert = f", {CPU_PARAM_CONVERSIONS[conv[0]]}, {int_tuple(conv[1])}" if conv else ""
                     out.line(f"self.{attr} = _bind(weights, {literal_name(stored, 'tensor name')}, "
                              f"{int_tuple(typ.get_shape())}, {dtype_expr(typ.get_element_type())}{convert})")
                 for attr, op in self.constants:
@@ -436,14 +431,10 @@ CPU_PARAM_CONVERSIONS: dict[str, str] = {"plus_one": "convert_plus_one", "neg_ex
 
 @CPU_EMITTER.register(O.ParamOp)
 def _param(e: CpuEmitter, op: O.ParamOp) -> None:
-    name = op.tensor_name.data
-    read = (op.stored_name, op.conversion)
-    if read[1] is not None and read[1][0] not in CPU_PARAM_CONVERSIONS:
-        raise CpuTargetError(f"cpu target: op.param '{sanitize_label(name)}': no implementation of conversion "
-                             f"{sanitize_label(read[1][0])!r}")
+    name, read = op.tensor_name.data, (op.stored_name, op.conversion)
     if e.param_reads.setdefault(name, read) != read:
         raise CpuTargetError(f"cpu target: tensor '{sanitize_label(name)}' is read two ways")
-    if read[1] is not None:
+    if read[1] is not None:  # the verifier admits only O.PARAM_CONVERSIONS, and each has a kernel here
         e.kernels_used.add(CPU_PARAM_CONVERSIONS[read[1][0]])
     e._bind_attribute(e.params, name, "tensor", op.result)
 

@@ -1,6 +1,6 @@
 builtin.module {
   module.model @qwen3_5_moe_tiny attributes {arch = "Qwen3_5MoeForCausalLM", root = "Model", generics = {Vocab = 320 : i64, H = 64 : i64, Heads = 4 : i64, KvHeads = 2 : i64, HeadDim = 32 : i64, Inner = 1 : i64, LinKHeads = 2 : i64, LinVHeads = 4 : i64, LinKDim = 16 : i64, LinVDim = 16 : i64, ConvK = 4 : i64, Experts = 8 : i64, TopK = 2 : i64, MoeInner = 32 : i64, SharedInner = 32 : i64, Batch = 1 : i64, MaxSeq = 512 : i64, Layers = 4 : i64, T = f32}} {
-    module.block @Model ["Vocab: Dim", "H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "LinKHeads: Dim", "LinVHeads: Dim", "LinKDim: Dim", "LinVDim: Dim", "ConvK: Dim", "Experts: Dim", "TopK: Dim", "MoeInner: Dim", "SharedInner: Dim", "Batch: Dim", "MaxSeq: Dim", "Layers: Dim", "T: Float = bf16", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.model.causal_lm"} {
+    module.block @Model ["Vocab: Dim", "H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "LinKHeads: Dim", "LinVHeads: Dim", "LinKDim: Dim", "LinVDim: Dim", "ConvK: Dim", "Experts: Dim", "TopK: Dim", "MoeInner: Dim", "SharedInner: Dim", "Batch: Dim", "MaxSeq: Dim", "Layers: Dim", "T: Float = bf16", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.model.causal_lm", ggml_names = {embd = "model.input_embed"}, ggml_inputs = {positions = "inp_pos", k_rows = "attn_inp_k_idxs", v_rows = "attn_inp_v_idxs", out_ids = "out_ids", state_copy = "rs_s_copy"}, ggml_output_rows = "after_norm"} {
       module.sub @embedding : "Embedding<Vocab, H, T>" {ggml = "token_embd", hf = "model.embed_tokens"}
       module.sub @layers : "[LinearMoeLayer<H, Heads, KvHeads, HeadDim, Inner, LinKHeads, LinVHeads, LinKDim, LinVDim, ConvK, Experts, TopK, MoeInner, SharedInner, Batch, MaxSeq, T, Shards, PageSize> | AttentionMoeLayer<H, Heads, KvHeads, HeadDim, Inner, LinKHeads, LinVHeads, LinKDim, LinVDim, ConvK, Experts, TopK, MoeInner, SharedInner, Batch, MaxSeq, T, Shards, PageSize>; Layers]" {ggml = "blk", hf = "model.layers", pattern = array<i64: 0, 0, 0, 1>}
       module.sub @norm : "RmsNorm<H, T>" {ggml = "output_norm", hf = "model.norm"}
@@ -10,7 +10,7 @@ builtin.module {
       module.fn @decode : "(token: Tensor[Batch, 1; i32], pos: i32) -> Tensor[Batch, Vocab; T]" {pub, entry}
       module.fn @prefill : "<S: Dim>(tokens: Tensor[Batch, S; i32], pos: i32) -> Tensor[Batch, Vocab; T]" {pub, entry}
     }
-    module.block @LinearMoeLayer ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "LinKHeads: Dim", "LinVHeads: Dim", "LinKDim: Dim", "LinVDim: Dim", "ConvK: Dim", "Experts: Dim", "TopK: Dim", "MoeInner: Dim", "SharedInner: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.layer.decoder"} {
+    module.block @LinearMoeLayer ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "LinKHeads: Dim", "LinVHeads: Dim", "LinKDim: Dim", "LinVDim: Dim", "ConvK: Dim", "Experts: Dim", "TopK: Dim", "MoeInner: Dim", "SharedInner: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.layer.decoder", ggml_names = {residual = "attn_residual", mlp_norm = "attn_post_norm", mlp_out = "ffn_out"}} {
       module.sub @attention_norm : "RmsNorm<H, T>" {ggml = "attn_norm", hf = "input_layernorm"}
       module.sub @attention : "GatedDeltaNet<H, LinKHeads, LinVHeads, LinKDim, LinVDim, ConvK, Batch, T>" {ggml = "", hf = "linear_attn"}
       module.sub @mlp_norm : "RmsNorm<H, T>" {ggml = "post_attention_norm", hf = "post_attention_layernorm"}
@@ -19,7 +19,7 @@ builtin.module {
       module.fn @decode : "(x: Tensor[Batch, 1, H; T], pos: i32) -> Tensor[Batch, 1, H; T]" {pub}
       module.fn @prefill : "<S: Dim>(x: Tensor[Batch, S, H; T], pos: i32) -> Tensor[Batch, S, H; T]" {pub}
     }
-    module.block @AttentionMoeLayer ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "LinKHeads: Dim", "LinVHeads: Dim", "LinKDim: Dim", "LinVDim: Dim", "ConvK: Dim", "Experts: Dim", "TopK: Dim", "MoeInner: Dim", "SharedInner: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.layer.decoder"} {
+    module.block @AttentionMoeLayer ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "LinKHeads: Dim", "LinVHeads: Dim", "LinKDim: Dim", "LinVDim: Dim", "ConvK: Dim", "Experts: Dim", "TopK: Dim", "MoeInner: Dim", "SharedInner: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.layer.decoder", ggml_names = {residual = "attn_residual", mlp_norm = "attn_post_norm", mlp_out = "ffn_out"}} {
       module.sub @attention_norm : "RmsNorm<H, T>" {ggml = "attn_norm", hf = "input_layernorm"}
       module.sub @attention : "Attention<H, Heads, KvHeads, HeadDim, Batch, MaxSeq, T, Shards, PageSize>" {ggml = "", hf = "self_attn"}
       module.sub @mlp_norm : "RmsNorm<H, T>" {ggml = "post_attention_norm", hf = "post_attention_layernorm"}
@@ -28,7 +28,7 @@ builtin.module {
       module.fn @decode : "(x: Tensor[Batch, 1, H; T], pos: i32) -> Tensor[Batch, 1, H; T]" {pub}
       module.fn @prefill : "<S: Dim>(x: Tensor[Batch, S, H; T], pos: i32) -> Tensor[Batch, S, H; T]" {pub}
     }
-    module.block @Attention ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.attn.gated", rope_theta = 1.000000e+04 : f64, rotary_dim = 8 : i64, mrope_section = array<i64: 2, 1, 1>, mrope_interleaved = 1 : i64} {
+    module.block @Attention ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.attn.gated", rope_theta = 1.000000e+04 : f64, rotary_dim = 8 : i64, mrope_section = array<i64: 2, 1, 1>, mrope_interleaved = 1 : i64, rope_mode = "imrope"} {
       module.sub @q_proj : "Linear<H, (Heads / Shards) * HeadDim * 2, T>" {ggml = "attn_q", hf = "q_proj"}
       module.sub @k_proj : "Linear<H, (KvHeads / Shards) * HeadDim, T>" {ggml = "attn_k", hf = "k_proj"}
       module.sub @v_proj : "Linear<H, (KvHeads / Shards) * HeadDim, T>" {ggml = "attn_v", hf = "v_proj"}
