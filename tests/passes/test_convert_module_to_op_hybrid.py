@@ -185,3 +185,20 @@ def test_cpu_target_generates_the_same_ids(family, checkpoints, tmp_path):
     want_ids, want = module_run(cfg, store, STEPS)
     assert ids == want_ids
     assert float(np.abs(np.array(want) - logits).max()) < TOL
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_chunked_prefill_continues_the_state(family, checkpoints):
+    """A prompt prefilled in two calls (the second from position 4, a dynamic-length entry)
+    leaves the state and gives the logits of one prefill: the conv window, the recurrent
+    state and the KV cache carry over."""
+    cfg, store = FAMILIES[family], open_store(checkpoints[family])
+    whole = lower_fn(cfg, "prefill", tokens=len(PROMPT), start=0, ctx=CTX)
+    chunk = lower_fn(cfg, "prefill", tokens=0, start=-1, ctx=CTX)
+    one, two = alloc_state(whole), alloc_state(whole)
+    want = run_function(whole, store, one, np.array(PROMPT), 0)
+    run_function(chunk, store, two, np.array(PROMPT[:4]), 0)
+    got = run_function(chunk, store, two, np.array(PROMPT[4:]), 4)
+    np.testing.assert_allclose(got, want, atol=TOL)
+    for name in one:
+        np.testing.assert_allclose(two[name], one[name], atol=TOL, err_msg=name)
