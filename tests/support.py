@@ -14,6 +14,7 @@ from strata.frontends.hf_config import LlamaConfig
 from strata.ir.weights import WeightStore
 from strata.models import build_module
 from strata.models.checkpoint import save_random_checkpoint
+from strata.models.qwen35 import Qwen35Config
 from strata.pipeline import Model, entry_pipeline, load_model, run_pipeline
 from strata.semantics.op_interp import find_function
 
@@ -34,6 +35,14 @@ TINY["qwen2"] = dataclasses.replace(TINY["llama"], arch="Qwen2ForCausalLM", name
                                     tie_word_embeddings=True, rms_norm_eps=1e-6, rope_theta=1e6)
 TINY["qwen3"] = dataclasses.replace(TINY["llama"], arch="Qwen3ForCausalLM", name="tiny-qwen3", qk_norm=True,
                                     head_dim=16, rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=True)
+#: The hybrid family: 3 Gated DeltaNet layers and 1 gated-attention layer, routed + shared experts.
+TINY["qwen3.5-moe"] = Qwen35Config(
+    arch="Qwen3_5MoeForCausalLM", name="tiny-qwen35moe", vocab_size=48, hidden_size=32, num_layers=4,
+    layer_types=("linear_attention",) * 3 + ("full_attention",), moe_layers=(True,) * 4, num_heads=4,
+    num_kv_heads=2, head_dim=16, intermediate_size=0, rms_norm_eps=1e-6, rope_theta=1e4, rotary_dim=4,
+    mrope_section=(), mrope_interleaved=False, max_position_embeddings=128, tie_word_embeddings=False,
+    dtype="float32", lin_k_heads=2, lin_v_heads=4, lin_k_dim=8, lin_v_dim=8, conv_kernel=4, num_experts=6,
+    top_k=2, moe_intermediate_size=16, shared_intermediate_size=16, norm_topk_prob=True)
 
 
 def tiny(family: str = "llama", **changes) -> LlamaConfig:
