@@ -138,3 +138,15 @@ def test_missing_expert_weights_are_named(tmp_path):
     r = run_tool("run", str(d), "--prompt-ids", "1,2")
     assert r.returncode == 1 and "blk.1.ffn_up_exps.weight" in r.stderr and "Traceback" not in r.stderr
     assert sorted(p.name for p in d.iterdir()) == before  # nothing written, nothing lost
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_strata_run_dumps_logits(name, tmp_path):
+    """`strata run` on each family: ids on the last stdout line, the logits that chose them saved."""
+    dump = tmp_path / "logits.npy"
+    r = run_tool("run", str(LLAMACPP / name), "--prompt-ids", "256,257,78", "--max-new-tokens", "6",
+                 "--dump-logits", str(dump), "--cache-dir", str(tmp_path / "cache"))
+    assert r.returncode == 0, r.stderr
+    ids = [int(t) for t in r.stdout.strip().splitlines()[-1].removeprefix("ids=").split(",")]
+    logits = np.load(dump)
+    assert logits.shape == (6, 320) and ids == [int(row.argmax()) for row in logits]

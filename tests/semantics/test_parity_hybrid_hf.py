@@ -26,11 +26,15 @@ from safetensors.numpy import load_file
 from strata.ir.weights import SINGLE_FILE, write_safetensors
 from strata.models import build_module
 from strata.models.qwen35 import Qwen35Config
+from strata.pipeline import compile_model, load_model
 from strata.semantics.module_interp import ModuleRunner
-from support import open_store, write_checkpoint
+from strata.semantics.op_interp import alloc_state, run_function
+from strata.targets.cpu.driver import generate, load_compiled
+from support import lower_fn, open_store, write_checkpoint
 
 TOL = 1e-4
 NEW_TOKENS = 32
+CTX = 64  # the op level and the CPU target: enough for the prompt and the 32 steps
 PROMPT = np.array([3, 17, 42, 99, 5, 64, 11], dtype=np.int32)
 
 HYBRID = dict(vocab_size=128, hidden_size=64, num_layers=4,
@@ -141,3 +145,34 @@ def test_module_decode(case: Case) -> None:
         tokens.append(int(np.argmax(logits[-1])))
     np.testing.assert_array_equal(tokens, case.hf_tokens)
     report("module 32 greedy steps", case, max_diff(np.stack(logits), case.hf_step_logits))
+
+
+def greedy(prefill, decode) -> tuple[np.ndarray, np.ndarray]:
+    """NEW_TOKENS greedy steps: the chosen tokens and the logits that chose them."""
+    logits = [prefill(PROMPT)]
+    tokens = [int(np.argmax(logits[-1]))]
+    for step in range(1, NEW_TOKENS):
+        logits.append(decode(tokens[-1], len(PROMPT) + step - 1))
+        tokens.append(int(np.argmax(logits[-1])))
+    return np.array(tokens), np.stack(logits)
+
+
+def test_op_decode(case: Case) -> None:
+    """The op level (llama.cpp's graph, GGUF-form weights by conversion) against HF directly."""
+    store = open_store(case.dir)
+    prefill = lower_fn(case.cfg, "prefill", tokens=len(PROMPT), start=0, ctx=CTX)
+    decode = lower_fn(case.cfg, "decode", start=-1, ctx=CTX)
+    state = alloc_state(decode)
+    tokens, logits = greedy(lambda p: run_function(prefill, store, state, p, 0)[-1],
+                            lambda tok, pos: run_function(decode, store, state, np.array([tok]), pos)[-1])
+    np.testing.assert_array_equal(tokens, case.hf_tokens)
+    report("op 32 greedy steps", case, max_diff(logits, case.hf_step_logits))
+
+
+def test_cpu_target_decode(case: Case, tmp_path: Path) -> None:
+    """The generated numpy code against HF directly (the ids and logits `strata run` reports)."""
+    model = load_model(case.dir)
+    out = compile_model(model, "cpu", tmp_path / "cpu", {"ctx": CTX})
+    tokens, logits = generate(load_compiled(out), model.open_weights(quiet=True), PROMPT.tolist(), NEW_TOKENS)
+    np.testing.assert_array_equal(tokens, case.hf_tokens)
+    report("cpu target 32 greedy steps", case, max_diff(logits, case.hf_step_logits))
