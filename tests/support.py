@@ -45,6 +45,53 @@ TINY["qwen3.5-moe"] = Qwen35Config(
     top_k=2, moe_intermediate_size=16, shared_intermediate_size=16, norm_topk_prob=True)
 
 
+#: Small configs of the hybrid/MoE families (HF parity, op-level numerics): the dense attention
+#: layer is the 4th, as in Qwen3.5; Qwen3-Next has a dense FFN among its sparse ones.
+_HYBRID = dict(vocab_size=128, hidden_size=64, num_layers=4,
+               layer_types=("linear_attention",) * 3 + ("full_attention",), moe_layers=(False,) * 4,
+               num_heads=4, num_kv_heads=2, head_dim=32, intermediate_size=96, rms_norm_eps=1e-6,
+               rope_theta=10000.0, rotary_dim=8, mrope_section=(2, 1, 1), mrope_interleaved=True,
+               max_position_embeddings=128, tie_word_embeddings=False, dtype="float32",
+               lin_k_heads=2, lin_v_heads=4, lin_k_dim=16, lin_v_dim=16, conv_kernel=4)
+_EXPERTS = dict(num_experts=8, top_k=2, moe_intermediate_size=32)
+HYBRID_FAMILIES = {
+    "qwen3_moe": Qwen35Config(
+        arch="Qwen3MoeForCausalLM", name="small-qwen3-moe", vocab_size=128, hidden_size=64, num_layers=3,
+        layer_types=("full_attention",) * 3, moe_layers=(True, False, True), num_heads=4, num_kv_heads=2,
+        head_dim=16, intermediate_size=96, rms_norm_eps=1e-6, rope_theta=1e6, rotary_dim=16, mrope_section=(),
+        mrope_interleaved=False, max_position_embeddings=128, tie_word_embeddings=False, dtype="float32",
+        norm_topk_prob=False, **_EXPERTS),
+    "qwen3_5": Qwen35Config(arch="Qwen3_5ForCausalLM", name="small-qwen3.5", **_HYBRID),
+    "qwen3_5_moe": Qwen35Config(arch="Qwen3_5MoeForCausalLM", name="small-qwen3.5-moe",
+                                **(_HYBRID | dict(moe_layers=(True,) * 4, intermediate_size=0)),
+                                shared_intermediate_size=48, **_EXPERTS),
+    # in_proj_qkvz / in_proj_ba grouped per key head, plain rotary, a dense layer among the sparse
+    "qwen3_next": Qwen35Config(arch="Qwen3NextForCausalLM", name="small-qwen3-next",
+                               **(_HYBRID | dict(moe_layers=(True, True, False, True), mrope_section=(),
+                                                 mrope_interleaved=False)),
+                               shared_intermediate_size=48, **_EXPERTS),
+}
+
+
+def greedy(prefill, decode, prompt, steps: int):
+    """`steps` greedy steps: the chosen tokens and the logits that chose them ([steps, Vocab])."""
+    import numpy as np
+
+    logits = [prefill(prompt)]
+    tokens = [int(np.argmax(logits[-1]))]
+    for step in range(1, steps):
+        logits.append(decode(tokens[-1], len(prompt) + step - 1))
+        tokens.append(int(np.argmax(logits[-1])))
+    return np.array(tokens), np.stack(logits)
+
+
+def max_diff(a, b) -> float:
+    import numpy as np
+
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return float(np.abs(a.astype(np.float64) - b).max())
+
+
 def tiny(family: str = "llama", **changes) -> LlamaConfig:
     """A tiny config of `family`, with `changes` applied."""
     return dataclasses.replace(TINY[family], **changes)

@@ -25,7 +25,8 @@ def save_random_checkpoint(cfg, directory: str | Path, seed: int, dtype: str = "
     """Write random HF-named weights for ``cfg`` and its config.json; returns the directory.
 
     Matrices are N(0, std), vectors N(0, 0.02); norm weights 1 + 0.1 N(0, 1) (0.1 N(0, 1) for a
-    zero-centred norm, whose scale is 1 + w), so that outputs are well conditioned. A tiny model needs std ~0.12 for logits of std ~1 (and varied
+    zero-centred norm, whose scale is 1 + w), so that outputs are well conditioned; a Gated
+    DeltaNet's A_log is U(-1.2, 1.5) and its dt_bias N(0, 0.5), a trained model's spread. A tiny model needs std ~0.12 for logits of std ~1 (and varied
     greedy tokens); 0.02 is HF's init. The bytes depend only on the arguments.
     """
     stored = dtype_of_hf(dtype)
@@ -41,6 +42,10 @@ def save_random_checkpoint(cfg, directory: str | Path, seed: int, dtype: str = "
         x = rng.standard_normal(t.shape, dtype=np.float32)
         if "norm" in name:
             x = 0.1 * x if name in centred else 1.0 + 0.1 * x
+        elif name.endswith(".ssm_a"):  # A_log: decays exp(A_log) from ~0.3 to ~4.5, as trained ones
+            x = rng.uniform(-1.2, 1.5, t.shape).astype(np.float32)
+        elif name.endswith(".ssm_dt.bias"):
+            x = 0.5 * x
         else:
             x = (std if x.ndim >= 2 else 0.02) * x
         if "*" in t.hf:  # stored one by one, as the hub stores experts

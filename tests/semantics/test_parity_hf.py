@@ -24,7 +24,7 @@ from strata.frontends.hf_config import LlamaConfig, RopeScaling
 from strata.models import build_module
 from strata.semantics.module_interp import ModuleRunner
 from strata.semantics.op_interp import alloc_state, run_function
-from support import lower_fn, open_store
+from support import greedy, lower_fn, max_diff, open_store
 from support import write_checkpoint as save_checkpoint
 
 TOL = 1e-4
@@ -84,10 +84,6 @@ def lower(cfg: LlamaConfig, entry: str, **opts) -> func.FuncOp:
     return lower_fn(cfg, entry, ctx=CTX, **opts)
 
 
-def max_diff(a: np.ndarray, b: np.ndarray) -> float:
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.abs(a.astype(np.float64) - b).max())
-
 
 def report(what: str, case: Case, diff: float) -> None:
     print(f"[parity] {case.cfg.arch:18s} {what:34s} max|diff| = {diff:.3g}")
@@ -113,19 +109,9 @@ def test_op_prefill(case: Case, flash: bool) -> None:
     report(f"op prefill ({'flash' if flash else 'unfused'})", case, max_diff(logits[0], case.hf_prompt_logits[-1]))
 
 
-def greedy(prefill, decode) -> tuple[np.ndarray, np.ndarray]:
-    """NEW_TOKENS greedy steps: the chosen tokens and the logits that chose them."""
-    logits = [prefill(PROMPT)]
-    tokens = [int(np.argmax(logits[-1]))]
-    for step in range(1, NEW_TOKENS):
-        logits.append(decode(tokens[-1], len(PROMPT) + step - 1))
-        tokens.append(int(np.argmax(logits[-1])))
-    return np.array(tokens), np.stack(logits)
-
-
 def test_module_decode(case: Case) -> None:
     runner = ModuleRunner(build_module(case.cfg).ops.first, open_store(case.dir))
-    tokens, logits = greedy(lambda p: runner.prefill(p, 0), runner.decode)
+    tokens, logits = greedy(lambda p: runner.prefill(p, 0), runner.decode, PROMPT, NEW_TOKENS)
     np.testing.assert_array_equal(tokens, case.hf_tokens)
     report("module 32 greedy steps", case, max_diff(logits, case.hf_step_logits))
 
@@ -140,6 +126,7 @@ def test_op_decode(case: Case, flash: bool) -> None:
     tokens, logits = greedy(
         lambda p: run_function(prefill, weights, state, p, 0)[0],
         lambda tok, pos: run_function(decode, weights, state, np.array([tok]), pos)[0],
+        PROMPT, NEW_TOKENS,
     )
     np.testing.assert_array_equal(tokens, case.hf_tokens)
     report(f"op 32 greedy steps ({'flash' if flash else 'unfused'})", case, max_diff(logits, case.hf_step_logits))

@@ -6,7 +6,7 @@ The configs cover the families' knobs: Qwen3-MoE with a dense layer among the sp
 attention, partial rotary, interleaved M-RoPE, dense FFN); Qwen3.5-MoE (routed + shared
 experts, experts stored one by one); Qwen3-Next (in_proj grouped per key head, plain
 rotary, a dense layer). The checkpoints are random with every weight HF initialises to a
-constant perturbed (the zero-centred norms, A_log and dt_bias), so that a formula that
+constant perturbed by the random writer (the zero-centred norms, A_log and dt_bias), so that a formula that
 dropped one of them would fail. Checked: forward logits of every prompt row, the prefill
 logits, and 32 greedy decode steps carrying the conv, recurrent and KV state (tokens and
 per-step logits against `generate`).
@@ -21,46 +21,21 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from safetensors.numpy import load_file
 
-from strata.ir.weights import SINGLE_FILE, write_safetensors
 from strata.models import build_module
 from strata.models.qwen35 import Qwen35Config
 from strata.pipeline import compile_model, load_model
 from strata.semantics.module_interp import ModuleRunner
 from strata.semantics.op_interp import alloc_state, run_function
 from strata.targets.cpu.driver import generate, load_compiled
-from support import lower_fn, open_store, write_checkpoint
+from support import HYBRID_FAMILIES, greedy, lower_fn, max_diff, open_store, write_checkpoint
 
 TOL = 1e-4
 NEW_TOKENS = 32
 CTX = 64  # the op level and the CPU target: enough for the prompt and the 32 steps
 PROMPT = np.array([3, 17, 42, 99, 5, 64, 11], dtype=np.int32)
 
-HYBRID = dict(vocab_size=128, hidden_size=64, num_layers=4,
-              layer_types=("linear_attention",) * 3 + ("full_attention",), moe_layers=(False,) * 4,
-              num_heads=4, num_kv_heads=2, head_dim=32, intermediate_size=96, rms_norm_eps=1e-6,
-              rope_theta=10000.0, rotary_dim=8, mrope_section=(2, 1, 1), mrope_interleaved=True,
-              max_position_embeddings=128, tie_word_embeddings=False, dtype="float32",
-              lin_k_heads=2, lin_v_heads=4, lin_k_dim=16, lin_v_dim=16, conv_kernel=4)
-EXPERTS = dict(num_experts=8, top_k=2, moe_intermediate_size=32)
-
-CONFIGS = {
-    "qwen3_moe": Qwen35Config(
-        arch="Qwen3MoeForCausalLM", name="parity-qwen3-moe", vocab_size=128, hidden_size=64, num_layers=3,
-        layer_types=("full_attention",) * 3, moe_layers=(True, False, True), num_heads=4, num_kv_heads=2,
-        head_dim=16, intermediate_size=96, rms_norm_eps=1e-6, rope_theta=1e6, rotary_dim=16, mrope_section=(),
-        mrope_interleaved=False, max_position_embeddings=128, tie_word_embeddings=False, dtype="float32",
-        norm_topk_prob=False, **EXPERTS),
-    "qwen3_5": Qwen35Config(arch="Qwen3_5ForCausalLM", name="parity-qwen3.5", **HYBRID),
-    "qwen3_5_moe": Qwen35Config(arch="Qwen3_5MoeForCausalLM", name="parity-qwen3.5-moe",
-                                **(HYBRID | dict(moe_layers=(True,) * 4, intermediate_size=0)),
-                                shared_intermediate_size=48, **EXPERTS),
-    "qwen3_next": Qwen35Config(arch="Qwen3NextForCausalLM", name="parity-qwen3-next",
-                               **(HYBRID | dict(moe_layers=(True, True, False, True), mrope_section=(),
-                                                mrope_interleaved=False)),
-                               shared_intermediate_size=48, **EXPERTS),
-}
+CONFIGS = HYBRID_FAMILIES
 # HF's init std 0.02 leaves a tiny model's logits nearly flat; std 0.12 gives varied greedy tokens.
 WEIGHT_STD = 0.12
 
@@ -74,28 +49,11 @@ class Case:
     hf_step_logits: np.ndarray  # [NEW_TOKENS, Vocab]: the logits that chose each token
 
 
-def perturb_constants(cfg: Qwen35Config, directory: Path, seed: int) -> None:
-    """Give the weights HF initialises to constants a realistic spread.
-
-    The random writer draws zero-centred norm weights as 0.1 N(0, 1) (scales near 1, as in a
-    trained model). A_log and dt_bias (random vectors of std 0.02 from the writer) get decays
-    exp(A_log) from ~0.3 to ~4.5 and biases of std 0.5."""
-    path = directory / SINGLE_FILE
-    tensors = load_file(str(path))
-    rng = np.random.default_rng(seed)
-    for name, x in sorted(tensors.items()):
-        if name.endswith(".A_log"):
-            tensors[name] = rng.uniform(-1.2, 1.5, x.shape).astype(x.dtype)
-        elif name.endswith(".dt_bias"):
-            tensors[name] = (0.5 * rng.standard_normal(x.shape)).astype(x.dtype)
-    write_safetensors(path, tensors, {"format": "pt"})
-
 
 @pytest.fixture(scope="module", params=list(CONFIGS), ids=list(CONFIGS))
 def case(request, tmp_path_factory) -> Case:
     cfg = CONFIGS[request.param]
     d = write_checkpoint(cfg, tmp_path_factory.mktemp(request.param), seed=7, std=WEIGHT_STD)
-    perturb_constants(cfg, d, seed=8)
     torch.manual_seed(0)  # weights come from the file; this pins anything HF initializes itself
     model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
     assert type(model).__name__ == cfg.arch
@@ -114,10 +72,6 @@ def case(request, tmp_path_factory) -> Case:
 def runner(case: Case) -> ModuleRunner:
     return ModuleRunner(build_module(case.cfg).ops.first, open_store(case.dir))
 
-
-def max_diff(a: np.ndarray, b: np.ndarray) -> float:
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.abs(a.astype(np.float64) - b).max())
 
 
 def report(what: str, case: Case, diff: float) -> None:
@@ -147,16 +101,6 @@ def test_module_decode(case: Case) -> None:
     report("module 32 greedy steps", case, max_diff(np.stack(logits), case.hf_step_logits))
 
 
-def greedy(prefill, decode) -> tuple[np.ndarray, np.ndarray]:
-    """NEW_TOKENS greedy steps: the chosen tokens and the logits that chose them."""
-    logits = [prefill(PROMPT)]
-    tokens = [int(np.argmax(logits[-1]))]
-    for step in range(1, NEW_TOKENS):
-        logits.append(decode(tokens[-1], len(PROMPT) + step - 1))
-        tokens.append(int(np.argmax(logits[-1])))
-    return np.array(tokens), np.stack(logits)
-
-
 def test_op_decode(case: Case) -> None:
     """The op level (llama.cpp's graph, GGUF-form weights by conversion) against HF directly."""
     store = open_store(case.dir)
@@ -164,7 +108,8 @@ def test_op_decode(case: Case) -> None:
     decode = lower_fn(case.cfg, "decode", start=-1, ctx=CTX)
     state = alloc_state(decode)
     tokens, logits = greedy(lambda p: run_function(prefill, store, state, p, 0)[-1],
-                            lambda tok, pos: run_function(decode, store, state, np.array([tok]), pos)[-1])
+                            lambda tok, pos: run_function(decode, store, state, np.array([tok]), pos)[-1],
+                            PROMPT, NEW_TOKENS)
     np.testing.assert_array_equal(tokens, case.hf_tokens)
     report("op 32 greedy steps", case, max_diff(logits, case.hf_step_logits))
 
