@@ -88,6 +88,10 @@ class Model:
         composites = {t.ggml: composite_of(t) for t in tensors if "*" in t.hf or t.hf_merged}
         # A tied model's checkpoint may still carry the tied copy (lm_head.weight).
         ignore = {t.tied_from for t in tensors if t.tied_from is not None}
+        # What a family's checkpoints carry besides the language model (a vision tower, MTP heads).
+        ignored = self.model_op.attributes.get("ignored_weights")
+        if ignored is not None:
+            ignore |= {a.data for a in ignored.data}
         return names, ignore, composites
 
     def open_weights(self, check: bool = True, quiet: bool = False) -> WeightStore:

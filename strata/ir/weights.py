@@ -213,7 +213,9 @@ class WeightStore:
                 continue
             used.update(self._assembled[name][1])
         #: Stored tensors the model does not use (outside `names`, the composites and `ignore`), sorted.
-        self.unused = sorted(n for n in stored_in if n not in used and n not in ignore)
+        #: An `ignore` entry ending in "." ignores every name under it (`model.visual.`).
+        prefixes = tuple(i for i in ignore if i.endswith("."))
+        self.unused = sorted(n for n in stored_in if n not in used and n not in ignore and not n.startswith(prefixes))
         self._stored_in = stored_in
         self._expected_stored = {v: k for k, v in names.items()} if names is not None else {}
 

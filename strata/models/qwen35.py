@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     DenseArrayBase,
     DictionaryAttr,
     FloatAttr,
@@ -40,6 +41,8 @@ ARCHITECTURES = ("Qwen3MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCaus
 CONDITIONAL = {"Qwen3_5MoeForConditionalGeneration": "Qwen3_5MoeForCausalLM",
                "Qwen3_5ForConditionalGeneration": "Qwen3_5ForCausalLM"}
 LAYER_TYPES = ("linear_attention", "full_attention")
+#: Stored tensors that are not the language model: read past, not reported as unused.
+IGNORED_WEIGHTS = ("model.visual.", "mtp.")
 
 #: (block, sub or param) -> (llama.cpp segment, HF segment) of the tensor names below it.
 NAMES: dict[tuple[str, str], tuple[str, str]] = {
@@ -485,7 +488,9 @@ def build(cfg: Qwen35Config, max_seq: int | None = None) -> ModuleOp:
             "Batch": 1, "MaxSeq": max_seq or cfg.max_position_embeddings, "Layers": cfg.num_layers}
     generics: dict[str, Attribute] = {k: IntegerAttr(v, i64) for k, v in dims.items()}
     generics["T"] = DTYPES[cfg.dtype]
-    model = M.ModelOp(_symbol(cfg.name), cfg.arch, "Model", generics)
+    # The hub's checkpoints also hold the vision tower and the multi-token-prediction head.
+    ignored = ArrayAttr([StringAttr(p) for p in IGNORED_WEIGHTS])
+    model = M.ModelOp(_symbol(cfg.name), cfg.arch, "Model", generics, {"ignored_weights": ignored})
     model.body.block.add_ops(blocks)
     return ModuleOp([model])
 

@@ -150,3 +150,16 @@ def test_strata_run_dumps_logits(name, tmp_path):
     ids = [int(t) for t in r.stdout.strip().splitlines()[-1].removeprefix("ids=").split(",")]
     logits = np.load(dump)
     assert logits.shape == (6, 320) and ids == [int(row.argmax()) for row in logits]
+
+
+def test_vision_tower_and_mtp_weights_are_ignored(tmp_path, capsys):
+    """The hub's Qwen3.5/3.6-MoE checkpoints carry model.visual.* and mtp.*: read past quietly;
+    anything else unknown is still reported."""
+    d = tmp_path / "m"
+    shutil.copytree(LLAMACPP / "qwen3.5-moe-tiny", d)
+    tensors = load_file(str(d / "model.safetensors"))
+    tensors["model.visual.blocks.0.attn.qkv.weight"] = np.zeros((6, 2), np.float32)
+    tensors["mtp.fc.weight"] = np.zeros((2, 2), np.float32)
+    tensors["model.other.weight"] = np.zeros(2, np.float32)
+    write_safetensors(d / "model.safetensors", tensors)
+    assert load_model(d).open_weights(quiet=True).unused == ["model.other.weight"]
