@@ -1,0 +1,426 @@
+"""CPU MoE benchmark: strata's generated numpy code against HF transformers (eager PyTorch) on a
+cut-down Qwen3.6-35B-A3B.
+
+    .venv/bin/python bench/cpu_moe.py [--cache-dir DIR] [--prompt 128] [--new 64] [--reps 3]
+
+The model has Qwen3.6-35B-A3B's layer shapes (hidden 2048; Gated DeltaNet with 16 key and 32
+value heads of 128, conv kernel 4; gated attention with 16 query and 2 KV heads of 256, partial
+rotary 0.25, interleaved M-RoPE [11, 11, 10], rope_theta 1e7; sparse MoE with experts of 512 and
+a shared expert of 512; vocab 248320, untied lm_head), cut to 4 layers (3 linear attention + 1
+full attention) and 64 experts, top-8, fp32: about 7.3 GB. Its random weights (HF's init std
+0.02; A_log and dt_bias given a trained model's spread, as the HF parity tests do) are written
+once into the cache dir and reused. The experts are stored merged, as transformers 5 holds them
+(`mlp.experts.gate_up_proj` [E, 2 I, H], `mlp.experts.down_proj` [E, H, I]): HF loads them as they
+are, and strata memory-maps them (one-by-one experts would be stacked into memory at load).
+
+Each engine lives in its own subprocess (so that its peak RSS, ru_maxrss, is its own) and warms
+up; the engines are loaded one at a time. Then the parent alternates their runs (--reps each) of a
+prefill of --prompt tokens and --new greedy decode steps, context 256, on the same weights; the
+best prefill and decode time of each engine counts (the vCPUs here slow down at random for
+seconds at a time; alternating exposes both engines to the same spells). With --one-at-a-time
+each engine runs all its reps and exits before the other loads (for machines where both
+engines' weights do not fit in memory at once; HF holds all weights in anonymous memory, strata
+maps the file).
+
+Checked: the first token's logits (max |diff|, against the logits' scale) and how many of the
+greedy ids agree; and that strata's decode reads only the routed experts (each expert tensor is
+indexed expert by expert, at most top-k distinct experts per step, never read whole).
+
+The decode time is set against the memory roofline: the bytes of weights one decode token reads
+(every tensor but the embedding, the experts' share top-k / E of theirs) over the copy bandwidth
+measured here (np.copyto of 512 MiB, one slice per core, read + write bytes per second).
+
+The last line is exactly
+    decode_ratio=<strata/torch decode tok/s> prefill_ratio=<strata/torch prefill tok/s>
+(HF time / strata time: above 1 means strata is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+CTX = 256
+SEED = 0
+NAME = "qwen3.6-35b-a3b-4l-64e"
+
+
+def qwen36_cut():
+    from strata.models.qwen35 import Qwen35Config
+
+    return Qwen35Config(
+        arch="Qwen3_5MoeForCausalLM", name=NAME, vocab_size=248320, hidden_size=2048, num_layers=4,
+        layer_types=("linear_attention",) * 3 + ("full_attention",), moe_layers=(True,) * 4,
+        num_heads=16, num_kv_heads=2, head_dim=256, intermediate_size=0, rms_norm_eps=1e-6,
+        rope_theta=1e7, rotary_dim=64, mrope_section=(11, 11, 10), mrope_interleaved=True,
+        max_position_embeddings=262144, tie_word_embeddings=False, dtype="float32",
+        lin_k_heads=16, lin_v_heads=32, lin_k_dim=128, lin_v_dim=128, conv_kernel=4,
+        num_experts=64, top_k=8, moe_intermediate_size=512, shared_intermediate_size=512)
+
+
+def merge_experts_and_perturb(directory: Path, seed: int) -> None:
+    """Rewrite ``directory``'s model.safetensors (written expert by expert) with each layer's
+    experts merged as transformers 5 holds them, and A_log / dt_bias given a realistic spread:
+    decays exp(A_log) from ~0.3 to ~4.5 and biases of std 0.5 (as test_parity_hybrid_hf)."""
+    import re
+
+    from strata.ir.weights import SINGLE_FILE, SafetensorsFile, write_safetensors
+
+    src = SafetensorsFile(directory / SINGLE_FILE)
+    rng = np.random.default_rng(seed)
+    experts: dict[str, dict[str, dict[int, np.ndarray]]] = {}
+    tensors: dict[str, np.ndarray] = {}
+    pattern = re.compile(r"(.*\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight")
+    for name in sorted(src.entries):
+        m = pattern.fullmatch(name)
+        if m:
+            experts.setdefault(m[1], {}).setdefault(m[3], {})[int(m[2])] = src.array(name)
+        elif name.endswith(".A_log"):
+            x = src.array(name)
+            tensors[name] = rng.uniform(-1.2, 1.5, x.shape).astype(x.dtype)
+        elif name.endswith(".dt_bias"):
+            x = src.array(name)
+            tensors[name] = (0.5 * rng.standard_normal(x.shape)).astype(x.dtype)
+        else:
+            tensors[name] = src.array(name)  # a view of the map: copied when written
+    for prefix, parts in experts.items():
+        n = len(parts["gate"])
+        gate = np.stack([parts["gate"][i] for i in range(n)])
+        up = np.stack([parts["up"][i] for i in range(n)])
+        tensors[f"{prefix}.gate_up_proj"] = np.concatenate((gate, up), axis=1)
+        del gate, up
+        tensors[f"{prefix}.down_proj"] = np.stack([parts["down"][i] for i in range(n)])
+    tmp = directory / (SINGLE_FILE + ".tmp")
+    write_safetensors(tmp, tensors, {"format": "pt"})
+    del tensors, experts, src
+    os.replace(tmp, directory / SINGLE_FILE)
+
+
+def ensure_model(cache: Path) -> Path:
+    """The random-weight model in ``cache``, written (atomically) on first use."""
+    from strata.models.checkpoint import save_random_checkpoint
+
+    final = cache / f"{NAME}-f32"
+    if (final / "config.json").is_file() and (final / "model.safetensors").is_file():
+        return final
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".model.tmp-", dir=cache))
+    t0 = time.perf_counter()
+    save_random_checkpoint(qwen36_cut(), tmp, seed=SEED, dtype="float32")
+    merge_experts_and_perturb(tmp, seed=SEED + 1)
+    os.rename(tmp, final)
+    print(f"wrote random weights to {final} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return final
+
+
+def copy_bandwidth() -> float:
+    """STREAM-style copy bandwidth (bytes read + written per second) of np.copyto over
+    512 MiB, one slice per core in threads (numpy releases the GIL), best of 5."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = 512 << 20
+    src = np.ones(n // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    parts = np.array_split(np.arange(src.size), os.cpu_count() or 1)
+    slices = [slice(int(p[0]), int(p[-1]) + 1) for p in parts]
+    best = float("inf")
+    with ThreadPoolExecutor(len(slices)) as pool:
+        for _ in range(6):
+            t0 = time.perf_counter()
+            list(pool.map(lambda sl: np.copyto(dst[sl], src[sl]), slices))
+            best = min(best, time.perf_counter() - t0)
+    return 2 * n / best
+
+
+def weight_bytes_per_token(model_dir: Path) -> int:
+    """Bytes of weights one decode step reads: every tensor but the embedding (one row of it),
+    the routed experts' share (top-k / E) of the expert tensors."""
+    from strata.pipeline import load_model
+
+    model = load_model(model_dir)
+    cfg = model.config
+    store = model.open_weights(check=False, quiet=True)
+    total = 0.0
+    for name in store.names():
+        if name == "token_embd.weight":
+            continue
+        shape, _ = store.info(name)
+        nbytes = 4 * int(np.prod(shape))
+        total += nbytes * cfg.top_k / cfg.num_experts if "_exps" in name else nbytes
+    return int(total)
+
+
+# ---------------------------------------------------------------------------------------------
+# Engines (each runs in its own subprocess)
+
+
+def _prompt(n: int, vocab: int) -> np.ndarray:
+    return np.random.default_rng(1).integers(0, vocab, size=n).astype(np.int32)
+
+
+class Engine:
+    """One engine in this process: ``rep()`` runs a prefill and the greedy decode once."""
+
+    def __init__(self, prefill, decode, n_prompt: int, n_new: int):
+        self.prefill, self.decode = prefill, decode
+        self.n_prompt, self.n_new = n_prompt, n_new
+        self.first_logits = None
+        self.ids: list[int] = []
+        self.extra: dict = {}
+
+    def rep(self) -> dict:
+        t0 = time.perf_counter()
+        first = np.asarray(self.prefill(), dtype=np.float32).copy()
+        t1 = time.perf_counter()
+        ids = [int(np.argmax(first))]
+        for i in range(self.n_new - 1):
+            ids.append(int(np.argmax(self.decode(ids[-1], self.n_prompt + i))))
+        t2 = time.perf_counter()
+        self.first_logits, self.ids = first, ids
+        return {"prefill_s": t1 - t0, "decode_s": t2 - t1}
+
+
+class _Spy(np.ndarray):
+    """An expert tensor that records how it is indexed (by one expert id, or otherwise)."""
+
+    log: list
+
+    def __getitem__(self, key):
+        self.log.append(int(key) if isinstance(key, (int, np.integer)) else "other")
+        return super().__getitem__(key)
+
+
+def check_routed_experts(model, engine: Engine) -> dict:
+    """Run one more decode step with each stacked expert tensor [E, M, K] spied on: how many
+    distinct experts each tensor read, and whether any was read other than expert by expert."""
+    spies = {}
+    for attr, value in list(vars(model).items()):
+        if attr.endswith("_exps") or "_exps_" in attr:
+            spy = value.view(_Spy)
+            spy.log = []
+            setattr(model, attr, spy)
+            spies[attr] = (value, spy)
+    engine.decode(engine.ids[-1], engine.n_prompt + engine.n_new - 1)
+    distinct = [len({k for k in spy.log if k != "other"}) for _, spy in spies.values()]
+    other = sum(spy.log.count("other") for _, spy in spies.values())
+    for attr, (value, _) in spies.items():
+        setattr(model, attr, value)
+    return {"expert_tensors": len(spies), "max_distinct": max(distinct, default=0), "other_reads": other}
+
+
+def strata_engine(model_dir: Path, compiled: Path, n_prompt: int, n_new: int) -> Engine:
+    from strata.pipeline import load_model
+    from strata.targets.cpu.driver import load_compiled
+
+    weights = load_model(model_dir).open_weights()
+    model = load_compiled(compiled).Model(weights)
+    vocab = model.OUTPUTS["decode"][0][-1]
+    prompt = _prompt(n_prompt, vocab)
+    # warm-up: the allocator, the kernels' first calls, some weight pages
+    model.prefill(prompt[:8], 0)
+    model.decode(int(prompt[8]), 8)
+
+    def prefill():
+        model.reset()  # a fresh sequence: zero conv and recurrent state
+        return model.prefill(prompt, 0)[-1]
+
+    engine = Engine(prefill, lambda t, pos: model.decode(t, pos)[-1], n_prompt, n_new)
+    engine.spy = lambda: check_routed_experts(model, engine)
+    return engine
+
+
+def torch_engine(model_dir: Path, n_prompt: int, n_new: int) -> Engine:
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_grad_enabled(False)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
+    model.eval()
+    prompt = torch.from_numpy(_prompt(n_prompt, model.config.vocab_size).astype(np.int64))[None, :]
+    cache = {}
+
+    def prefill():
+        with torch.inference_mode():
+            out = model(prompt, use_cache=True, logits_to_keep=1)
+        cache["past"] = out.past_key_values
+        return out.logits[0, -1].numpy()
+
+    def decode(token, pos):
+        with torch.inference_mode():
+            out = model(torch.tensor([[token]]), past_key_values=cache["past"], use_cache=True)
+        cache["past"] = out.past_key_values
+        return out.logits[0, -1].numpy()
+
+    with torch.inference_mode():  # warm-up
+        out = model(prompt[:, :8], use_cache=True)
+        model(prompt[:, 8:9], past_key_values=out.past_key_values, use_cache=True)
+    engine = Engine(prefill, decode, n_prompt, n_new)
+    engine.extra = {"experts_implementation": str(getattr(model.config, "_experts_implementation", None))}
+    return engine
+
+
+def engine_main(args: argparse.Namespace) -> int:
+    """Serve `rep` and `done` commands on stdin; answer one JSON line each on stdout."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    model_dir = Path(args.model)
+    if args.engine == "strata":
+        engine = strata_engine(model_dir, Path(args.compiled), args.prompt, args.new)
+    else:
+        engine = torch_engine(model_dir, args.prompt, args.new)
+    out = sys.stdout
+    sys.stdout = sys.stderr  # libraries print; keep the protocol channel clean
+    print("READY", file=out, flush=True)
+    for line in sys.stdin:
+        if line.strip() == "rep":
+            print(json.dumps(engine.rep()), file=out, flush=True)
+        elif line.strip() == "done":
+            np.save(args.logits_out, engine.first_logits)
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+            final = {"ids": engine.ids, "peak_rss_bytes": rss, **engine.extra}
+            if hasattr(engine, "spy"):
+                final["routed"] = engine.spy()
+            print(json.dumps(final), file=out, flush=True)
+            return 0
+    return 1
+
+
+class Child:
+    """An engine subprocess driven over a pipe, so that the engines' runs can interleave."""
+
+    def __init__(self, engine: str, model_dir: Path, compiled: Path, args, logits_out: Path):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--engine", engine, "--model", str(model_dir),
+               "--compiled", str(compiled), "--prompt", str(args.prompt), "--new", str(args.new),
+               "--logits-out", str(logits_out)]
+        self.name = engine
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.expect("READY")
+        print(f"{engine}: loaded and warmed up in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+    def expect(self, what: str | None = None) -> str:
+        line = self.proc.stdout.readline()
+        if not line or (what is not None and line.strip() != what):
+            self.proc.kill()
+            raise SystemExit(f"{self.name} engine failed (exit {self.proc.wait()}): {line.strip()!r}")
+        return line
+
+    def ask(self, command: str) -> dict:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.expect())
+
+    def close(self) -> dict:
+        final = self.ask("done")
+        self.proc.wait()
+        return final
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--cache-dir", default=str(ROOT / ".strata-cache" / "bench"))
+    p.add_argument("--prompt", type=int, default=128)
+    p.add_argument("--new", type=int, default=64)
+    p.add_argument("--reps", type=int, default=3, help="runs per engine; the best times count (the vCPUs here throttle at random)")
+    p.add_argument("--one-at-a-time", action="store_true",
+                   help="run each engine's reps and end it before loading the other (less memory, no alternation)")
+    p.add_argument("--engine", choices=["strata", "torch"], help=argparse.SUPPRESS)
+    p.add_argument("--model", help=argparse.SUPPRESS)
+    p.add_argument("--compiled", help=argparse.SUPPRESS)
+    p.add_argument("--logits-out", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.engine:
+        return engine_main(args)
+    if args.prompt + args.new > CTX:
+        raise SystemExit(f"--prompt + --new must be <= {CTX}")
+    if args.prompt < 9 or args.new < 1:
+        raise SystemExit("--prompt must be at least 9 (the warm-up's) and --new at least 1")
+
+    from strata.pipeline import cached_compile, load_model
+
+    cache = Path(args.cache_dir)
+    model_dir = ensure_model(cache)
+    t0 = time.perf_counter()
+    compiled, why = cached_compile(load_model(model_dir), "cpu", cache / f"cpu-{NAME}", {"ctx": CTX, "flash_attn": True})
+    print(f"compile ({'built: ' + why if why else 'reused'}): {time.perf_counter() - t0:.2f} s", file=sys.stderr)
+
+    bw = copy_bandwidth()
+    wbytes = weight_bytes_per_token(model_dir)
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        runs: dict[str, list] = {}
+        finals: dict[str, dict] = {}
+        if args.one_at_a_time:
+            for e in ("strata", "torch"):
+                c = Child(e, model_dir, compiled, args, Path(tmp) / f"{e}.npy")
+                runs[e] = [c.ask("rep") for _ in range(args.reps)]
+                finals[e] = c.close()
+        else:
+            # Load one engine at a time, then alternate their runs: a slow spell of the
+            # (shared, throttled) vCPUs then hits both alike, and the best run of each counts.
+            children = [Child(e, model_dir, compiled, args, Path(tmp) / f"{e}.npy") for e in ("strata", "torch")]
+            runs = {c.name: [] for c in children}
+            for _ in range(args.reps):
+                for c in children:
+                    runs[c.name].append(c.ask("rep"))
+            finals = {c.name: c.close() for c in children}
+        for name, final in finals.items():
+            results[name] = {
+                "prefill_s": min(r["prefill_s"] for r in runs[name]),
+                "decode_s": min(r["decode_s"] for r in runs[name]),
+                "runs": [[round(r["prefill_s"], 2), round(r["decode_s"], 2)] for r in runs[name]],
+                "first_logits": np.load(Path(tmp) / f"{name}.npy"),
+                **final,
+            }
+
+    n_dec = args.new - 1
+    roof_s = wbytes / bw
+    cfg = qwen36_cut()
+    print(f"model: Qwen3.6-35B-A3B layer shapes, 4 layers (3 linear + 1 full attention), {cfg.num_experts} experts "
+          f"top-{cfg.top_k}, fp32 random weights; {wbytes / 1e9:.2f} GB read per decode token, ctx {CTX}; "
+          f"HF experts implementation: {results['torch'].get('experts_implementation')}")
+    print(f"copy bandwidth: {bw / 1e9:.1f} GB/s (read + write); decode roofline {roof_s * 1e3:.0f} ms/token "
+          f"= {1 / roof_s:.2f} tok/s")
+    rates = {}
+    for engine in ("strata", "torch"):
+        r = results[engine]
+        pre = args.prompt / r["prefill_s"]
+        dec = n_dec / r["decode_s"]
+        rates[engine] = (pre, dec)
+        per_tok = r["decode_s"] / n_dec
+        print(f"{engine:>6}: prefill {pre:7.1f} tok/s ({r['prefill_s'] * 1e3:.0f} ms)   decode {dec:6.2f} tok/s "
+              f"({per_tok * 1e3:.0f} ms/token, {roof_s / per_tok:.0%} of roofline)   "
+              f"peak RSS {r['peak_rss_bytes'] / 2**30:.2f} GiB")
+        print(f"        runs [prefill s, decode s]: {r['runs']}")
+    routed = results["strata"].get("routed", {})
+    print(f"strata routing: a decode step read {routed.get('max_distinct')} distinct experts at most from each of "
+          f"{routed.get('expert_tensors')} expert tensors ({cfg.top_k} routed of {cfg.num_experts}); "
+          f"reads other than expert by expert: {routed.get('other_reads')}")
+    a, b = results["strata"]["first_logits"], results["torch"]["first_logits"]
+    diff = float(np.max(np.abs(a - b)))
+    same = sum(x == y for x, y in zip(results["strata"]["ids"], results["torch"]["ids"]))
+    print(f"parity: max |logits diff| after prefill {diff:.2e} (logits max |x| {float(np.max(np.abs(b))):.2f}, "
+          f"std {float(np.std(b)):.2f}); greedy ids agree on {same}/{args.new}")
+    decode_ratio = rates["strata"][1] / rates["torch"][1]
+    prefill_ratio = rates["strata"][0] / rates["torch"][0]
+    print(f"decode_ratio={decode_ratio:.2f} prefill_ratio={prefill_ratio:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
