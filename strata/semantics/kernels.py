@@ -417,6 +417,8 @@ def gated_delta_net(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, 
     [T, Hv, 1]; state [Hv, D, D] with state[h, j, i] = S[h][i, j] (S is dk x dv). Value
     head h reads q/k head h % Hk (ggml), or h // (Hv / Hk) when `grouped`. Per token:
     S *= exp(g); u = beta (v - S^T k); S += k u^T; o = S^T q / sqrt(D).
+    A long sequence with one gate per head is computed in chunks of tokens
+    (_gated_delta_net_chunks), the same recurrence as matrix products.
     """
     q = np.asarray(q, dtype=np.float32)
     k = np.asarray(k, dtype=np.float32)
@@ -424,14 +426,17 @@ def gated_delta_net(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, 
     t, hk, d = q.shape
     hv = v.shape[1]
     heads = np.arange(hv) // (hv // hk) if grouped else np.arange(hv) % hk
-    qh, kh = q[:, heads], k[:, heads]  # [T, Hv, D]: each value head's q and k
-    decay = np.exp(np.asarray(g, dtype=np.float32))  # [T, Hv, 1 or D]
-    b = np.asarray(beta, dtype=np.float32)  # [T, Hv, 1]
     out = np.empty((t + d, hv * d), dtype=np.float32)
     s = out.reshape(-1)[t * hv * d:].reshape(hv, d, d)  # the state, updated in place
     s[...] = np.asarray(state, dtype=np.float32)
     o = out[:t].reshape(t, hv, d)
     scale = np.float32(1.0 / np.sqrt(np.float32(d)))
+    if t >= 16 and np.shape(g)[-1] == 1:
+        _gated_delta_net_chunks(q, k, v, g, beta, heads, s, o, scale)
+        return out
+    qh, kh = q[:, heads], k[:, heads]  # [T, Hv, D]: each value head's q and k
+    decay = np.exp(np.asarray(g, dtype=np.float32))  # [T, Hv, 1 or D]
+    b = np.asarray(beta, dtype=np.float32)  # [T, Hv, 1]
     for i in range(t):
         # s[h, j, :] is column j of S: the decay of row r of S scales s[h, :, r].
         s *= decay[i][:, None, :]
@@ -440,6 +445,61 @@ def gated_delta_net(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, 
         s += u[:, :, None] * kh[i][:, None, :]
         np.multiply(np.matmul(s, qh[i][:, :, None])[..., 0], scale, out=o[i])
     return out
+
+
+def _gated_delta_net_chunks(q, k, v, g, beta, heads, s, o, scale) -> None:
+    """The gated delta rule with one gate per head, 16 tokens at a time: writes the outputs
+    into o [T, Hv, D] and advances s [Hv, D, D] (S^T per head) in place.
+
+    In a chunk, with G_t the cumulative sum of g from its start and S0 the state before it,
+    U = (I + A)^-1 (beta V - beta exp(G) K S0) where A[t, s] = beta_t exp(G_t - G_s) k_t.k_s
+    (s < t); then o_t = (exp(G_t) S0^T q_t + sum_{s<=t} exp(G_t - G_s) (q_t.k_s) u_s) / sqrt(D)
+    and S <- exp(G_n) S0 + sum_s exp(G_n - G_s) k_s u_s^T. (I + A)^-1 is the product of
+    (I + (-A)^(2^j)), A being nilpotent. Factors below 1e-30 (exp of less than -60, and products
+    of them) are flushed to 0: they are far below float32's resolution of the results, and
+    denormal numbers make every operation on them a hundred times slower.
+    """
+    t, hv, d = v.shape
+    tiny = np.float32(1e-30)
+    gg = np.asarray(g, dtype=np.float32)[..., 0].T  # [Hv, T]
+    bb = np.asarray(beta, dtype=np.float32)[..., 0].T  # [Hv, T]
+    qh = q.transpose(1, 0, 2)[heads]  # [Hv, T, D]
+    kh = k.transpose(1, 0, 2)[heads]
+    vh = v.transpose(1, 0, 2)
+    for c0 in range(0, t, 16):
+        c1 = min(c0 + 16, t)
+        n = c1 - c0
+        kc, qc, vc = kh[:, c0:c1], qh[:, c0:c1], vh[:, c0:c1]
+        b = bb[:, c0:c1, None]  # [Hv, n, 1]
+        cum = np.cumsum(gg[:, c0:c1], axis=1, dtype=np.float32)  # [Hv, n]
+        lower = np.tri(n, dtype=bool)  # s <= t
+        diff = np.where(lower, cum[:, :, None] - cum[:, None, :], np.float32(-np.inf))
+        decay = np.exp(np.where(diff < np.float32(-60.0), np.float32(-np.inf), diff))  # [Hv, n, n]
+        e_cum = np.exp(np.where(cum < np.float32(-60.0), np.float32(-np.inf), cum))[:, :, None]  # [Hv, n, 1]
+        minus_a = np.matmul(kc, kc.transpose(0, 2, 1))
+        minus_a *= decay
+        minus_a *= -b
+        minus_a[:, np.arange(n), np.arange(n)] = 0  # strictly lower
+        inv = minus_a + np.eye(n, dtype=np.float32)
+        power, span = minus_a, 2
+        while span < n:
+            power = np.matmul(power, power)
+            power[np.abs(power) < tiny] = 0
+            inv += np.matmul(inv, power)
+            span *= 2
+        inv[np.abs(inv) < tiny] = 0
+        s0 = s.transpose(0, 2, 1)  # S per head, [Hv, dk, dv]
+        u = np.matmul(inv, vc * b - np.matmul(kc * (b * e_cum), s0))  # [Hv, n, dv]
+        qk = np.matmul(qc, kc.transpose(0, 2, 1))
+        qk *= decay
+        oc = np.matmul(qc * e_cum, s0)
+        oc += np.matmul(qk, u)
+        oc *= scale
+        o[c0:c1] = oc.transpose(1, 0, 2)
+        last = cum[:, -1:] - cum  # [Hv, n]: G_n - G_s
+        last = np.exp(np.where(last < np.float32(-60.0), np.float32(-np.inf), last))[:, :, None]
+        s *= e_cum[:, -1:, :]
+        s += np.matmul(u.transpose(0, 2, 1), kc * last)
 
 
 def convert_plus_one(w: np.ndarray, args=()) -> np.ndarray:

@@ -287,7 +287,7 @@ def hf_gated_delta(q, k, v, g, beta, state, grouped: bool):
 
 
 @pytest.mark.parametrize("grouped", [False, True])
-@pytest.mark.parametrize("tokens", [1, 3, 7])
+@pytest.mark.parametrize("tokens", [1, 3, 7, 16, 40])  # 16 and more: computed in chunks
 def test_gated_delta_net_matches_hf(grouped: bool, tokens: int) -> None:
     hk, hv, d = 2, 4, 16
     q, k, v = randn(tokens, hk, d, seed=1), randn(tokens, hk, d, seed=2), randn(tokens, hv, d, seed=3)
@@ -335,6 +335,32 @@ def test_gated_delta_net_follows_ggml_loops(kda: bool) -> None:
     beta = np.abs(randn(tt, hv, 1, seed=11)) % 1
     state = randn(hv, d, d, seed=12) * 0.1
     close(K.gated_delta_net(q, k, v, g, beta, state), gated_delta_ggml(q, k, v, g, beta, state), atol=1e-5)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_gated_delta_net_in_chunks_follows_the_recurrence(grouped: bool) -> None:
+    """A long sequence (computed 16 tokens at a time) equals the token-by-token recurrence,
+    with decays from none to strong (a chunk's gate sums reach e^-400: the flushed factors)
+    and beta from 0 to 1; and a second call carries the state on."""
+    tt, hk, hv, d = 53, 2, 4, 16
+    q, k, v = randn(tt, hk, d, seed=21), randn(tt, hk, d, seed=22), randn(tt, hv, d, seed=23)
+    q /= np.linalg.norm(q, axis=-1, keepdims=True)
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    g = -np.abs(randn(tt, hv, 1, seed=24)) * np.array([0.0, 0.1, 2.0, 25.0], np.float32)[None, :, None]
+    beta = np.random.default_rng(25).uniform(0, 1, (tt, hv, 1)).astype(np.float32)
+    state = randn(hv, d, d, seed=26) * 0.1
+    want = np.zeros((tt + d, hv * d), np.float32)
+    s = state
+    for i in range(tt):  # one token at a time: the recurrence, never chunked
+        step = K.gated_delta_net(q[i:i + 1], k[i:i + 1], v[i:i + 1], g[i:i + 1], beta[i:i + 1], s, grouped=grouped)
+        want[i] = step[0]
+        s = step[1:].reshape(hv, d, d)
+    want[tt:] = s.reshape(d, hv * d)
+    got = K.gated_delta_net(q, k, v, g, beta, state, grouped=grouped)
+    close(got, want, atol=2e-5)
+    first = K.gated_delta_net(q[:37], k[:37], v[:37], g[:37], beta[:37], state, grouped=grouped)
+    second = K.gated_delta_net(q[37:], k[37:], v[37:], g[37:], beta[37:], first[37:].reshape(hv, d, d), grouped=grouped)
+    close(second, got[37:], atol=2e-5)
 
 
 def test_gated_delta_net_carries_state_across_calls() -> None:
