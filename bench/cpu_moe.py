@@ -1,7 +1,7 @@
 """CPU MoE benchmark: strata's generated numpy code against HF transformers (eager PyTorch) on a
 cut-down Qwen3.6-35B-A3B.
 
-    .venv/bin/python bench/cpu_moe.py [--cache-dir DIR] [--prompt 128] [--new 64] [--reps 3]
+    .venv/bin/python bench/cpu_moe.py [--cache-dir DIR] [--prompt 128] [--new 64] [--reps 5]
 
 The model has Qwen3.6-35B-A3B's layer shapes (hidden 2048; Gated DeltaNet with 16 key and 32
 value heads of 128, conv kernel 4; gated attention with 16 query and 2 KV heads of 256, partial
@@ -14,17 +14,17 @@ once into the cache dir and reused. The experts are stored merged, as transforme
 are, and strata memory-maps them (one-by-one experts would be stacked into memory at load).
 
 Each engine lives in its own subprocess (so that its peak RSS, ru_maxrss, is its own) and warms
-up; the engines are loaded one at a time. Then the parent alternates their runs (--reps each) of a
-prefill of --prompt tokens and --new greedy decode steps, context 256, on the same weights; the
-best prefill and decode time of each engine counts (the vCPUs here slow down at random for
-seconds at a time; alternating exposes both engines to the same spells). With --one-at-a-time
-each engine runs all its reps and exits before the other loads (for machines where both
-engines' weights do not fit in memory at once; HF holds all weights in anonymous memory, strata
-maps the file).
+up (a prefill and a decode step); the engines are loaded one at a time. Then the parent
+alternates their runs (--reps each) of a prefill of --prompt tokens and --new greedy decode
+steps, context 256, on the same weights; the best prefill and decode time of each engine counts
+(the vCPUs here slow down at random for seconds at a time; alternating exposes both engines to
+the same spells). With --one-at-a-time each engine runs all its reps and exits before the other
+loads (for machines where both engines' weights do not fit in memory at once).
 
 Checked: the first token's logits (max |diff|, against the logits' scale) and how many of the
-greedy ids agree; and that strata's decode reads only the routed experts (each expert tensor is
-indexed expert by expert, at most top-k distinct experts per step, never read whole).
+greedy ids agree; and that strata's decode reads only the routed experts (one more decode step
+with each stacked expert tensor spied on: indexed only expert by expert, at most top-k distinct
+experts per step).
 
 The decode time is set against the memory roofline: the bytes of weights one decode token reads
 (every tensor but the embedding, the experts' share top-k / E of theirs) over the copy bandwidth
@@ -226,20 +226,24 @@ def strata_engine(model_dir: Path, compiled: Path, n_prompt: int, n_new: int) ->
     model = load_compiled(compiled).Model(weights)
     vocab = model.OUTPUTS["decode"][0][-1]
     prompt = _prompt(n_prompt, vocab)
-    # warm-up: the allocator, the kernels' first calls, some weight pages
-    model.prefill(prompt[:8], 0)
-    model.decode(int(prompt[8]), 8)
 
     def prefill():
         model.reset()  # a fresh sequence: zero conv and recurrent state
         return model.prefill(prompt, 0)[-1]
 
-    engine = Engine(prefill, lambda t, pos: model.decode(t, pos)[-1], n_prompt, n_new)
+    def decode(token, pos):
+        return model.decode(token, pos)[-1]
+
+    prefill()  # warm-up: the allocator, the kernels' first calls, the weight pages the prompt routes to
+    decode(int(prompt[8]), n_prompt)
+    engine = Engine(prefill, decode, n_prompt, n_new)
     engine.spy = lambda: check_routed_experts(model, engine)
     return engine
 
 
 def torch_engine(model_dir: Path, n_prompt: int, n_new: int) -> Engine:
+    import inspect
+
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
@@ -251,23 +255,25 @@ def torch_engine(model_dir: Path, n_prompt: int, n_new: int) -> Engine:
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
     model.eval()
     prompt = torch.from_numpy(_prompt(n_prompt, model.config.vocab_size).astype(np.int64))[None, :]
+    # transformers 5.24 renamed past_key_values to cache (the old name warns until 5.40)
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     cache = {}
 
-    def prefill():
+    def run(ids, **kw):
         with torch.inference_mode():
-            out = model(prompt, use_cache=True, logits_to_keep=1)
-        cache["past"] = out.past_key_values
+            out = model(ids, use_cache=True, **kw)
+        cache[key] = out[key]
         return out.logits[0, -1].numpy()
+
+    def prefill():
+        cache.clear()  # a fresh sequence
+        return run(prompt, logits_to_keep=1)
 
     def decode(token, pos):
-        with torch.inference_mode():
-            out = model(torch.tensor([[token]]), past_key_values=cache["past"], use_cache=True)
-        cache["past"] = out.past_key_values
-        return out.logits[0, -1].numpy()
+        return run(torch.tensor([[token]]), **cache)
 
-    with torch.inference_mode():  # warm-up
-        out = model(prompt[:, :8], use_cache=True)
-        model(prompt[:, 8:9], past_key_values=out.past_key_values, use_cache=True)
+    prefill()  # warm-up
+    decode(int(prompt[0, 8]), n_prompt)
     engine = Engine(prefill, decode, n_prompt, n_new)
     engine.extra = {"experts_implementation": str(getattr(model.config, "_experts_implementation", None))}
     return engine
@@ -336,7 +342,7 @@ def main() -> int:
     p.add_argument("--cache-dir", default=str(ROOT / ".strata-cache" / "bench"))
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--new", type=int, default=64)
-    p.add_argument("--reps", type=int, default=3, help="runs per engine; the best times count (the vCPUs here throttle at random)")
+    p.add_argument("--reps", type=int, default=5, help="runs per engine; the best times count (the vCPUs here throttle at random)")
     p.add_argument("--one-at-a-time", action="store_true",
                    help="run each engine's reps and end it before loading the other (less memory, no alternation)")
     p.add_argument("--engine", choices=["strata", "torch"], help=argparse.SUPPRESS)
