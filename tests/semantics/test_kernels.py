@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from strata.semantics import kernels as K
-from strata.targets.cpu.emit import KernelLibrary
+from strata.targets.cpu.kernel_library import KernelLibrary
 
 BF16 = ml_dtypes.bfloat16
 

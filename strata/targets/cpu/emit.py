@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import inspect
 import keyword
 import math
 import re
@@ -41,6 +40,7 @@ from strata.dialects import op as O
 from strata.ir import dtypes
 from strata.ir.impls import Implementations
 from strata.semantics import kernels as K
+from strata.targets.cpu.kernel_library import KernelLibrary
 from strata.targets.codegen import CodegenError, IndentedWriter, Namer, literal_name, sanitize_identifier, sanitize_label, value_labels
 
 
@@ -79,55 +79,6 @@ def type_comment(typ: Attribute) -> str:
         elem = typ.get_element_type()
         return f"{O.fmt_shape(typ.get_shape())} {elem}"
     return str(typ)
-
-
-# ---------------------------------------------------------------------------------------------
-# Kernel sources
-
-
-def _free_names(fn: ast.FunctionDef) -> set[str]:
-    """The names a function reads but does not bind (its arguments and assignments bind)."""
-    nodes = list(ast.walk(fn))
-    loads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    bound = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-    bound |= {a.arg for a in nodes if isinstance(a, ast.arg)}
-    return loads - bound
-
-
-class KernelLibrary:
-    """The kernels' source, from one read of :mod:`strata.semantics.kernels`: each top-level
-    function's text (with its decorators), and the other top-level functions it refers to,
-    read off its syntax tree (so no table of dependencies can fall out of date)."""
-
-    def __init__(self, source: str | None = None):
-        self.source = source if source is not None else inspect.getsource(K)
-        tree = ast.parse(self.source)
-        lines = self.source.splitlines()
-        self.functions: dict[str, tuple[int, str]] = {}
-        nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-        for node in nodes:
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            self.functions[node.name] = (first, "\n".join(lines[first - 1:node.end_lineno]))
-        self.dependencies: dict[str, list[str]] = {
-            node.name: sorted(_free_names(node) & set(self.functions) - {node.name}) for node in nodes
-        }
-
-    def closure(self, names: set[str]) -> list[str]:
-        """``names`` and the helpers they call, in file order."""
-        seen: set[str] = set()
-        stack = sorted(names)
-        while stack:
-            n = stack.pop()
-            if n in seen:
-                continue
-            if n not in self.functions:
-                raise CpuTargetError(f"cpu target: strata.semantics.kernels has no function {n!r}")
-            seen.add(n)
-            stack.extend(self.dependencies.get(n, []))
-        return sorted(seen, key=lambda n: self.functions[n][0])
-
-    def text(self, name: str) -> str:
-        return self.functions[name][1]
 
 
 # ---------------------------------------------------------------------------------------------
