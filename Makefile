@@ -35,6 +35,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/compile_speed.py
 	$(BIN)/python bench/cpu_decode.py
+	$(BIN)/python bench/cpu_moe.py
 
 clean:
 	rm -rf $(VENV) .strata-cache
