@@ -19,21 +19,13 @@ The last line is exactly
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import resource
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
-ROOT = Path(__file__).resolve().parent.parent
-CTX = 256
-SEED = 0
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+from harness import CTX, SEED, Engine  # noqa: E402
 
 
 def qwen3_06b_shaped():
@@ -51,35 +43,9 @@ def ensure_model(cache: Path) -> Path:
     """The random-weight model in ``cache``, written (atomically) on first use."""
     from strata.models.checkpoint import save_random_checkpoint
 
-    final = cache / "qwen3-0.6b-shaped-f32"
-    if (final / "config.json").is_file() and (final / "model.safetensors").is_file():
-        return final
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".model.tmp-", dir=cache))
-    t0 = time.perf_counter()
-    save_random_checkpoint(qwen3_06b_shaped(), tmp, seed=SEED, dtype="float32")
-    os.rename(tmp, final)
-    print(f"wrote random weights to {final} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    return final
-
-
-def copy_bandwidth() -> float:
-    """STREAM-style copy bandwidth (bytes read + written per second) of np.copyto over
-    512 MiB, one slice per core in threads (numpy releases the GIL), best of 5."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    n = 512 << 20
-    src = np.ones(n // 4, dtype=np.float32)
-    dst = np.empty_like(src)
-    parts = np.array_split(np.arange(src.size), os.cpu_count() or 1)
-    slices = [slice(int(p[0]), int(p[-1]) + 1) for p in parts]
-    best = float("inf")
-    with ThreadPoolExecutor(len(slices)) as pool:
-        for _ in range(6):
-            t0 = time.perf_counter()
-            list(pool.map(lambda sl: np.copyto(dst[sl], src[sl]), slices))
-            best = min(best, time.perf_counter() - t0)
-    return 2 * n / best
+    return harness.ensure_model(
+        cache, "qwen3-0.6b-shaped-f32",
+        lambda d: save_random_checkpoint(qwen3_06b_shaped(), d, seed=SEED, dtype="float32"))
 
 
 def weight_bytes_per_token(model_dir: Path) -> int:
@@ -92,42 +58,11 @@ def weight_bytes_per_token(model_dir: Path) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Engines (each runs in its own subprocess)
-
-
-def _prompt(n: int, vocab: int) -> np.ndarray:
-    return np.random.default_rng(1).integers(0, vocab, size=n).astype(np.int32)
-
-
-class Engine:
-    """One engine in this process: ``rep()`` runs a prefill and the greedy decode once."""
-
-    def __init__(self, prefill, decode, n_prompt: int, n_new: int):
-        self.prefill, self.decode = prefill, decode
-        self.n_prompt, self.n_new = n_prompt, n_new
-        self.first_logits = None
-        self.ids: list[int] = []
-
-    def rep(self) -> dict:
-        t0 = time.perf_counter()
-        first = np.asarray(self.prefill(), dtype=np.float32).copy()
-        t1 = time.perf_counter()
-        ids = [int(np.argmax(first))]
-        for i in range(self.n_new - 1):
-            ids.append(int(np.argmax(self.decode(ids[-1], self.n_prompt + i))))
-        t2 = time.perf_counter()
-        self.first_logits, self.ids = first, ids
-        return {"prefill_s": t1 - t0, "decode_s": t2 - t1}
+# Engines (each runs in its own subprocess; see harness.engine_main)
 
 
 def strata_engine(model_dir: Path, compiled: Path, n_prompt: int, n_new: int) -> Engine:
-    from strata.pipeline import load_model
-    from strata.targets.cpu.driver import load_compiled
-
-    weights = load_model(model_dir).open_weights()
-    model = load_compiled(compiled).Model(weights)
-    vocab = model.OUTPUTS["decode"][0][-1]
-    prompt = _prompt(n_prompt, vocab)
+    model, prompt = harness.strata_model(model_dir, compiled, n_prompt)
     # warm-up: touch every weight page and the allocator
     model.prefill(prompt[:8], 0)
     model.decode(int(prompt[8]), 8)
@@ -136,16 +71,8 @@ def strata_engine(model_dir: Path, compiled: Path, n_prompt: int, n_new: int) ->
 
 def torch_engine(model_dir: Path, n_prompt: int, n_new: int) -> Engine:
     import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging
 
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    torch.set_num_threads(os.cpu_count() or 1)
-    torch.set_grad_enabled(False)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
-    model.eval()
-    prompt = torch.from_numpy(_prompt(n_prompt, model.config.vocab_size).astype(np.int64))[None, :]
+    model, prompt = harness.torch_model(model_dir, n_prompt)
     cache = {}
 
     def prefill():
@@ -166,74 +93,11 @@ def torch_engine(model_dir: Path, n_prompt: int, n_new: int) -> Engine:
     return Engine(prefill, decode, n_prompt, n_new)
 
 
-def engine_main(args: argparse.Namespace) -> int:
-    """Serve `rep` and `done` commands on stdin; answer one JSON line each on stdout."""
-    import warnings
-
-    warnings.simplefilter("ignore")
-    model_dir = Path(args.model)
-    if args.engine == "strata":
-        engine = strata_engine(model_dir, Path(args.compiled), args.prompt, args.new)
-    else:
-        engine = torch_engine(model_dir, args.prompt, args.new)
-    out = sys.stdout
-    sys.stdout = sys.stderr  # libraries print; keep the protocol channel clean
-    print("READY", file=out, flush=True)
-    for line in sys.stdin:
-        if line.strip() == "rep":
-            print(json.dumps(engine.rep()), file=out, flush=True)
-        elif line.strip() == "done":
-            np.save(args.logits_out, engine.first_logits)
-            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-            print(json.dumps({"ids": engine.ids, "peak_rss_bytes": rss}), file=out, flush=True)
-            return 0
-    return 1
-
-
-class Child:
-    """An engine subprocess driven over a pipe, so that the engines' runs can interleave."""
-
-    def __init__(self, engine: str, model_dir: Path, compiled: Path, args, logits_out: Path):
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--engine", engine, "--model", str(model_dir),
-               "--compiled", str(compiled), "--prompt", str(args.prompt), "--new", str(args.new),
-               "--logits-out", str(logits_out)]
-        self.name = engine
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.expect("READY")
-
-    def expect(self, what: str | None = None) -> str:
-        line = self.proc.stdout.readline()
-        if not line or (what is not None and line.strip() != what):
-            self.proc.kill()
-            raise SystemExit(f"{self.name} engine failed (exit {self.proc.wait()}): {line.strip()!r}")
-        return line
-
-    def ask(self, command: str) -> dict:
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return json.loads(self.expect())
-
-    def close(self) -> dict:
-        final = self.ask("done")
-        self.proc.wait()
-        return final
-
-
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--cache-dir", default=str(ROOT / ".strata-cache" / "bench"))
-    p.add_argument("--prompt", type=int, default=128)
-    p.add_argument("--new", type=int, default=64)
-    p.add_argument("--reps", type=int, default=5, help="runs per engine; the best times count (the vCPUs here throttle at random)")
-    p.add_argument("--engine", choices=["strata", "torch"], help=argparse.SUPPRESS)
-    p.add_argument("--model", help=argparse.SUPPRESS)
-    p.add_argument("--compiled", help=argparse.SUPPRESS)
-    p.add_argument("--logits-out", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = harness.arg_parser(__doc__).parse_args()
     if args.engine:
-        return engine_main(args)
-    if args.prompt + args.new > CTX:
-        raise SystemExit(f"--prompt + --new must be <= {CTX}")
+        return harness.engine_main(args, strata_engine, torch_engine)
+    harness.check_lengths(args)
 
     from strata.pipeline import cached_compile, load_model
 
@@ -243,48 +107,15 @@ def main() -> int:
     compiled, _ = cached_compile(load_model(model_dir), "cpu", cache / "cpu", {"ctx": CTX, "flash_attn": True})
     print(f"compile (or reuse): {time.perf_counter() - t0:.2f} s", file=sys.stderr)
 
-    bw = copy_bandwidth()
+    bw = harness.copy_bandwidth()
     wbytes = weight_bytes_per_token(model_dir)
-    results: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        # Load one engine at a time, then alternate their runs: a slow spell of the
-        # (shared, throttled) vCPUs then hits both alike, and the best run of each counts.
-        children = [Child(e, model_dir, compiled, args, Path(tmp) / f"{e}.npy") for e in ("strata", "torch")]
-        runs: dict[str, list] = {c.name: [] for c in children}
-        for _ in range(args.reps):
-            for c in children:
-                runs[c.name].append(c.ask("rep"))
-        for c in children:
-            final = c.close()
-            results[c.name] = {
-                "prefill_s": min(r["prefill_s"] for r in runs[c.name]),
-                "decode_s": min(r["decode_s"] for r in runs[c.name]),
-                "runs": [[round(r["prefill_s"], 2), round(r["decode_s"], 2)] for r in runs[c.name]],
-                "ids": final["ids"],
-                "peak_rss_bytes": final["peak_rss_bytes"],
-                "first_logits": np.load(Path(tmp) / f"{c.name}.npy"),
-            }
+    results = harness.run_engines(Path(__file__), model_dir, compiled, args)
 
-    n_dec = args.new - 1
-    roof_s = wbytes / bw
     print(f"model: Qwen3-0.6B-shaped, fp32 random weights, {wbytes / 1e9:.2f} GB read per decode token, ctx {CTX}")
-    print(f"copy bandwidth: {bw / 1e9:.1f} GB/s (read + write); decode roofline {roof_s * 1e3:.0f} ms/token "
-          f"= {1 / roof_s:.2f} tok/s")
-    rates = {}
-    for engine, r in results.items():
-        pre = args.prompt / r["prefill_s"]
-        dec = n_dec / r["decode_s"]
-        rates[engine] = (pre, dec)
-        per_tok = r["decode_s"] / n_dec
-        print(f"{engine:>6}: prefill {pre:7.1f} tok/s   decode {dec:6.2f} tok/s ({per_tok * 1e3:.0f} ms/token, "
-              f"{roof_s / per_tok:.0%} of roofline)   peak RSS {r['peak_rss_bytes'] / 2**30:.2f} GiB")
-        print(f"        runs [prefill s, decode s]: {r['runs']}")
-    diff = float(np.max(np.abs(results["strata"]["first_logits"] - results["torch"]["first_logits"])))
-    same = sum(a == b for a, b in zip(results["strata"]["ids"], results["torch"]["ids"]))
+    rates = harness.report_speed(results, args, bw, wbytes)
+    diff, same = harness.parity(results)
     print(f"parity: max |logits diff| after prefill {diff:.2e}; greedy ids agree on {same}/{args.new}")
-    decode_ratio = rates["strata"][1] / rates["torch"][1]
-    prefill_ratio = rates["strata"][0] / rates["torch"][0]
-    print(f"decode_ratio={decode_ratio:.2f} prefill_ratio={prefill_ratio:.2f}")
+    harness.print_ratios(rates)
     return 0
 
 

@@ -37,21 +37,17 @@ The last line is exactly
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import resource
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-CTX = 256
-SEED = 0
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+from harness import CTX, SEED, Engine  # noqa: E402
+
 NAME = "qwen3.6-35b-a3b-4l-64e"
 
 
@@ -110,36 +106,11 @@ def ensure_model(cache: Path) -> Path:
     """The random-weight model in ``cache``, written (atomically) on first use."""
     from strata.models.checkpoint import save_random_checkpoint
 
-    final = cache / f"{NAME}-f32"
-    if (final / "config.json").is_file() and (final / "model.safetensors").is_file():
-        return final
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".model.tmp-", dir=cache))
-    t0 = time.perf_counter()
-    save_random_checkpoint(qwen36_cut(), tmp, seed=SEED, dtype="float32")
-    merge_experts_and_perturb(tmp, seed=SEED + 1)
-    os.rename(tmp, final)
-    print(f"wrote random weights to {final} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    return final
+    def write(directory: Path) -> None:
+        save_random_checkpoint(qwen36_cut(), directory, seed=SEED, dtype="float32")
+        merge_experts_and_perturb(directory, seed=SEED + 1)
 
-
-def copy_bandwidth() -> float:
-    """STREAM-style copy bandwidth (bytes read + written per second) of np.copyto over
-    512 MiB, one slice per core in threads (numpy releases the GIL), best of 5."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    n = 512 << 20
-    src = np.ones(n // 4, dtype=np.float32)
-    dst = np.empty_like(src)
-    parts = np.array_split(np.arange(src.size), os.cpu_count() or 1)
-    slices = [slice(int(p[0]), int(p[-1]) + 1) for p in parts]
-    best = float("inf")
-    with ThreadPoolExecutor(len(slices)) as pool:
-        for _ in range(6):
-            t0 = time.perf_counter()
-            list(pool.map(lambda sl: np.copyto(dst[sl], src[sl]), slices))
-            best = min(best, time.perf_counter() - t0)
-    return 2 * n / best
+    return harness.ensure_model(cache, f"{NAME}-f32", write)
 
 
 def weight_bytes_per_token(model_dir: Path) -> int:
@@ -161,33 +132,7 @@ def weight_bytes_per_token(model_dir: Path) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Engines (each runs in its own subprocess)
-
-
-def _prompt(n: int, vocab: int) -> np.ndarray:
-    return np.random.default_rng(1).integers(0, vocab, size=n).astype(np.int32)
-
-
-class Engine:
-    """One engine in this process: ``rep()`` runs a prefill and the greedy decode once."""
-
-    def __init__(self, prefill, decode, n_prompt: int, n_new: int):
-        self.prefill, self.decode = prefill, decode
-        self.n_prompt, self.n_new = n_prompt, n_new
-        self.first_logits = None
-        self.ids: list[int] = []
-        self.extra: dict = {}
-
-    def rep(self) -> dict:
-        t0 = time.perf_counter()
-        first = np.asarray(self.prefill(), dtype=np.float32).copy()
-        t1 = time.perf_counter()
-        ids = [int(np.argmax(first))]
-        for i in range(self.n_new - 1):
-            ids.append(int(np.argmax(self.decode(ids[-1], self.n_prompt + i))))
-        t2 = time.perf_counter()
-        self.first_logits, self.ids = first, ids
-        return {"prefill_s": t1 - t0, "decode_s": t2 - t1}
+# Engines (each runs in its own subprocess; see harness.engine_main)
 
 
 class _Spy(np.ndarray):
@@ -219,13 +164,7 @@ def check_routed_experts(model, engine: Engine) -> dict:
 
 
 def strata_engine(model_dir: Path, compiled: Path, n_prompt: int, n_new: int) -> Engine:
-    from strata.pipeline import load_model
-    from strata.targets.cpu.driver import load_compiled
-
-    weights = load_model(model_dir).open_weights()
-    model = load_compiled(compiled).Model(weights)
-    vocab = model.OUTPUTS["decode"][0][-1]
-    prompt = _prompt(n_prompt, vocab)
+    model, prompt = harness.strata_model(model_dir, compiled, n_prompt)
 
     def prefill():
         model.reset()  # a fresh sequence: zero conv and recurrent state
@@ -237,7 +176,7 @@ def strata_engine(model_dir: Path, compiled: Path, n_prompt: int, n_new: int) ->
     prefill()  # warm-up: the allocator, the kernels' first calls, the weight pages the prompt routes to
     decode(int(prompt[8]), n_prompt)
     engine = Engine(prefill, decode, n_prompt, n_new)
-    engine.spy = lambda: check_routed_experts(model, engine)
+    engine.final_checks = lambda: {"routed": check_routed_experts(model, engine)}
     return engine
 
 
@@ -245,16 +184,8 @@ def torch_engine(model_dir: Path, n_prompt: int, n_new: int) -> Engine:
     import inspect
 
     import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging
 
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    torch.set_num_threads(os.cpu_count() or 1)
-    torch.set_grad_enabled(False)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32)
-    model.eval()
-    prompt = torch.from_numpy(_prompt(n_prompt, model.config.vocab_size).astype(np.int64))[None, :]
+    model, prompt = harness.torch_model(model_dir, n_prompt)
     # transformers 5.24 renamed past_key_values to cache (the old name warns until 5.40)
     key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     cache = {}
@@ -279,81 +210,14 @@ def torch_engine(model_dir: Path, n_prompt: int, n_new: int) -> Engine:
     return engine
 
 
-def engine_main(args: argparse.Namespace) -> int:
-    """Serve `rep` and `done` commands on stdin; answer one JSON line each on stdout."""
-    import warnings
-
-    warnings.simplefilter("ignore")
-    model_dir = Path(args.model)
-    if args.engine == "strata":
-        engine = strata_engine(model_dir, Path(args.compiled), args.prompt, args.new)
-    else:
-        engine = torch_engine(model_dir, args.prompt, args.new)
-    out = sys.stdout
-    sys.stdout = sys.stderr  # libraries print; keep the protocol channel clean
-    print("READY", file=out, flush=True)
-    for line in sys.stdin:
-        if line.strip() == "rep":
-            print(json.dumps(engine.rep()), file=out, flush=True)
-        elif line.strip() == "done":
-            np.save(args.logits_out, engine.first_logits)
-            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-            final = {"ids": engine.ids, "peak_rss_bytes": rss, **engine.extra}
-            if hasattr(engine, "spy"):
-                final["routed"] = engine.spy()
-            print(json.dumps(final), file=out, flush=True)
-            return 0
-    return 1
-
-
-class Child:
-    """An engine subprocess driven over a pipe, so that the engines' runs can interleave."""
-
-    def __init__(self, engine: str, model_dir: Path, compiled: Path, args, logits_out: Path):
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--engine", engine, "--model", str(model_dir),
-               "--compiled", str(compiled), "--prompt", str(args.prompt), "--new", str(args.new),
-               "--logits-out", str(logits_out)]
-        self.name = engine
-        t0 = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.expect("READY")
-        print(f"{engine}: loaded and warmed up in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-
-    def expect(self, what: str | None = None) -> str:
-        line = self.proc.stdout.readline()
-        if not line or (what is not None and line.strip() != what):
-            self.proc.kill()
-            raise SystemExit(f"{self.name} engine failed (exit {self.proc.wait()}): {line.strip()!r}")
-        return line
-
-    def ask(self, command: str) -> dict:
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return json.loads(self.expect())
-
-    def close(self) -> dict:
-        final = self.ask("done")
-        self.proc.wait()
-        return final
-
-
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--cache-dir", default=str(ROOT / ".strata-cache" / "bench"))
-    p.add_argument("--prompt", type=int, default=128)
-    p.add_argument("--new", type=int, default=64)
-    p.add_argument("--reps", type=int, default=5, help="runs per engine; the best times count (the vCPUs here throttle at random)")
+    p = harness.arg_parser(__doc__)
     p.add_argument("--one-at-a-time", action="store_true",
                    help="run each engine's reps and end it before loading the other (less memory, no alternation)")
-    p.add_argument("--engine", choices=["strata", "torch"], help=argparse.SUPPRESS)
-    p.add_argument("--model", help=argparse.SUPPRESS)
-    p.add_argument("--compiled", help=argparse.SUPPRESS)
-    p.add_argument("--logits-out", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.engine:
-        return engine_main(args)
-    if args.prompt + args.new > CTX:
-        raise SystemExit(f"--prompt + --new must be <= {CTX}")
+        return harness.engine_main(args, strata_engine, torch_engine)
+    harness.check_lengths(args)
     if args.prompt < 9 or args.new < 1:
         raise SystemExit("--prompt must be at least 9 (the warm-up's) and --new at least 1")
 
@@ -365,66 +229,25 @@ def main() -> int:
     compiled, why = cached_compile(load_model(model_dir), "cpu", cache / f"cpu-{NAME}", {"ctx": CTX, "flash_attn": True})
     print(f"compile ({'built: ' + why if why else 'reused'}): {time.perf_counter() - t0:.2f} s", file=sys.stderr)
 
-    bw = copy_bandwidth()
+    bw = harness.copy_bandwidth()
     wbytes = weight_bytes_per_token(model_dir)
-    results: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        runs: dict[str, list] = {}
-        finals: dict[str, dict] = {}
-        if args.one_at_a_time:
-            for e in ("strata", "torch"):
-                c = Child(e, model_dir, compiled, args, Path(tmp) / f"{e}.npy")
-                runs[e] = [c.ask("rep") for _ in range(args.reps)]
-                finals[e] = c.close()
-        else:
-            # Load one engine at a time, then alternate their runs: a slow spell of the
-            # (shared, throttled) vCPUs then hits both alike, and the best run of each counts.
-            children = [Child(e, model_dir, compiled, args, Path(tmp) / f"{e}.npy") for e in ("strata", "torch")]
-            runs = {c.name: [] for c in children}
-            for _ in range(args.reps):
-                for c in children:
-                    runs[c.name].append(c.ask("rep"))
-            finals = {c.name: c.close() for c in children}
-        for name, final in finals.items():
-            results[name] = {
-                "prefill_s": min(r["prefill_s"] for r in runs[name]),
-                "decode_s": min(r["decode_s"] for r in runs[name]),
-                "runs": [[round(r["prefill_s"], 2), round(r["decode_s"], 2)] for r in runs[name]],
-                "first_logits": np.load(Path(tmp) / f"{name}.npy"),
-                **final,
-            }
+    results = harness.run_engines(Path(__file__), model_dir, compiled, args, one_at_a_time=args.one_at_a_time,
+                                  announce=True)
 
-    n_dec = args.new - 1
-    roof_s = wbytes / bw
     cfg = qwen36_cut()
     print(f"model: Qwen3.6-35B-A3B layer shapes, 4 layers (3 linear + 1 full attention), {cfg.num_experts} experts "
           f"top-{cfg.top_k}, fp32 random weights; {wbytes / 1e9:.2f} GB read per decode token, ctx {CTX}; "
           f"HF experts implementation: {results['torch'].get('experts_implementation')}")
-    print(f"copy bandwidth: {bw / 1e9:.1f} GB/s (read + write); decode roofline {roof_s * 1e3:.0f} ms/token "
-          f"= {1 / roof_s:.2f} tok/s")
-    rates = {}
-    for engine in ("strata", "torch"):
-        r = results[engine]
-        pre = args.prompt / r["prefill_s"]
-        dec = n_dec / r["decode_s"]
-        rates[engine] = (pre, dec)
-        per_tok = r["decode_s"] / n_dec
-        print(f"{engine:>6}: prefill {pre:7.1f} tok/s ({r['prefill_s'] * 1e3:.0f} ms)   decode {dec:6.2f} tok/s "
-              f"({per_tok * 1e3:.0f} ms/token, {roof_s / per_tok:.0%} of roofline)   "
-              f"peak RSS {r['peak_rss_bytes'] / 2**30:.2f} GiB")
-        print(f"        runs [prefill s, decode s]: {r['runs']}")
+    rates = harness.report_speed(results, args, bw, wbytes, prefill_ms=True)
     routed = results["strata"].get("routed", {})
     print(f"strata routing: a decode step read {routed.get('max_distinct')} distinct experts at most from each of "
           f"{routed.get('expert_tensors')} expert tensors ({cfg.top_k} routed of {cfg.num_experts}); "
           f"reads other than expert by expert: {routed.get('other_reads')}")
-    a, b = results["strata"]["first_logits"], results["torch"]["first_logits"]
-    diff = float(np.max(np.abs(a - b)))
-    same = sum(x == y for x, y in zip(results["strata"]["ids"], results["torch"]["ids"]))
+    diff, same = harness.parity(results)
+    b = results["torch"]["first_logits"]
     print(f"parity: max |logits diff| after prefill {diff:.2e} (logits max |x| {float(np.max(np.abs(b))):.2f}, "
           f"std {float(np.std(b)):.2f}); greedy ids agree on {same}/{args.new}")
-    decode_ratio = rates["strata"][1] / rates["torch"][1]
-    prefill_ratio = rates["strata"][0] / rates["torch"][0]
-    print(f"decode_ratio={decode_ratio:.2f} prefill_ratio={prefill_ratio:.2f}")
+    harness.print_ratios(rates)
     return 0
 
 
