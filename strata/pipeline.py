@@ -12,6 +12,7 @@ string) plus a printer (`strata.targets`). Families plug in through `strata.mode
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -97,13 +98,50 @@ class Model:
     def open_weights(self, check: bool = True, quiet: bool = False) -> WeightStore:
         """The model's weight store, addressed by IR names; checked against the params."""
         names, ignore, composites = self.weight_names()
-        store = WeightStore.open(self.root, names, ignore, composites)
+        store = WeightStore.open(self.root, names, ignore, composites, fp8_block=fp8_block_of(self.root))
         if check:
             store.check({name: (t.shape, t.dtype) for name, t in self.params().items()})
         if store.unused and not quiet:
             shown = ", ".join(f"'{n}'" for n in store.unused[:3]) + (", ..." if len(store.unused) > 3 else "")
             warn(f"{store.label}: {len(store.unused)} stored tensor(s) are not used by this model ({shown})")
         return store
+
+
+#: The quantization_config fields read, and the one format and block size supported.
+FP8_FMT = "e4m3"
+FP8_BLOCK = [128, 128]
+
+
+def fp8_block_of(root: Path) -> tuple[int, int] | None:
+    """The block size of an fp8 block-quantized checkpoint, read off the `quantization_config`
+    of its config.json (DeepSeek-V3's and Qwen's FP8 checkpoints: `quant_method: fp8`,
+    `fmt: e4m3`, `weight_block_size: [128, 128]`; transformers' defaults for a missing `fmt`
+    or `weight_block_size` are these), or None for a checkpoint without one. The activation
+    scheme is not read: strata computes in the IR's types on the dequantized weights."""
+    from strata.frontends.hf_config import ConfigError
+
+    path = root / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None  # not ours to report: the config was read already, or the store was opened without one
+    q = config.get("quantization_config") if isinstance(config, dict) else None
+    if q is None:
+        return None
+    if not isinstance(q, dict):
+        raise ConfigError(f"{path}: field 'quantization_config' must be an object")
+    method = q.get("quant_method")
+    if method != "fp8":
+        raise ConfigError(f"{path}: field 'quantization_config.quant_method' is {method!r}; "
+                          "strata reads only 'fp8' (block-quantized e4m3) checkpoints")
+    fmt = q.get("fmt", FP8_FMT)
+    if fmt != FP8_FMT:
+        raise ConfigError(f"{path}: field 'quantization_config.fmt' is {fmt!r}; strata reads only {FP8_FMT!r}")
+    block = q.get("weight_block_size", FP8_BLOCK)
+    if block != FP8_BLOCK or not all(type(b) is int for b in block):
+        raise ConfigError(f"{path}: field 'quantization_config.weight_block_size' is {block!r}; "
+                          f"strata reads only {FP8_BLOCK}")
+    return FP8_BLOCK[0], FP8_BLOCK[1]
 
 
 def composite_of(t: TensorInstance) -> Composite:

@@ -6,6 +6,10 @@ ever loaded. Tensors are addressed by the names the IR uses (llama.cpp's); the c
 map from the stored (HF) names, which it reads off the module IR
 (`strata.pipeline.weight_names`), so no model family is known here. Stored tensors outside the
 map are listed in `unused`. Linear weights keep the HF ``[out, in]`` layout.
+
+An fp8 checkpoint (the store opened with ``fp8_block``) stores a weight as F8_E4M3 ``W`` plus
+its f32 block scales ``W_scale_inv`` (`strata.ir.fp8`); the store gives the dequantized f32
+tensor, built once on first use and kept, under the weight's IR name.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Mapping
 import numpy as np
 
 from strata.errors import StrataError
-from strata.ir import dtypes
+from strata.ir import dtypes, fp8
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -182,7 +186,8 @@ class WeightStore:
 
     def __init__(self, label: Path, files: list[SafetensorsFile], names: Mapping[str, str] | None = None,
                  ignore: frozenset[str] | set[str] = frozenset(),
-                 composites: Mapping[str, Composite] | None = None) -> None:
+                 composites: Mapping[str, Composite] | None = None,
+                 fp8_block: tuple[int, int] | None = None) -> None:
         self.label = label  # the file named in errors: model.safetensors or the index
         self.files = files
         self._where: dict[str, tuple[SafetensorsFile, str]] = {}
@@ -212,6 +217,15 @@ class WeightStore:
             else:
                 continue
             used.update(self._assembled[name][1])
+        #: Stored fp8 weight -> its stored scale, for a store opened with `fp8_block`.
+        self.fp8_block = fp8_block
+        self._fp8: dict[str, str] = {}
+        self._dequantized: dict[str, np.ndarray] = {}
+        if fp8_block is not None:
+            for stored in sorted(used):
+                if stored_in[stored].entries[stored].code == _FP8_CODE:
+                    self._fp8[stored] = self._check_scale(stored, stored_in, fp8_block)
+            used.update(self._fp8.values())
         #: Stored tensors the model does not use (outside `names`, the composites and `ignore`), sorted.
         #: An `ignore` entry ending in "." ignores every name under it (`model.visual.`).
         prefixes = tuple(i for i in ignore if i.endswith("."))
@@ -219,20 +233,60 @@ class WeightStore:
         self._stored_in = stored_in
         self._expected_stored = {v: k for k, v in names.items()} if names is not None else {}
 
+    def _check_scale(self, stored: str, stored_in: Mapping[str, SafetensorsFile], block: tuple[int, int]) -> str:
+        """The stored name of fp8 weight ``stored``'s scale, checked against its shape."""
+        f = stored_in[stored]
+        shape = f.entries[stored].shape
+        scale = stored + "_scale_inv"
+        if len(shape) != 2:
+            raise WeightError(f"{f.path}: fp8 tensor '{stored}' has shape {list(shape)}; "
+                              "block-quantized fp8 weights must be 2-D")
+        if scale not in stored_in:
+            raise WeightError(f"{self.label}: fp8 tensor '{stored}' has no scale '{scale}'")
+        e = stored_in[scale].entries[scale]
+        want = fp8.scale_shape(shape, block)
+        if e.shape != want:
+            raise WeightError(f"{stored_in[scale].path}: tensor '{scale}' has shape {list(e.shape)}, expected "
+                              f"{list(want)} (the {list(block)} blocks of '{stored}' {list(shape)})")
+        if dtypes.dtype_of_safetensors(e.code).name not in FLOAT_STORAGE:
+            raise WeightError(f"{stored_in[scale].path}: tensor '{scale}' has dtype "
+                              f"{dtypes.dtype_of_safetensors(e.code).name}, expected f32")
+        return scale
+
+    def _array(self, stored: str) -> np.ndarray:
+        """Stored tensor ``stored``: a view, or an fp8 weight dequantized (once) to f32."""
+        if stored not in self._fp8:
+            return self._stored_in[stored].array(stored)
+        if stored not in self._dequantized:
+            scale = self._fp8[stored]
+            w = fp8.dequantize_fp8_block(self._stored_in[stored].array(stored),
+                                         self._stored_in[scale].array(scale), self.fp8_block)
+            w.flags.writeable = False
+            self._dequantized[stored] = w
+        return self._dequantized[stored]
+
+    def _dtype_name(self, stored: str) -> str:
+        """The element type the store gives stored tensor ``stored`` in (f32 for fp8 weights)."""
+        if stored in self._fp8:
+            return "f32"
+        return dtypes.dtype_of_safetensors(self._stored_in[stored].entries[stored].code).name
+
     @classmethod
     def open(cls, model_dir: str | Path, names: Mapping[str, str] | None = None,
              ignore: frozenset[str] | set[str] = frozenset(),
-             composites: Mapping[str, Composite] | None = None) -> WeightStore:
-        """Open ``model.safetensors`` or the sharded index in ``model_dir`` (or one file)."""
+             composites: Mapping[str, Composite] | None = None,
+             fp8_block: tuple[int, int] | None = None) -> WeightStore:
+        """Open ``model.safetensors`` or the sharded index in ``model_dir`` (or one file).
+        ``fp8_block``: the checkpoint is block-quantized fp8 (`strata.ir.fp8`) with these blocks."""
         path = Path(model_dir)
         for candidate in (path, path / SINGLE_FILE, path / INDEX_FILE):
             _refuse_dangling_link(candidate)
         if path.is_file():
-            return cls(path, [SafetensorsFile(path)], names, ignore, composites)
+            return cls(path, [SafetensorsFile(path)], names, ignore, composites, fp8_block)
         if (path / SINGLE_FILE).is_file():
-            return cls(path / SINGLE_FILE, [SafetensorsFile(path / SINGLE_FILE)], names, ignore, composites)
+            return cls(path / SINGLE_FILE, [SafetensorsFile(path / SINGLE_FILE)], names, ignore, composites, fp8_block)
         if (path / INDEX_FILE).is_file():
-            return cls(path / INDEX_FILE, _open_shards(path / INDEX_FILE), names, ignore, composites)
+            return cls(path / INDEX_FILE, _open_shards(path / INDEX_FILE), names, ignore, composites, fp8_block)
         hint = " (pickle checkpoints are never loaded)" if any(path.glob("*.bin")) else ""
         raise WeightError(f"{path}: no {SINGLE_FILE} or {INDEX_FILE} found{hint}")
 
@@ -265,23 +319,21 @@ class WeightStore:
                 shape = [len(sources), *shape]
             else:
                 shape[comp.axis] //= comp.parts
-            return tuple(shape), dtypes.dtype_of_safetensors(e.code).name
+            return tuple(shape), self._dtype_name(sources[0])
         f, stored = self._lookup(name)
-        e = f.entries[stored]
-        return e.shape, dtypes.dtype_of_safetensors(e.code).name
+        return f.entries[stored].shape, self._dtype_name(stored)
 
     def get(self, name: str) -> np.ndarray:
         """Tensor ``name``: a read-only, memory-mapped view (no copy), or for a tensor assembled
         from stored ones, a view of a merged tensor or an array stacked once and kept."""
         if name in self._assembled:
             return self._get_assembled(name)
-        f, stored = self._lookup(name)
-        return f.array(stored)
+        return self._array(self._lookup(name)[1])
 
     def _get_assembled(self, name: str) -> np.ndarray:
         comp, sources = self._assembled[name]
         if sources != comp.stack:  # a part of the merged tensor
-            whole = self._stored_in[sources[0]].array(sources[0])
+            whole = self._array(sources[0])
             if whole.shape[comp.axis] % comp.parts:
                 raise WeightError(f"{self.label}: tensor '{sources[0]}' of shape {list(whole.shape)} does not split "
                                   f"into {comp.parts} parts along axis {comp.axis}")
@@ -290,7 +342,7 @@ class WeightStore:
             index[comp.axis] = slice(comp.part * n, (comp.part + 1) * n)
             return whole[tuple(index)]
         if name not in self._cache:
-            parts = [self._stored_in[n].array(n) for n in sources]
+            parts = [self._array(n) for n in sources]
             if len({p.shape for p in parts}) != 1:
                 raise WeightError(f"{self.label}: the tensors stacked as '{name}' ({sources[0]}, ...) differ in shape")
             stacked = np.stack(parts)
@@ -345,6 +397,9 @@ class WeightStore:
                 [f"'{comp.merged}' part {comp.part + 1} of {comp.parts}"] if comp.merged else [])
             return f"'{name}' (HF {' or '.join(forms)})"
         return f"'{name}'" + (f" (HF '{stored}')" if stored and stored != name else "")
+
+
+_FP8_CODE = dtypes.dtype_named("f8E4M3FN").safetensors
 
 
 def _open_shards(index: Path) -> list[SafetensorsFile]:
