@@ -22,8 +22,9 @@ def strata_dialects() -> list[Dialect]:
     """Every dialect a Strata IR file may use, builtin ones first."""
     from strata.dialects.module import Module
     from strata.dialects.op import Op
+    from strata.dialects.blueprint import Blueprint
 
-    return [Builtin, Func, Arith, Module, Op]
+    return [Builtin, Func, Arith, Module, Op, Blueprint]
 
 
 def strata_context() -> Context:
