@@ -121,3 +121,36 @@ def test_decode_group_round_trips():
     back = parse_ir(text)
     assert back.is_structurally_equivalent(module)
     assert print_ir(back) == text
+
+
+STATE_OPS = {"blueprint.conv1d_update", "blueprint.state_snapshot", "blueprint.gdn_recurrence",
+             "blueprint.kv_write", "blueprint.paged_attention", "blueprint.attention"}
+
+
+@pytest.mark.parametrize("cls", NODE_OPS, ids=lambda c: c.name)
+def test_effects(cls):
+    """Nodes that touch state declare memory effects and list the state effects they may
+    carry; every other node is Pure."""
+    from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
+
+    if cls.name in STATE_OPS:
+        assert not cls.has_trait(Pure)
+        assert cls.has_trait(MemoryReadEffect) or cls.has_trait(MemoryWriteEffect)
+        assert cls.STATE_EFFECTS
+    else:
+        assert cls.has_trait(Pure)
+        assert cls.STATE_EFFECTS == ()
+
+
+def test_group_without_yield():
+    """A group built in Python whose body does not end with blueprint.yield."""
+    from xdsl.utils.exceptions import VerifyException
+
+    x_t = EdgeType("n", "hidden", BFloat16Type())
+    func = FuncOp("f", ((x_t,), ()))
+    lin = LinearOp.create(operands=[func.body.block.args[0]], result_types=[x_t],
+                          attributes={"param": StringAttr("w"), "role": StringAttr("o")})
+    group = GroupOp.create(attributes={"rule": StringAttr("w8a16_m32"), "placement": PlacementAttr("device")},
+                           regions=[Region(Block([lin]))])
+    with pytest.raises(VerifyException, match="the body must end with blueprint.yield"):
+        group.verify_()

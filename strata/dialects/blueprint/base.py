@@ -95,15 +95,20 @@ class UnaryNode(NodeOp):
     assembly_format = "$src attr-dict `:` type($src) `->` type($result)"
 
 
-class WeightedNode(NodeOp):
-    """One edge in, one out, reading one weight."""
+class WeightedStateNode(NodeOp):
+    """One edge in, one out, reading one weight; not pure (the subclass declares its effects)."""
 
     param = attr_def(StringAttr)
     src = operand_def(EdgeType)
     result = result_def(EdgeType)
-    traits = traits_def(Pure())
 
     assembly_format = "$src `weight` $param attr-dict `:` type($src) `->` type($result)"
+
+
+class WeightedNode(WeightedStateNode):
+    """One edge in, one out, reading one weight."""
+
+    traits = traits_def(Pure())
 
 
 class MultiWeightNode(NodeOp):

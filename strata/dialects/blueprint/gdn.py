@@ -9,7 +9,7 @@ from xdsl.irdl import attr_def, irdl_op_definition, operand_def, result_def, tra
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
 from strata.dialects.blueprint.attrs import EdgeType
-from strata.dialects.blueprint.base import NodeOp, WeightedNode, edge, require, rowwise, same_expr
+from strata.dialects.blueprint.base import NodeOp, WeightedStateNode, edge, require, rowwise, same_expr
 
 
 @irdl_op_definition
@@ -35,7 +35,7 @@ class GdnGatesOp(NodeOp):
 
 
 @irdl_op_definition
-class Conv1dUpdateOp(WeightedNode):
+class Conv1dUpdateOp(WeightedStateNode):
     """The short causal conv over the mixed q/k/v rows, shifting the conv state
     (`conv:update`); the result is silu of the conv.
 
