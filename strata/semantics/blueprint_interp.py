@@ -1,0 +1,516 @@
+"""Execute a blueprint-level function node by node in numpy, emulating each node's precision
+(issue 8 item 5).
+
+    outs = run_blueprint(fn, weights, state, [tokens], dims={"top_k": 2, ...}, pos=7)
+
+Each node's semantics is registered with `BLUEPRINT_INTERPRETER` (one function per op class,
+as `op_interp.INTERPRETER`); `blueprint.group` runs its body and yields its results.
+
+Precision, from a node's `precision` attribute (absent: f32 throughout, no rounding):
+
+- `weight`: `fp8` with a block -> quantized with `strata.ir.fp8.quantize_fp8_block` and
+  dequantized (per expert for 3-D expert weights); `int4` with a 1-D block and `asymmetric` ->
+  ONNX Runtime's block-wise asymmetric 4-bit formula along the last axis (`quantize_int4_block`);
+  `bf16` / `f16` -> rounded through that type. Each quantized weight is cached per (name, format).
+- `activation`: the node's float inputs are rounded through it (bf16 via ml_dtypes).
+- `output`: the node's float results are rounded through it.
+- accumulation is f32 (every product and sum is computed in float32).
+
+Edges are 2-D arrays [rows, dim]. The symbolic dims the edges leave open (heads, head sizes,
+top_k) come from `dims`. State buffers are keyed by the state name of the node's effects
+(`#blueprint.effect<conv:update>` -> `state["conv"]`) and updated in place:
+
+- `conv` [C, K-1]: the last K-1 conv inputs; `h` [lin_v_heads, lin_k_dim, lin_v_dim];
+- `k`, `v` [ctx, kv_heads*head_dim]: the KV cache, rows written at `pos ..`;
+- a snapshot of state `s` goes to `state[s + ".snapshot"]`.
+
+Layout conventions (HF's, row-major, `y = x @ W.T`): linear weights [out, in]; expert
+`gate_up` weights [experts, 2*moe_inter, hidden] (gate rows first), `down` [experts, hidden,
+moe_inter]; expert rows are slot-major per token (row `i*top_k + j` is token i's j-th expert).
+`gdn_gates`' source is [b | a] and its `decay` result is the log decay
+g = -exp(A_log) * softplus(a + dt_bias) (the recurrence multiplies the state by exp(g));
+`conv1d_update` reads the first C columns of its source (C: the conv weight's channels);
+`gated_rms_norm` takes z as the last lin_v_heads*lin_v_dim columns of `lhs`; `split` de-interleaves
+per head [q | gate] into (gate, q); `rope` is NeoX (rotate-half) over `rotary_dim` (default
+head_dim) at positions `pos + row`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from xdsl.dialects import func
+from xdsl.ir import Operation, SSAValue
+
+from strata.dialects import blueprint as B
+from strata.dialects.blueprint.attrs import FormatAttr
+from strata.errors import StrataError
+from strata.ir import fp8
+from strata.ir.impls import Implementations
+from strata.semantics import kernels as K
+from strata.semantics.module_hybrid import causal_attention, l2_normalize
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+class BlueprintRunError(StrataError):
+    """A blueprint function that cannot be executed (missing weight, state, dim or format)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Formats
+
+
+def roundf(x: np.ndarray) -> np.ndarray:
+    """C's roundf: to nearest, halves away from zero."""
+    return np.sign(x) * np.floor(np.abs(x) + np.float32(0.5))
+
+
+def quantize_int4_block(w: np.ndarray, block: int = 128) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ONNX Runtime's block-wise asymmetric int4 (MatMulNBits) along the last axis:
+    (q uint8 in 0..15 [.., K], scale f32 [.., nb], zero point uint8 [.., nb]).
+
+    Per block: mn = min(min x, 0), mx = max(max x, 0), scale = (mx - mn) / 15,
+    zp = clamp(roundf(-mn / scale), 0, 15), q = clamp(roundf(x / scale + zp), 0, 15).
+    An all-zero block has scale 0; it stores q = zp = 0 and dequantizes to 0."""
+    w = np.asarray(w, dtype=np.float32)
+    k = w.shape[-1]
+    nb = -(-k // block)
+    pad = np.zeros((*w.shape[:-1], nb * block), np.float32)
+    pad[..., :k] = w
+    blocks = pad.reshape(*w.shape[:-1], nb, block)
+    real = (np.arange(nb * block) < k).reshape(nb, block)
+    mn = np.minimum(np.where(real, blocks, np.inf).min(axis=-1), 0).astype(np.float32)
+    mx = np.maximum(np.where(real, blocks, -np.inf).max(axis=-1), 0).astype(np.float32)
+    scale = ((mx - mn) / np.float32(15)).astype(np.float32)
+    safe = np.where(scale > 0, scale, np.float32(1))
+    zp = np.where(scale > 0, np.clip(roundf(-mn / safe), 0, 15), 0).astype(np.float32)
+    q = np.clip(roundf(blocks / safe[..., None] + zp[..., None]), 0, 15)
+    q = np.where(scale[..., None] > 0, q, 0)
+    return (q.reshape(*w.shape[:-1], nb * block)[..., :k].astype(np.uint8), scale,
+            zp.astype(np.uint8))
+
+
+def dequantize_int4_block(q: np.ndarray, scale: np.ndarray, zp: np.ndarray, block: int = 128) -> np.ndarray:
+    """(q - zp) * scale per block, f32 with q's shape."""
+    k = q.shape[-1]
+    s = np.repeat(scale, block, axis=-1)[..., :k]
+    z = np.repeat(zp.astype(np.float32), block, axis=-1)[..., :k]
+    return ((q.astype(np.float32) - z) * s).astype(np.float32)
+
+
+def _fmt_key(f: FormatAttr) -> tuple:
+    return (f.elem.data, f.block_sizes, f.is_asymmetric)
+
+
+def round_activation(x: np.ndarray, f: FormatAttr | None) -> np.ndarray:
+    """A float edge rounded through an activation/output format (f32 back)."""
+    if f is None or x.dtype.kind != "f":
+        return x
+    elem = f.elem.data
+    if elem in ("f32",):
+        return x.astype(np.float32)
+    if elem in ("bf16", "f16"):
+        t = BF16 if elem == "bf16" else np.dtype(np.float16)
+        return np.asarray(x, np.float32).astype(t).astype(np.float32)
+    raise BlueprintRunError(f"activation/output format '{elem}' is not emulated (bf16, f16, f32 are)")
+
+
+def quantize_weight(w: np.ndarray, f: FormatAttr | None) -> np.ndarray:
+    """A weight as the node sees it after its weight format: f32."""
+    w = np.asarray(w, dtype=np.float32)
+    if f is None:
+        return w
+    elem, block = f.elem.data, f.block_sizes
+    if elem == "f32":
+        return w
+    if elem in ("bf16", "f16"):
+        return round_activation(w, f)
+    if elem == "fp8":
+        blk = block if len(block) == 2 else fp8.BLOCK
+        if w.ndim == 1:
+            return fp8.dequantize_fp8_block(*fp8.quantize_fp8_block(w[None, :], blk), blk)[0]
+        if w.ndim == 2:
+            return fp8.dequantize_fp8_block(*fp8.quantize_fp8_block(w, blk), blk)
+        flat = w.reshape(-1, *w.shape[-2:])
+        return np.stack([fp8.dequantize_fp8_block(*fp8.quantize_fp8_block(m, blk), blk) for m in flat]).reshape(w.shape)
+    if elem == "int4":
+        if not f.is_asymmetric:
+            raise BlueprintRunError("int4 weights are emulated asymmetric only (ONNX Runtime's formula)")
+        blk = block[0] if block else 128
+        return dequantize_int4_block(*quantize_int4_block(w, blk), blk)
+    raise BlueprintRunError(f"weight format '{elem}' is not emulated (fp8, int4 asymmetric, bf16, f16, f32 are)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment
+
+
+@dataclass
+class Env:
+    weights: Any  # a Mapping[str, ndarray] or an object with .get(name) (a WeightStore)
+    state: dict[str, np.ndarray]
+    dims: Mapping[str, int]
+    pos: int = 0
+    eps: float = 1e-6
+    rope_theta: float = 10000.0
+    norm_topk_prob: bool = True
+    cache: dict[tuple, np.ndarray] = field(default_factory=dict)
+
+    def dim(self, name: str) -> int:
+        if name not in self.dims:
+            raise BlueprintRunError(f"dim '{name}' is not bound (pass dims={{'{name}': ...}})")
+        return int(self.dims[name])
+
+    def raw(self, name: str) -> np.ndarray:
+        try:
+            w = self.weights[name] if isinstance(self.weights, Mapping) else self.weights.get(name)
+        except KeyError:
+            w = None
+        if w is None:
+            raise BlueprintRunError(f"no weight '{name}'")
+        return w
+
+    def weight(self, op: Operation, name: str) -> np.ndarray:
+        """The weight `name` as `op`'s weight format makes it (cached per name and format)."""
+        f = _precision(op).get("weight")
+        key = (name, None if f is None else _fmt_key(f))
+        if key not in self.cache:
+            self.cache[key] = quantize_weight(self.raw(name), f)
+        return self.cache[key]
+
+    def buffer(self, op: Operation, default: str, effect: str | None = None) -> tuple[str, np.ndarray]:
+        names = [e.state.data for e in (op.effects.data if getattr(op, "effects", None) else ())
+                 if effect is None or e.effect.data == effect]
+        name = names[0] if names else default
+        if name not in self.state:
+            raise BlueprintRunError(f"{op.name}: no state buffer '{name}'")
+        return name, self.state[name]
+
+
+def _precision(op: Operation) -> dict[str, FormatAttr]:
+    p = op.attributes.get("precision")
+    return p.fields() if p is not None else {}  # type: ignore[attr-defined]
+
+
+def _names(op: Operation) -> list[str]:
+    return [s.data for s in op.attributes["weights"].data]  # type: ignore[attr-defined]
+
+
+def _mm(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x @ w.T, f32 accumulation."""
+    return np.asarray(x, np.float32) @ np.asarray(w, np.float32).T
+
+
+BLUEPRINT_INTERPRETER: Implementations[Callable[[Operation, list, Env], tuple]] = Implementations("blueprint interpreter")
+R = BLUEPRINT_INTERPRETER.register
+
+
+# ---------------------------------------------------------------------------------------------
+# Row-wise nodes
+
+
+@R(B.EmbedOp)
+def _embed(op: B.EmbedOp, a: list, env: Env) -> tuple:
+    return (env.weight(op, op.param.data)[a[0].reshape(-1).astype(np.int64)],)
+
+
+@R(B.RmsNormOp, B.FinalNormOp)
+def _rms_norm(op, a: list, env: Env) -> tuple:
+    return (K.rms_norm(a[0], env.eps) * env.weight(op, op.param.data),)
+
+
+@R(B.QkNormOp)
+def _qk_norm(op: B.QkNormOp, a: list, env: Env) -> tuple:
+    w = env.weight(op, op.param.data)
+    x = a[0].reshape(a[0].shape[0], -1, w.shape[-1])
+    return ((K.rms_norm(x, env.eps) * w).reshape(a[0].shape),)
+
+
+@R(B.L2NormOp)
+def _l2_norm(op: B.L2NormOp, a: list, env: Env) -> tuple:
+    hk, dk = env.dim("lin_k_heads"), env.dim("lin_k_dim")
+    x = np.array(a[0], dtype=np.float32)
+    n = x.shape[0]
+    qk = x[:, :2 * hk * dk].reshape(n, 2 * hk, dk)
+    x[:, :2 * hk * dk] = l2_normalize(qk).reshape(n, -1)
+    return (x,)
+
+
+@R(B.LinearOp, B.LmHeadOp, B.RouterOp)
+def _linear(op, a: list, env: Env) -> tuple:
+    return (_mm(a[0], env.weight(op, op.param.data)),)
+
+
+@R(B.ArgmaxOp)
+def _argmax(op: B.ArgmaxOp, a: list, env: Env) -> tuple:
+    return (np.argmax(a[0], axis=-1).astype(np.int32)[:, None],)
+
+
+@R(B.ResidualAddOp)
+def _residual_add(op, a: list, env: Env) -> tuple:
+    return (np.asarray(a[0], np.float32) + np.asarray(a[1], np.float32),)
+
+
+@R(B.SigmoidGateMulOp)
+def _sigmoid_gate_mul(op, a: list, env: Env) -> tuple:
+    return (K.sigmoid(a[0]) * np.asarray(a[1], np.float32),)
+
+
+@R(B.SiluMulOp)
+def _silu_mul(op, a: list, env: Env) -> tuple:
+    half = a[0].shape[-1] // 2
+    return (K.silu(a[0][:, :half]) * np.asarray(a[0][:, half:], np.float32),)
+
+
+@R(B.SplitOp)
+def _split(op, a: list, env: Env) -> tuple:
+    hd = env.dim("head_dim")
+    x = a[0].reshape(a[0].shape[0], -1, 2, hd)
+    n = x.shape[0]
+    return (np.ascontiguousarray(x[:, :, 1]).reshape(n, -1), np.ascontiguousarray(x[:, :, 0]).reshape(n, -1))
+
+
+@R(B.SwigluFfnOp)
+def _swiglu_ffn(op, a: list, env: Env) -> tuple:
+    g, u, d = (env.weight(op, n) for n in _names(op))
+    return (_mm(K.silu(_mm(a[0], g)) * _mm(a[0], u), d),)
+
+
+@R(B.RopeOp)
+def _rope_node(op, a: list, env: Env) -> tuple:
+    return (_rope(a[0], env), _rope(a[1], env))
+
+
+def _rope(x: np.ndarray, env: Env) -> np.ndarray:
+    hd = env.dim("head_dim")
+    rd = int(env.dims.get("rotary_dim", hd))
+    n = x.shape[0]
+    h = x.reshape(n, -1, hd).astype(np.float32)
+    inv = 1.0 / (env.rope_theta ** (np.arange(0, rd, 2, dtype=np.float64) / rd))
+    ang = (env.pos + np.arange(n, dtype=np.float64))[:, None] * inv[None, :]
+    cos, sin = np.cos(ang).astype(np.float32)[:, None, :], np.sin(ang).astype(np.float32)[:, None, :]
+    x1, x2 = h[..., :rd // 2], h[..., rd // 2:rd]
+    out = h.copy()
+    out[..., :rd // 2] = x1 * cos - x2 * sin
+    out[..., rd // 2:rd] = x2 * cos + x1 * sin
+    return out.reshape(n, -1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gated DeltaNet
+
+
+@R(B.GdnGatesOp)
+def _gdn_gates(op, a: list, env: Env) -> tuple:
+    a_log, dt_bias = (env.weight(op, n) for n in _names(op))
+    hv = a[0].shape[-1] // 2
+    b, al = a[0][:, :hv].astype(np.float32), a[0][:, hv:].astype(np.float32)
+    g = -np.exp(a_log) * K.softplus(al + dt_bias)
+    return (g.astype(np.float32), K.sigmoid(b))
+
+
+@R(B.Conv1dUpdateOp)
+def _conv1d_update(op, a: list, env: Env) -> tuple:
+    w = env.weight(op, op.param.data)
+    w = w.reshape(w.shape[0], w.shape[-1])  # [C, K] (HF's [C, 1, K] too)
+    c, k = w.shape
+    name, st = env.buffer(op, "conv", "update")
+    x = np.asarray(a[0][:, :c], np.float32)
+    s = x.shape[0]
+    full = np.concatenate([st.astype(np.float32), x.T], axis=-1)  # [C, K-1+S]
+    out = np.zeros((c, s), np.float32)
+    for j in range(k):  # tap j reads input t + j (torch's conv1d cross-correlation)
+        out += w[:, j:j + 1] * full[:, j:j + s]
+    st[...] = full[:, full.shape[-1] - (k - 1):].astype(st.dtype)
+    return (K.silu(out.T),)
+
+
+@R(B.StateSnapshotOp)
+def _state_snapshot(op, a: list, env: Env) -> tuple:
+    name, st = env.buffer(op, "conv", "snapshot")
+    env.state[name + ".snapshot"] = st.copy()
+    return ()
+
+
+@R(B.GdnRecurrenceOp)
+def _gdn_recurrence(op, a: list, env: Env) -> tuple:
+    hk, dk = env.dim("lin_k_heads"), env.dim("lin_k_dim")
+    hv, dv = env.dim("lin_v_heads"), env.dim("lin_v_dim")
+    g, beta, mixed = (np.asarray(x, np.float32) for x in a)
+    n = mixed.shape[0]
+    q = mixed[:, :hk * dk].reshape(n, hk, dk) * np.float32(dk ** -0.5)
+    k = mixed[:, hk * dk:2 * hk * dk].reshape(n, hk, dk)
+    v = mixed[:, 2 * hk * dk:2 * hk * dk + hv * dv].reshape(n, hv, dv)
+    r = hv // hk
+    q, k = np.repeat(q, r, axis=1), np.repeat(k, r, axis=1)
+    name, st = env.buffer(op, "h", "update")
+    h = st.astype(np.float32)
+    out = np.empty((n, hv, dv), np.float32)
+    for t in range(n):
+        h = h * np.exp(g[t])[:, None, None]
+        u = (v[t] - np.einsum("hkv,hk->hv", h, k[t])) * beta[t][:, None]
+        h = h + k[t][:, :, None] * u[:, None, :]
+        out[t] = np.einsum("hkv,hk->hv", h, q[t])
+    st[...] = h.astype(st.dtype)
+    return (out.reshape(n, hv * dv),)
+
+
+@R(B.GatedRmsNormOp)
+def _gated_rms_norm(op, a: list, env: Env) -> tuple:
+    w = env.weight(op, op.param.data)
+    core = np.asarray(a[1], np.float32)
+    n, width = core.shape
+    z = np.asarray(a[0][:, a[0].shape[-1] - width:], np.float32)
+    x = core.reshape(n, -1, w.shape[-1])
+    return ((K.rms_norm(x, env.eps) * w).reshape(n, width) * K.silu(z),)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mixture of experts
+
+
+@R(B.TopKOp)
+def _top_k(op, a: list, env: Env) -> tuple:
+    k = env.dim("top_k")
+    x = np.asarray(a[0], np.float32)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    p = e / e.sum(axis=-1, keepdims=True)
+    ids = np.argsort(-p, axis=-1, kind="stable")[:, :k]
+    w = np.take_along_axis(p, ids, axis=-1)
+    if env.norm_topk_prob:
+        w = w / w.sum(axis=-1, keepdims=True)
+    return (w.astype(np.float32), ids.astype(np.int32))
+
+
+def _experts(op, x: np.ndarray, ids: np.ndarray, env: Env, per_token: bool) -> np.ndarray:
+    w = env.weight(op, op.param.data)
+    flat = ids.reshape(-1).astype(np.int64)
+    k = ids.shape[-1]
+    rows = [x[i // k] if per_token else x[i] for i in range(flat.size)]
+    return np.stack([_mm(r[None, :], w[e])[0] for r, e in zip(rows, flat)]).astype(np.float32)
+
+
+@R(B.ExpertGateUpOp)
+def _expert_gate_up(op, a: list, env: Env) -> tuple:
+    return (_experts(op, np.asarray(a[0], np.float32), a[1], env, per_token=True),)
+
+
+@R(B.ExpertDownOp)
+def _expert_down(op, a: list, env: Env) -> tuple:
+    return (_experts(op, np.asarray(a[0], np.float32), a[1], env, per_token=False),)
+
+
+@R(B.BlendOp)
+def _blend(op, a: list, env: Env) -> tuple:
+    w, ed, sd, sg = (np.asarray(x, np.float32) for x in a)
+    n, k = w.shape
+    routed = np.einsum("nk,nkh->nh", w, ed.reshape(n, k, -1))
+    return ((routed + K.sigmoid(sg) * sd).astype(np.float32),)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention
+
+
+def _write_kv(op, k: np.ndarray, v: np.ndarray, env: Env) -> None:
+    names = [e.state.data for e in (op.effects.data if op.effects else ()) if e.effect.data == "write"]
+    kn, vn = (names + ["k", "v"][len(names):])[:2]
+    for name, x in ((kn, k), (vn, v)):
+        if name not in env.state:
+            raise BlueprintRunError(f"{op.name}: no state buffer '{name}'")
+        buf = env.state[name]
+        buf[env.pos:env.pos + x.shape[0]] = x.astype(buf.dtype)
+
+
+def _attend(op, q: np.ndarray, n_new: int, env: Env) -> np.ndarray:
+    names = [e.state.data for e in (op.effects.data if op.effects else ()) if e.effect.data == "read"]
+    kn, vn = (names + ["k", "v"][len(names):])[:2]
+    hd = env.dim("head_dim")
+    end = env.pos + n_new
+    kc = env.state[kn][:end].astype(np.float32).reshape(end, -1, hd).transpose(1, 0, 2)[None]
+    vc = env.state[vn][:end].astype(np.float32).reshape(end, -1, hd).transpose(1, 0, 2)[None]
+    qh = np.asarray(q, np.float32).reshape(n_new, -1, hd).transpose(1, 0, 2)[None]
+    pos = env.pos + np.arange(n_new)
+    return causal_attention(qh, kc, vc, pos)[0].astype(np.float32)
+
+
+@R(B.KvWriteOp)
+def _kv_write(op, a: list, env: Env) -> tuple:
+    _write_kv(op, a[0], a[1], env)
+    return ()
+
+
+@R(B.PagedAttentionOp)
+def _paged_attention(op, a: list, env: Env) -> tuple:
+    return (_attend(op, a[0], a[0].shape[0], env),)
+
+
+@R(B.AttentionOp)
+def _attention(op, a: list, env: Env) -> tuple:
+    wq, wk, wv, wo = (env.weight(op, n) for n in _names(op))
+    x = a[0]
+    q, k = _rope(_mm(x, wq), env), _rope(_mm(x, wk), env)
+    _write_kv(op, k, _mm(x, wv), env)
+    return (_mm(_attend(op, q, x.shape[0], env), wo),)
+
+
+# ---------------------------------------------------------------------------------------------
+# Groups and functions
+
+
+@R(B.GroupOp)
+def _group(op: B.GroupOp, a: list, env: Env, values: dict | None = None) -> tuple:
+    assert values is not None
+    return _run_block(op.body.block, values, env)
+
+
+def _run_block(block, values: dict[SSAValue, np.ndarray], env: Env) -> tuple:
+    for op in block.ops:
+        if isinstance(op, (func.ReturnOp, B.YieldOp)):
+            return tuple(values[v] for v in op.operands)
+        impl = BLUEPRINT_INTERPRETER.get(type(op))
+        if impl is None:
+            raise BlueprintRunError(f"no blueprint semantics for op '{op.name}'")
+        if isinstance(op, B.GroupOp):
+            results = impl(op, [], env, values)
+        else:
+            prec = _precision(op)
+            args = [round_activation(values[v], prec.get("activation")) for v in op.operands]
+            results = tuple(round_activation(r, prec.get("output")) for r in impl(op, args, env))
+        if len(results) != len(op.results):
+            raise BlueprintRunError(f"{op.name}: computed {len(results)} results, the op has {len(op.results)}")
+        for v, r in zip(op.results, results):
+            values[v] = r
+    return ()
+
+
+def run_blueprint(fn: func.FuncOp, weights: Any, state: dict[str, np.ndarray],
+                  inputs: Sequence[np.ndarray], *, dims: Mapping[str, int] | None = None, pos: int = 0,
+                  eps: float = 1e-6, rope_theta: float = 10000.0, norm_topk_prob: bool = True,
+                  cache: dict | None = None) -> list[np.ndarray]:
+    """Run the blueprint function `fn` on `inputs` (one array [rows, dim] per argument) at
+    position `pos`; returns the values of its `func.return`.
+
+    `weights` maps param names to arrays (a dict or a `WeightStore`); `state` maps state names
+    to buffers, updated in place. `cache` (a dict) keeps quantized weights across calls."""
+    args = fn.body.block.args
+    if len(inputs) != len(args):
+        raise BlueprintRunError(f"@{fn.sym_name.data}: takes {len(args)} inputs, got {len(inputs)}")
+    env = Env(weights, state, dict(dims or {}), pos, eps, rope_theta, norm_topk_prob,
+              cache if cache is not None else {})
+    values: dict[SSAValue, np.ndarray] = {}
+    for v, x in zip(args, inputs):
+        x = np.asarray(x)
+        values[v] = x.astype(np.float32) if x.dtype.kind == "f" else x
+    return list(_run_block(fn.body.block, values, env))
+
+
+@R(B.YieldOp)
+def _yield(op: B.YieldOp, a: list, env: Env) -> tuple:
+    """Never called by `_run_block` (which ends a body at its yield); the group's results."""
+    return tuple(a)
