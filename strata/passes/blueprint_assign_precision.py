@@ -1,0 +1,254 @@
+"""blueprint-assign-precision{recipe=NAME}: set every blueprint node's `precision` and `steps`.
+
+A recipe is a data file, `strata/passes/recipes/NAME.json`:
+
+    {"description": "...",
+     "rules": [
+       {"op": "linear", "role": ["ba"], "precision": {"weight": "bf16", "activation": "bf16",
+        "output": "f32", "accumulate": "f32"}, "steps": ["act bf16", "weight bf16->bf16", ...]},
+       ...]}
+
+A rule matches a node by
+  - `op`: the op's name without `blueprint.` (`linear`, `expert_down`), or a list of them;
+  - `role` (optional): the linear's role, or a list of roles (a node without a role never matches);
+  - `weight` (optional): true/false, whether the node reads a weight (`weight "..."`/`weights [...]`);
+  - `node` (optional): a glob on the node's id, its `node` attribute (`*.post_norm`; a node without
+    an id never matches).
+The first rule that matches a node gives it `precision` (each of weight, activation, output and
+accumulate optional; a format is written as in seed 001: `bf16`, `fp8/block128x128`,
+`int4/block128/asymmetric`) and `steps` (`"verb detail"`, seed 001's spelling). Every node needs
+a rule. The pass changes nothing else: the graph, types and other attributes stay as they are.
+
+Recipes: fp8-bf16head (seed 001's), bf16, f32 and w4a16.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import VerifyException
+
+from strata.dialects.blueprint.attrs import FormatAttr, PrecisionAttr, StepAttr
+from strata.dialects.blueprint.base import NodeOp
+from strata.errors import StrataError
+
+__all__ = ["BlueprintAssignPrecisionPass", "Recipe", "RecipeError", "Rule", "RECIPE_DIR", "apply_recipe",
+           "format_from_text", "format_text", "load_recipe", "parse_recipe", "recipe_names"]
+
+RECIPE_DIR = Path(__file__).parent / "recipes"
+_RULE_KEYS = {"op", "role", "weight", "node", "precision", "steps"}
+_PRECISION_KEYS = ("weight", "activation", "output", "accumulate")
+
+
+class RecipeError(StrataError):
+    """An unknown recipe or a malformed recipe file."""
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in RECIPE_DIR.glob("*.json"))
+
+
+def format_from_text(text: str) -> FormatAttr:
+    """`bf16`, `fp8/block128x128`, `int4/block128/asymmetric` -> #blueprint.format."""
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"a format is a string such as 'bf16' or 'fp8/block128x128', got {text!r}")
+    elem, *rest = text.split("/")
+    block: list[int] = []
+    asym = False
+    for part in rest:
+        if part == "asymmetric":
+            asym = True
+        elif part.startswith("block") and all(s.isdigit() and s for s in part[5:].split("x")):
+            block = [int(s) for s in part[5:].split("x")]
+        else:
+            raise ValueError(f"bad format '{text}': '{part}' is neither blockN[xM] nor asymmetric")
+    try:
+        fmt = FormatAttr(elem, block, asym)
+        fmt.verify()
+    except VerifyException as e:
+        raise ValueError(f"bad format '{text}': {e}") from None
+    return fmt
+
+
+def format_text(fmt: FormatAttr) -> str:
+    """The inverse of `format_from_text` (seed 001's spelling)."""
+    text = fmt.elem.data
+    if fmt.block_sizes:
+        text += "/block" + "x".join(str(b) for b in fmt.block_sizes)
+    if fmt.is_asymmetric:
+        text += "/asymmetric"
+    return text
+
+
+def _names(value: Any, key: str) -> frozenset[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(s, str) and s for s in items):
+        raise ValueError(f"'{key}' must be a name or a non-empty list of names, got {value!r}")
+    return frozenset(items)
+
+
+@dataclass(frozen=True)
+class Rule:
+    index: int
+    ops: frozenset[str]
+    roles: frozenset[str] | None
+    weight: bool | None
+    node: str | None
+    precision: PrecisionAttr
+    steps: ArrayAttr[StepAttr]
+
+    @staticmethod
+    def parse(index: int, raw: Any) -> Rule:
+        if not isinstance(raw, dict):
+            raise ValueError("a rule is an object")
+        unknown = set(raw) - _RULE_KEYS
+        if unknown:
+            raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(_RULE_KEYS))})")
+        for key in ("op", "precision", "steps"):
+            if key not in raw:
+                raise ValueError(f"no '{key}'")
+        ops = _names(raw["op"], "op")
+        roles = _names(raw["role"], "role") if "role" in raw else None
+        weight = raw.get("weight")
+        if weight is not None and not isinstance(weight, bool):
+            raise ValueError(f"'weight' must be true or false, got {weight!r}")
+        node = raw.get("node")
+        if node is not None and (not isinstance(node, str) or not node):
+            raise ValueError(f"'node' must be a glob on node ids, got {node!r}")
+        prec = raw["precision"]
+        if not isinstance(prec, dict) or set(prec) - set(_PRECISION_KEYS):
+            raise ValueError(f"'precision' is an object with keys among {', '.join(_PRECISION_KEYS)}, got {prec!r}")
+        precision = PrecisionAttr(**{k: format_from_text(v) for k, v in prec.items()})
+        steps = raw["steps"]
+        if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
+            raise ValueError(f"'steps' is a list of \"verb detail\" strings, got {steps!r}")
+        step_attrs = []
+        for s in steps:
+            verb, _, detail = s.partition(" ")
+            if not detail:
+                raise ValueError(f"step '{s}' is not \"verb detail\"")
+            try:
+                step = StepAttr(verb, detail)
+                step.verify()
+            except VerifyException as e:
+                raise ValueError(str(e)) from None
+            step_attrs.append(step)
+        return Rule(index, ops, roles, weight, node, precision, ArrayAttr(step_attrs))
+
+    def describe(self) -> str:
+        text = f"rule {self.index} (op {'/'.join(sorted(self.ops))}"
+        if self.roles is not None:
+            text += f", role {'/'.join(sorted(self.roles))}"
+        return text + ")"
+
+    def matches(self, op: NodeOp) -> bool:
+        if op.name.removeprefix("blueprint.") not in self.ops:
+            return False
+        if self.roles is not None:
+            role = op.attributes.get("role")
+            if not isinstance(role, StringAttr) or role.data not in self.roles:
+                return False
+        if self.weight is not None and op.reads_weight != self.weight:
+            return False
+        if self.node is not None:
+            node = op.node
+            if node is None or not fnmatch.fnmatchcase(node.data, self.node):
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    path: Path
+    description: str
+    rules: tuple[Rule, ...]
+
+    def rule_for(self, op: NodeOp) -> Rule:
+        """The first rule matching `op`; a RecipeError if none does, or if the rule gives a
+        weight format to a node that reads no weight."""
+        for rule in self.rules:
+            if rule.matches(op):
+                break
+        else:
+            role = op.attributes.get("role")
+            what = op.name + (f" role '{role.data}'" if isinstance(role, StringAttr) else "")
+            raise RecipeError(f"blueprint-assign-precision: recipe '{self.name}' ({self.path}) has no rule for {what}")
+        if "weight" in rule.precision.fields() and not op.reads_weight:
+            raise RecipeError(f"blueprint-assign-precision: recipe '{self.name}' ({self.path}) "
+                              f"{rule.describe()} gives a weight format to {op.name}, which reads no weight")
+        return rule
+
+
+@cache
+def load_recipe(name: str) -> Recipe:
+    """The recipe `name` from `recipes/NAME.json`; a one-line RecipeError if unknown or malformed."""
+    names = recipe_names()
+    if name not in names:
+        raise RecipeError(f"blueprint-assign-precision: unknown recipe '{name}' (known: {', '.join(names)})")
+    path = RECIPE_DIR / f"{name}.json"
+    return parse_recipe(name, path, path.read_text())
+
+
+def parse_recipe(name: str, path: Path, text: str) -> Recipe:
+    def bad(msg: str) -> RecipeError:
+        return RecipeError(f"blueprint-assign-precision: malformed recipe file {path}: {msg}")
+
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise bad(f"not JSON ({e})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("rules"), list) or set(raw) - {"description", "rules"}:
+        raise bad('expected {"description": ..., "rules": [...]}')
+    rules = []
+    for i, r in enumerate(raw["rules"]):
+        try:
+            rules.append(Rule.parse(i, r))
+        except ValueError as e:
+            raise bad(f"rule {i} {json.dumps(r)}: {e}") from None
+    return Recipe(name, path, str(raw.get("description", "")), tuple(rules))
+
+
+@dataclass
+class AssignPrecision(RewritePattern):
+    """Give a node the precision and steps of its recipe's first matching rule."""
+
+    recipe: Recipe
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: NodeOp, rewriter: PatternRewriter) -> None:
+        rule = self.recipe.rule_for(op)
+        if op.precision == rule.precision and op.steps == rule.steps:
+            return
+        op.attributes["precision"] = rule.precision
+        op.attributes["steps"] = rule.steps
+        rewriter.notify_op_modified(op)
+
+
+@dataclass(frozen=True)
+class BlueprintAssignPrecisionPass(ModulePass):
+    """Set each blueprint node's `precision` and `steps` from a recipe (`recipe=fp8-bf16head`)."""
+
+    name = "blueprint-assign-precision"
+
+    recipe: str = "fp8-bf16head"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        apply_recipe(load_recipe(self.recipe), op)
+
+
+def apply_recipe(recipe: Recipe, module: ModuleOp) -> None:
+    """Give every node of `module` its precision and steps from `recipe`."""
+    for node in module.walk():  # every node has a rule before anything changes (and errors stay one line)
+        if isinstance(node, NodeOp):
+            recipe.rule_for(node)
+    PatternRewriteWalker(AssignPrecision(recipe), apply_recursively=False).rewrite_module(module)
