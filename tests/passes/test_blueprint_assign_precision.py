@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation
@@ -215,3 +216,41 @@ def test_every_recipe_file_loads_and_is_package_data():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert '"strata.passes" = ["recipes/*.json"]' in pyproject
     assert RECIPE_DIR == ROOT / "strata/passes/recipes"
+
+
+# ---------------------------------------------------------------------------------------------
+# Executed before and after the pass (the blueprint interpreter emulates each node's precision)
+
+
+def _run_decode_step(recipe: str | None):
+    """One decode step of the interpreter tests' tiny GDN + MoE layer, after the pass with `recipe`."""
+    from xdsl.dialects import func
+
+    import blueprint_step as step  # the interpreter tests' step: its IR, weights and state
+    from strata.dialects import parse_ir
+    from strata.pipeline import run_pipeline
+    from strata.semantics.blueprint_interp import run_blueprint
+
+    module = parse_ir(step._decode_text(None))
+    if recipe is not None:
+        run_pipeline(module, f"blueprint-assign-precision{{recipe={recipe}}}")
+    fn = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    state = step._tiny_state()
+    _, logits = run_blueprint(fn, step._tiny_weights(), state, [np.array([[7]], np.int32)], dims=step.DIMS)
+    return logits, state
+
+
+def test_the_f32_recipe_changes_no_value():
+    before, state0 = _run_decode_step(None)
+    after, state1 = _run_decode_step("f32")
+    np.testing.assert_array_equal(after, before)
+    for name in state0:
+        np.testing.assert_array_equal(state1[name], state0[name])
+
+
+@pytest.mark.parametrize("recipe, low, high", [("bf16", 1e-4, 0.05), ("fp8-bf16head", 1e-3, 0.1)])
+def test_a_low_precision_recipe_changes_values_by_its_rounding(recipe, low, high):
+    before, _ = _run_decode_step(None)
+    after, _ = _run_decode_step(recipe)
+    rel = float(np.abs(after - before).max() / np.abs(before).max())
+    assert low < rel < high, rel
