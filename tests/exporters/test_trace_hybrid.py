@@ -7,7 +7,6 @@ cache in f16; a sum can cancel while its terms do not).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ import pytest
 from strata.exporters.trace import parse_trace
 from strata.pipeline import entry_pipeline, load_model, lower
 from strata.semantics.op_interp import alloc_state, find_function, run_function
+from strata.verify.llamacpp import parse_callback_log
 from support import REFS, run_tool
 
 LLAMACPP = REFS / "llamacpp"
@@ -39,18 +39,9 @@ def test_trace_equals_llama_cpp_row_for_row(model: str, entry: str) -> None:
     assert len(mine) == len(theirs)
 
 
-def callback_sums(path: Path) -> list[tuple[str, float]]:
+def callback_sums(path) -> list[tuple[str, float]]:
     """(tensor name, sum) of every op llama-eval-callback logged, in order."""
-    out, name = [], None
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        m = re.match(r"^common_debug_cb_eval:\s+(.*?) = \(", line)
-        if m:
-            name = m.group(1).strip()
-        m = re.match(r"^\s+sum = (\S+)$", line)
-        if m and name is not None:
-            out.append((name, float(m.group(1))))
-            name = None
-    return out
+    return [(row.name, row.sum) for row in parse_callback_log(path).rows]
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRIES))

@@ -11,11 +11,11 @@ op.gated_delta_net {grouped}; sums do not see the order.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
 
+from strata.verify.llamacpp import parse_callback_log
 from support import REFS
 
 LLAMACPP = REFS / "llamacpp"
@@ -278,17 +278,8 @@ def _gguf_weights(directory) -> dict[str, np.ndarray]:
 
 
 def _callback_sums(path) -> list[tuple[str, float]]:
-    """(tensor name, sum) of each op llama-eval-callback logged, in order."""
-    out, name = [], None
-    for line in open(path, encoding="utf-8", errors="replace"):
-        m = re.match(r"^common_debug_cb_eval:\s+(.*?) = \(", line)
-        if m:
-            name = m.group(1).strip()
-        m = re.match(r"^\s+sum = (\S+)$", line)
-        if m and name is not None:
-            out.append((name, float(m.group(1))))
-            name = None
-    return out
+    """(tensor name, sum) of every op llama-eval-callback logged, in order."""
+    return [(row.name, row.sum) for row in parse_callback_log(path).rows]
 
 
 @pytest.mark.skipif(not (LLAMACPP / "qwen3.5-tiny" / "prefill.callback.log").is_file(),
