@@ -27,7 +27,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from strata.dialects import op as O
 from strata.dialects import strata_context
-from strata.dialects.instances import TensorInstance, find_model, instantiate, model_params
+from strata.dialects.instances import TensorInstance, find_model, instantiate
 from strata.errors import StrataError
 from strata.ir.dtypes import dtype_of
 from strata.ir.text import print_ir
@@ -65,7 +65,10 @@ class Model:
     root: Path
     config: Any
     module: ModuleOp
+    #: The block size of an fp8 block-quantized checkpoint (its quantization_config), else None.
+    fp8_block: tuple[int, int] | None = None
     _params: dict[str, TensorInstance] | None = field(default=None, repr=False)
+    _tensors: list[TensorInstance] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -75,16 +78,22 @@ class Model:
     def model_op(self):
         return find_model(self.module)
 
+    def param_instances(self) -> list[TensorInstance]:
+        """Every param instance of the model (a tied one too), from one walk of its blocks."""
+        if self._tensors is None:
+            self._tensors = [t for t in instantiate(self.model_op).tensors() if t.kind == "param"]
+        return self._tensors
+
     def params(self) -> dict[str, TensorInstance]:
-        """Every distinct param, by its llama.cpp name."""
+        """Every distinct param (tied ones once), by its llama.cpp name."""
         if self._params is None:
-            self._params = model_params(self.model_op)
+            self._params = {t.ggml: t for t in self.param_instances() if t.tied_from is None}
         return self._params
 
     def weight_names(self) -> tuple[dict[str, str], set[str], dict[str, Composite]]:
         """(stored HF name -> IR name, the stored names the model knowingly ignores, the IR
         tensors assembled from several stored ones)."""
-        tensors = [t for t in instantiate(self.model_op).tensors() if t.kind == "param"]
+        tensors = self.param_instances()
         names = {t.hf: t.ggml for t in tensors if t.tied_from is None and "*" not in t.hf and not t.hf_merged}
         composites = {t.ggml: composite_of(t) for t in tensors if "*" in t.hf or t.hf_merged}
         # A tied model's checkpoint may still carry the tied copy (lm_head.weight).
@@ -98,7 +107,7 @@ class Model:
     def open_weights(self, check: bool = True, quiet: bool = False) -> WeightStore:
         """The model's weight store, addressed by IR names; checked against the params."""
         names, ignore, composites = self.weight_names()
-        store = WeightStore.open(self.root, names, ignore, composites, fp8_block=fp8_block_of(self.root))
+        store = WeightStore.open(self.root, names, ignore, composites, fp8_block=self.fp8_block)
         if check:
             store.check({name: (t.shape, t.dtype) for name, t in self.params().items()})
         if store.unused and not quiet:
@@ -169,7 +178,8 @@ def load_model(path: str | Path, max_seq: int | None = None) -> Model:
     config = load_config(path)
     module = build_module(config, max_seq=max_seq)
     module.verify()
-    return Model(model_root(path), config, module)
+    root = model_root(path)
+    return Model(root, config, module, fp8_block=fp8_block_of(root))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,15 +305,19 @@ def build_stage(model: Model, tgt: Target, knobs: Mapping[str, Any], inputs: Map
     return files
 
 
+def _prepare(model: Model, target_name: str, knobs: Mapping[str, Any] | None, store: WeightStore | None):
+    """(target, resolved knobs, the stage's inputs, the stage's file names) of a compile."""
+    tgt = target(target_name)
+    knobs = resolve_knobs(tgt, model, knobs or {})
+    inputs = stage_inputs(model, store or model.open_weights(), tgt, knobs)
+    return tgt, knobs, inputs, {*tgt.outputs, OP_MLIR}
+
+
 def compile_model(model: Model, target_name: str, out: str | Path, knobs: Mapping[str, Any] | None = None,
                   store: WeightStore | None = None) -> Path:
     """Compile `model` for a target into the stage directory `out` (replacing a strata stage)."""
-    tgt = target(target_name)
-    knobs = resolve_knobs(tgt, model, knobs or {})
-    store = store or model.open_weights()
+    tgt, knobs, inputs, stage_files = _prepare(model, target_name, knobs, store)
     out = Path(out)
-    inputs = stage_inputs(model, store, tgt, knobs)
-    stage_files = {*tgt.outputs, OP_MLIR}
     check_destination(out, stage_files)  # before the work, so a refusal is quick
     files = build_stage(model, tgt, knobs, inputs)  # in memory: a refused compile writes nothing
     with locked(out):
@@ -317,12 +331,8 @@ def cached_compile(model: Model, target_name: str, cache: str | Path, knobs: Map
     """The stage in `cache` for these inputs: reused if it matches, else (re)built.
 
     Returns (the directory, None if reused else why it was built)."""
-    tgt = target(target_name)
-    knobs = resolve_knobs(tgt, model, knobs or {})
-    store = store or model.open_weights()
+    tgt, knobs, inputs, stage_files = _prepare(model, target_name, knobs, store)
     cache = Path(cache)
-    inputs = stage_inputs(model, store, tgt, knobs)
-    stage_files = {*tgt.outputs, OP_MLIR}
     if cache.is_dir() and stage_matches(cache, inputs, stage_files)[0]:
         return cache, None  # the common case, without taking the lock
     files = build_stage(model, tgt, knobs, inputs)  # in memory: a refused compile writes nothing
