@@ -31,7 +31,7 @@ moe_inter]; expert rows are slot-major per token (row `i*top_k + j` is token i's
 g = -exp(A_log) * softplus(a + dt_bias) (the recurrence multiplies the state by exp(g));
 `conv1d_update` reads the first C columns of its source (C: the conv weight's channels);
 `gated_rms_norm` takes z as the last lin_v_heads*lin_v_dim columns of `lhs`; `split` de-interleaves
-per head [q | gate] into (gate, q); `rope` is NeoX (rotate-half) over `rotary_dim` (default
+per head [q | gate] into (q, gate); `rope` is NeoX (rotate-half) over `rotary_dim` (default
 head_dim) at positions `pos + row`.
 """
 
@@ -272,7 +272,7 @@ def _split(op, a: list, env: Env) -> tuple:
     hd = env.dim("head_dim")
     x = a[0].reshape(a[0].shape[0], -1, 2, hd)
     n = x.shape[0]
-    return (np.ascontiguousarray(x[:, :, 1]).reshape(n, -1), np.ascontiguousarray(x[:, :, 0]).reshape(n, -1))
+    return (np.ascontiguousarray(x[:, :, 0]).reshape(n, -1), np.ascontiguousarray(x[:, :, 1]).reshape(n, -1))
 
 
 @R(B.SwigluFfnOp)

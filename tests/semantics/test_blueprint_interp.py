@@ -141,9 +141,9 @@ def test_elementwise_nodes():
 def test_split_deinterleaves_query_and_gate():
     heads, hd = 2, 4
     x = r(3, heads * hd * 2)
-    fn = fn_of([("x", E("n", "qg"))], f'%g, %q = blueprint.split %x : {E("n", "qg")} -> {E("n", "q")}, {E("n", "q")}',
-               [("g", E("n", "q")), ("q", E("n", "q"))])
-    g, q = run_blueprint(fn, {}, {}, [x], dims=dict(head_dim=hd))
+    fn = fn_of([("x", E("n", "qg"))], f'%q, %g = blueprint.split %x : {E("n", "qg")} -> {E("n", "q")}, {E("n", "q")}',
+               [("q", E("n", "q")), ("g", E("n", "q"))])
+    q, g = run_blueprint(fn, {}, {}, [x], dims=dict(head_dim=hd))
     per = x.reshape(3, heads, 2 * hd)
     np.testing.assert_array_equal(q, per[:, :, :hd].reshape(3, -1))
     np.testing.assert_array_equal(g, per[:, :, hd:].reshape(3, -1))

@@ -1,8 +1,9 @@
 """The abstract bases of the blueprint ops: the attributes every node may carry, and the
 operand shapes the nodes share.
 
-Every node may carry `node` (seed 001's node id), `precision`, `steps`, `placement` and
-`effects` (state effects). A node that reads a weight names it with `weight "param"` (a
+Every node may carry `node` (seed 001's node id), `edges` (its results' ids), `precision`,
+`steps`, `placement`, `effects` (state effects), `slots` (the state buffers those effects act
+on) and `point` (its specialization point). A node that reads a weight names it with `weight "param"` (a
 param name, as the op level's `op.param`; weights never enter the IR); a node that reads
 several names them with `weights [...]`. Nodes that touch state declare memory effects
 and list the effects they may carry (`STATE_EFFECTS`); every other node is `Pure`.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.dialects.builtin import ArrayAttr, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, StringAttr
 from xdsl.ir import SSAValue
 from xdsl.irdl import IRDLOperation, attr_def, operand_def, opt_attr_def, result_def, traits_def
 from xdsl.traits import Pure
@@ -46,6 +47,13 @@ class NodeOp(IRDLOperation):
     steps = opt_attr_def(ArrayAttr[StepAttr])
     placement = opt_attr_def(PlacementAttr)
     effects = opt_attr_def(ArrayAttr[StateEffectAttr])
+    #: The ids of the node's results, in order (seed 001's edge ids, `l0.gdn.xn`).
+    edges = opt_attr_def(ArrayAttr[StringAttr])
+    #: The node's specialization point (seed 001's `point`: `{gate = "softplus", decay = "head"}`).
+    point = opt_attr_def(DictionaryAttr)
+    #: The state buffers the node's `effects` act on, one per effect (`cache_r_l0`); absent: the
+    #: effects' own state names.
+    slots = opt_attr_def(ArrayAttr[StringAttr])
 
     #: The state effects this node may carry (empty: a pure node).
     STATE_EFFECTS: ClassVar[tuple[str, ...]] = ()
@@ -62,6 +70,15 @@ class NodeOp(IRDLOperation):
                 require(eff.effect.data in self.STATE_EFFECTS,
                         f"{self.name}: state effect '{eff.state.data}:{eff.effect.data}' is not one this node has"
                         + (f" (it may {', '.join(self.STATE_EFFECTS)})" if self.STATE_EFFECTS else " (it touches no state)"))
+        if self.edges is not None:
+            require(len(self.edges.data) == len(self.results),
+                    f"{self.name}: {len(self.edges.data)} edge ids for {len(self.results)} results")
+        if self.slots is not None:
+            require(self.effects is not None and len(self.slots.data) == len(self.effects.data),
+                    f"{self.name}: one slot per state effect")
+        if self.point is not None:
+            require(all(isinstance(v, StringAttr) for v in self.point.data.values()),
+                    f"{self.name}: a point maps names to strings")
         if self.precision is not None and "weight" in self.precision.fields():
             require(self.reads_weight, f"{self.name}: a weight format on a node that reads no weight")
         if self.WEIGHT_COUNT:

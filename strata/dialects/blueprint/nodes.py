@@ -192,9 +192,9 @@ class SiluMulOp(UnaryNode):
 
 @irdl_op_definition
 class SplitOp(SplitNode):
-    """Split each row in two (the gated attention's query and gate, de-interleaved).
+    """Split each row in two: the gated attention's query and gate, de-interleaved per head (results q, gate).
 
-        %gate, %q = blueprint.split %qg : !blueprint.edge<"n", "q_heads*head_dim*2", bf16> -> !blueprint.edge<"n", "q_heads*head_dim", bf16>, !blueprint.edge<"n", "q_heads*head_dim", bf16>
+        %q, %gate = blueprint.split %qg : !blueprint.edge<"n", "q_heads*head_dim*2", bf16> -> !blueprint.edge<"n", "q_heads*head_dim", bf16>, !blueprint.edge<"n", "q_heads*head_dim", bf16>
     """
 
     name = "blueprint.split"

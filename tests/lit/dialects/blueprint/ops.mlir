@@ -153,11 +153,11 @@ func.func @blend(%w: !blueprint.edge<"n", "top_k", f32>, %ed: !blueprint.edge<"n
 }
 
 // CHECK-LABEL: func.func @split(
-// CHECK-NEXT:    %gate, %q = blueprint.split %qg : !blueprint.edge<"n", "q_heads*head_dim*2", bf16> -> !blueprint.edge<"n", "q_heads*head_dim", bf16>, !blueprint.edge<"n", "q_heads*head_dim", bf16>
+// CHECK-NEXT:    %q, %gate = blueprint.split %qg : !blueprint.edge<"n", "q_heads*head_dim*2", bf16> -> !blueprint.edge<"n", "q_heads*head_dim", bf16>, !blueprint.edge<"n", "q_heads*head_dim", bf16>
 // CHECK-NEXT:    func.return
 // CHECK-NEXT:  }
 func.func @split(%qg: !blueprint.edge<"n", "q_heads*head_dim*2", bf16>) {
-%gate, %q = blueprint.split %qg : !blueprint.edge<"n", "q_heads*head_dim*2", bf16> -> !blueprint.edge<"n", "q_heads*head_dim", bf16>, !blueprint.edge<"n", "q_heads*head_dim", bf16>
+%q, %gate = blueprint.split %qg : !blueprint.edge<"n", "q_heads*head_dim*2", bf16> -> !blueprint.edge<"n", "q_heads*head_dim", bf16>, !blueprint.edge<"n", "q_heads*head_dim", bf16>
   func.return
 }
 
