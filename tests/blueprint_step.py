@@ -32,7 +32,7 @@ func.func @decode(%tok: {E("n", "1", "i32")}) -> ({E("n", "1", "i32")}, {E("n", 
   %ba = blueprint.linear %xn weight "ba" role "ba"{p} : {H} -> {BA}
   %conv = blueprint.conv1d_update %qkvz weight "conv" {{effects = [#blueprint.effect<conv:update>]}} : {Z} -> {CV}
   %qkv = blueprint.l2_norm %conv : {CV} -> {CV}
-  %decay, %beta = blueprint.gdn_gates %ba weights ["A_log", "dt_bias"] : {BA} -> {HV_}, {HV_}
+  %decay, %beta = blueprint.gdn_gates %ba weights ["A", "dt_bias"] : {BA} -> {HV_}, {HV_}
   %core = blueprint.gdn_recurrence %decay, %beta, %qkv {{effects = [#blueprint.effect<h:update>]}} : {HV_}, {HV_}, {CV} -> {V}
   %g = blueprint.gated_rms_norm %qkvz, %core weight "gnorm" : {Z}, {V} -> {V}
   %o = blueprint.linear %g weight "out" role "o"{p} : {V} -> {H}
@@ -72,7 +72,7 @@ def _tiny_weights():
 
     return {
         "embed": n(VOCAB, HID, sc=1.0), "ln1": 1 + n(HID, sc=0.1), "qkvz": n(C + HV * DV, HID),
-        "ba": n(2 * HV, HID), "conv": n(C, 1, KCONV, sc=0.5), "A_log": n(HV, sc=0.5), "dt_bias": n(HV, sc=0.5),
+        "ba": n(2 * HV, HID), "conv": n(C, 1, KCONV, sc=0.5), "A": -np.exp(n(HV, sc=0.5)), "dt_bias": n(HV, sc=0.5),
         "gnorm": 1 + n(DV, sc=0.1), "out": n(HID, HV * DV), "ln2": 1 + n(HID, sc=0.1), "router": n(NE, HID),
         "gate_up": n(NE, 2 * INTER, HID), "down": n(NE, HID, INTER), "sh_gate_up": n(2 * INTER, HID),
         "sh_down": n(HID, INTER), "sh_gate": n(1, HID), "norm": 1 + n(HID, sc=0.1), "lm_head": n(VOCAB, HID),

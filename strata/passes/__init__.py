@@ -14,6 +14,7 @@ from xdsl.passes import ModulePass
 #: pass name -> (module, class name); imported only when the pass is used.
 PASSES: dict[str, tuple[str, str]] = {
     "convert-module-to-op": ("strata.passes.convert_module_to_op", "ConvertModuleToOpPass"),
+    "convert-op-to-blueprint": ("strata.passes.convert_op_to_blueprint", "ConvertOpToBlueprintPass"),
     "blueprint-assign-precision": ("strata.passes.blueprint_assign_precision", "BlueprintAssignPrecisionPass"),
 }
 

@@ -17,8 +17,13 @@ Precision, from a node's `precision` attribute (absent: f32 throughout, no round
 - accumulation is f32 (every product and sum is computed in float32).
 
 Edges are 2-D arrays [rows, dim]. The symbolic dims the edges leave open (heads, head sizes,
-top_k) come from `dims`. State buffers are keyed by the state name of the node's effects
-(`#blueprint.effect<conv:update>` -> `state["conv"]`) and updated in place:
+top_k) come from the function's `blueprint.dims` and `dims`. Weights are read by name, converted
+as the function's `blueprint.weights` says (the op level's stored name and conversion). Node
+hyperparameters (`eps`, the rope's `mode`/`n_dims`/`freq_base`/`sections`, attention's `scale`,
+top-k's `norm`) come from the node. State buffers are the node's `slots` (the op level's
+buffers: the conv state flat [1, C*(K-1)], the recurrent state [1, Hv*D*D] as ggml's
+GATED_DELTA_NET keeps it), or, without slots, keyed by the effects' state names
+(`#blueprint.effect<conv:update>` -> `state["conv"]`); updated in place:
 
 - `conv` [C, K-1]: the last K-1 conv inputs; `h` [lin_v_heads, lin_k_dim, lin_v_dim];
 - `k`, `v` [ctx, kv_heads*head_dim]: the KV cache, rows written at `pos ..`;
@@ -28,7 +33,7 @@ Layout conventions (HF's, row-major, `y = x @ W.T`): linear weights [out, in]; e
 `gate_up` weights [experts, 2*moe_inter, hidden] (gate rows first), `down` [experts, hidden,
 moe_inter]; expert rows are slot-major per token (row `i*top_k + j` is token i's j-th expert).
 `gdn_gates`' source is [b | a] and its `decay` result is the log decay
-g = -exp(A_log) * softplus(a + dt_bias) (the recurrence multiplies the state by exp(g));
+g = softplus(a + dt_bias) * A with A = -exp(A_log) (the recurrence multiplies the state by exp(g));
 `conv1d_update` reads the first C columns of its source (C: the conv weight's channels);
 `gated_rms_norm` takes z as the last lin_v_heads*lin_v_dim columns of `lhs`; `split` de-interleaves
 per head [q | gate] into (q, gate); `rope` is NeoX (rotate-half) over `rotary_dim` (default
@@ -160,6 +165,9 @@ class Env:
     rope_theta: float = 10000.0
     norm_topk_prob: bool = True
     cache: dict[tuple, np.ndarray] = field(default_factory=dict)
+    #: weight name -> its stored name and conversion (the function's `blueprint.weights`)
+    table: Mapping[str, Any] = field(default_factory=dict)
+    observe: Callable[[Operation, tuple], None] | None = None
 
     def dim(self, name: str) -> int:
         if name not in self.dims:
@@ -167,13 +175,37 @@ class Env:
         return int(self.dims[name])
 
     def raw(self, name: str) -> np.ndarray:
+        """The weight `name`: its stored tensor, converted as the weight table says."""
+        info = self.table.get(name)
+        stored = info.data["source"].data if info is not None and "source" in info.data else name
         try:
-            w = self.weights[name] if isinstance(self.weights, Mapping) else self.weights.get(name)
-        except KeyError:
+            w = self.weights[stored] if isinstance(self.weights, Mapping) else self.weights.get(stored)
+        except (KeyError, StrataError):
             w = None
         if w is None:
-            raise BlueprintRunError(f"no weight '{name}'")
-        return w
+            raise BlueprintRunError(f"no weight '{stored}'")
+        if info is not None and "convert" in info.data:
+            from strata.semantics.op_interp import PARAM_CONVERSIONS
+
+            args = tuple(info.data["convert_args"].get_values()) if "convert_args" in info.data else ()
+            w = PARAM_CONVERSIONS[info.data["convert"].data](w, args)
+        return np.asarray(w)
+
+    def node_weight(self, op: Operation) -> np.ndarray:
+        """The weight of a `weight "param"` node: `param`'s rows, then those of each `concat`
+        weight (a merged projection), in the node's weight format."""
+        names = [op.param.data] + [c.data for c in (op.concat.data if op.concat else ())]  # type: ignore[attr-defined]
+        if len(names) == 1:
+            return self.weight(op, names[0])
+        f = _precision(op).get("weight")
+        key = (tuple(names), None if f is None else _fmt_key(f))
+        if key not in self.cache:
+            self.cache[key] = quantize_weight(np.concatenate([self.raw(n) for n in names], axis=-2), f)
+        return self.cache[key]
+
+    def eps_of(self, op: Operation) -> float:
+        e = op.attributes.get("eps")
+        return float(e.value.data) if e is not None else self.eps  # type: ignore[attr-defined]
 
     def weight(self, op: Operation, name: str) -> np.ndarray:
         """The weight `name` as `op`'s weight format makes it (cached per name and format)."""
@@ -184,8 +216,10 @@ class Env:
         return self.cache[key]
 
     def buffer(self, op: Operation, default: str, effect: str | None = None) -> tuple[str, np.ndarray]:
-        names = [e.state.data for e in (op.effects.data if getattr(op, "effects", None) else ())
-                 if effect is None or e.effect.data == effect]
+        """The buffer of `op`'s state effect `effect`: its slot if it names one, else the effect's state."""
+        effects = list(op.effects.data) if getattr(op, "effects", None) else []  # type: ignore[attr-defined]
+        slots = [s.data for s in op.slots.data] if getattr(op, "slots", None) else [e.state.data for e in effects]  # type: ignore[attr-defined]
+        names = [slot for e, slot in zip(effects, slots) if effect is None or e.effect.data == effect]
         name = names[0] if names else default
         if name not in self.state:
             raise BlueprintRunError(f"{op.name}: no state buffer '{name}'")
@@ -216,19 +250,19 @@ R = BLUEPRINT_INTERPRETER.register
 
 @R(B.EmbedOp)
 def _embed(op: B.EmbedOp, a: list, env: Env) -> tuple:
-    return (env.weight(op, op.param.data)[a[0].reshape(-1).astype(np.int64)],)
+    return (env.node_weight(op)[a[0].reshape(-1).astype(np.int64)],)
 
 
 @R(B.RmsNormOp, B.FinalNormOp)
 def _rms_norm(op, a: list, env: Env) -> tuple:
-    return (K.rms_norm(a[0], env.eps) * env.weight(op, op.param.data),)
+    return (K.rms_norm(a[0], env.eps_of(op)) * env.node_weight(op),)
 
 
 @R(B.QkNormOp)
 def _qk_norm(op: B.QkNormOp, a: list, env: Env) -> tuple:
-    w = env.weight(op, op.param.data)
+    w = env.node_weight(op)
     x = a[0].reshape(a[0].shape[0], -1, w.shape[-1])
-    return ((K.rms_norm(x, env.eps) * w).reshape(a[0].shape),)
+    return ((K.rms_norm(x, env.eps_of(op)) * w).reshape(a[0].shape),)
 
 
 @R(B.L2NormOp)
@@ -237,13 +271,19 @@ def _l2_norm(op: B.L2NormOp, a: list, env: Env) -> tuple:
     x = np.array(a[0], dtype=np.float32)
     n = x.shape[0]
     qk = x[:, :2 * hk * dk].reshape(n, 2 * hk, dk)
-    x[:, :2 * hk * dk] = l2_normalize(qk).reshape(n, -1)
+    if "eps" in op.attributes:
+        # as the op level computes it: rms_norm(x, eps) / sqrt(dk) = x / sqrt(|x|^2 + dk * eps)
+        x[:, :2 * hk * dk] = K.scale(K.rms_norm(qk, env.eps_of(op)), 1.0 / np.sqrt(dk)).reshape(n, -1)
+    else:
+        x[:, :2 * hk * dk] = l2_normalize(qk).reshape(n, -1)
     return (x,)
 
 
 @R(B.LinearOp, B.LmHeadOp, B.RouterOp)
 def _linear(op, a: list, env: Env) -> tuple:
-    return (_mm(a[0], env.weight(op, op.param.data)),)
+    y = _mm(a[0], env.node_weight(op))
+    bias = op.attributes.get("bias")
+    return (y + env.raw(bias.data).astype(np.float32) if bias is not None else y,)
 
 
 @R(B.ArgmaxOp)
@@ -283,7 +323,23 @@ def _swiglu_ffn(op, a: list, env: Env) -> tuple:
 
 @R(B.RopeOp)
 def _rope_node(op, a: list, env: Env) -> tuple:
-    return (_rope(a[0], env), _rope(a[1], env))
+    if "mode" not in op.attributes:
+        return (_rope(a[0], env), _rope(a[1], env))
+    # The op level's rope (ggml's modes, M-RoPE sections) at the op level's host positions.
+    attrs = op.attributes
+    mode = attrs["mode"].data
+    n = a[0].shape[0]
+    kind = "mrope_positions" if mode in ("mrope", "imrope") else "positions"
+    pos = K.host_input(kind, np.zeros(n, np.int32), env.pos, 0)
+    sections = attrs["sections"].get_values() if "sections" in attrs else None
+    hd = env.dim("head_dim")
+
+    def rot(x: np.ndarray) -> np.ndarray:
+        y = K.rope(np.asarray(x, np.float32).reshape(n, -1, hd), pos, int(attrs["n_dims"].value.data), mode,
+                   float(attrs["freq_base"].value.data), float(attrs["freq_scale"].value.data), None, sections)
+        return y.reshape(n, -1)
+
+    return (rot(a[0]), rot(a[1]))
 
 
 def _rope(x: np.ndarray, env: Env) -> np.ndarray:
@@ -307,19 +363,20 @@ def _rope(x: np.ndarray, env: Env) -> np.ndarray:
 
 @R(B.GdnGatesOp)
 def _gdn_gates(op, a: list, env: Env) -> tuple:
-    a_log, dt_bias = (env.weight(op, n) for n in _names(op))
+    decay_rate, dt_bias = (env.weight(op, n) for n in _names(op))  # A = -exp(A_log), as llama.cpp's ssm_a
     hv = a[0].shape[-1] // 2
     b, al = a[0][:, :hv].astype(np.float32), a[0][:, hv:].astype(np.float32)
-    g = -np.exp(a_log) * K.softplus(al + dt_bias)
+    g = K.softplus(al + np.asarray(dt_bias, np.float32)) * np.asarray(decay_rate, np.float32)
     return (g.astype(np.float32), K.sigmoid(b))
 
 
 @R(B.Conv1dUpdateOp)
 def _conv1d_update(op, a: list, env: Env) -> tuple:
-    w = env.weight(op, op.param.data)
+    w = env.node_weight(op)
     w = w.reshape(w.shape[0], w.shape[-1])  # [C, K] (HF's [C, 1, K] too)
     c, k = w.shape
-    name, st = env.buffer(op, "conv", "update")
+    name, buf = env.buffer(op, "conv", "update")
+    st = buf.reshape(c, k - 1)  # a view: the op level keeps it flat, [1, C*(K-1)]
     x = np.asarray(a[0][:, :c], np.float32)
     s = x.shape[0]
     full = np.concatenate([st.astype(np.float32), x.T], axis=-1)  # [C, K-1+S]
@@ -348,26 +405,35 @@ def _gdn_recurrence(op, a: list, env: Env) -> tuple:
     v = mixed[:, 2 * hk * dk:2 * hk * dk + hv * dv].reshape(n, hv, dv)
     r = hv // hk
     q, k = np.repeat(q, r, axis=1), np.repeat(k, r, axis=1)
-    name, st = env.buffer(op, "h", "update")
-    h = st.astype(np.float32)
+    name, buf = env.buffer(op, "h", "update")
+    if getattr(op, "slots", None):
+        # The op level's buffer and kernel (ggml's GATED_DELTA_NET: state[h, j, i] = S[h][i, j]).
+        q0 = mixed[:, :hk * dk].reshape(n, hk, dk)
+        k0 = mixed[:, hk * dk:2 * hk * dk].reshape(n, hk, dk)
+        st = buf.reshape(hv, dv, dk)
+        res = K.gated_delta_net(q0, k0, v, g.reshape(n, hv, 1), beta.reshape(n, hv, 1), st,
+                                grouped="grouped" in op.attributes)
+        st[...] = res[n:].reshape(hv, dv, dk).astype(st.dtype)
+        return (res[:n].copy(),)
+    h = buf.astype(np.float32)
     out = np.empty((n, hv, dv), np.float32)
     for t in range(n):
         h = h * np.exp(g[t])[:, None, None]
         u = (v[t] - np.einsum("hkv,hk->hv", h, k[t])) * beta[t][:, None]
         h = h + k[t][:, :, None] * u[:, None, :]
         out[t] = np.einsum("hkv,hk->hv", h, q[t])
-    st[...] = h.astype(st.dtype)
+    buf[...] = h.astype(buf.dtype)
     return (out.reshape(n, hv * dv),)
 
 
 @R(B.GatedRmsNormOp)
 def _gated_rms_norm(op, a: list, env: Env) -> tuple:
-    w = env.weight(op, op.param.data)
+    w = env.node_weight(op)
     core = np.asarray(a[1], np.float32)
     n, width = core.shape
     z = np.asarray(a[0][:, a[0].shape[-1] - width:], np.float32)
     x = core.reshape(n, -1, w.shape[-1])
-    return ((K.rms_norm(x, env.eps) * w).reshape(n, width) * K.silu(z),)
+    return ((K.rms_norm(x, env.eps_of(op)) * w).reshape(n, width) * K.silu(z),)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,13 +448,14 @@ def _top_k(op, a: list, env: Env) -> tuple:
     p = e / e.sum(axis=-1, keepdims=True)
     ids = np.argsort(-p, axis=-1, kind="stable")[:, :k]
     w = np.take_along_axis(p, ids, axis=-1)
-    if env.norm_topk_prob:
-        w = w / w.sum(axis=-1, keepdims=True)
+    if ("norm" in op.attributes) if "node" in op.attributes else env.norm_topk_prob:
+        # as llama.cpp: the sum clamped at 2^-14
+        w = w / np.maximum(w.sum(axis=-1, keepdims=True, dtype=np.float32), np.float32(6.103515625e-05))
     return (w.astype(np.float32), ids.astype(np.int32))
 
 
 def _experts(op, x: np.ndarray, ids: np.ndarray, env: Env, per_token: bool) -> np.ndarray:
-    w = env.weight(op, op.param.data)
+    w = env.node_weight(op)
     flat = ids.reshape(-1).astype(np.int64)
     k = ids.shape[-1]
     rows = [x[i // k] if per_token else x[i] for i in range(flat.size)]
@@ -407,10 +474,13 @@ def _expert_down(op, a: list, env: Env) -> tuple:
 
 @R(B.BlendOp)
 def _blend(op, a: list, env: Env) -> tuple:
-    w, ed, sd, sg = (np.asarray(x, np.float32) for x in a)
+    w, ed = (np.asarray(x, np.float32) for x in a[:2])
     n, k = w.shape
     routed = np.einsum("nk,nkh->nh", w, ed.reshape(n, k, -1))
-    return ((routed + K.sigmoid(sg) * sd).astype(np.float32),)
+    if len(a) == 4:
+        sd, sg = (np.asarray(x, np.float32) for x in a[2:])
+        routed = routed + K.sigmoid(sg) * sd
+    return (routed.astype(np.float32),)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,6 +489,8 @@ def _blend(op, a: list, env: Env) -> tuple:
 
 def _write_kv(op, k: np.ndarray, v: np.ndarray, env: Env) -> None:
     names = [e.state.data for e in (op.effects.data if op.effects else ()) if e.effect.data == "write"]
+    if getattr(op, "slots", None):
+        names = [s.data for s, e in zip(op.slots.data, op.effects.data) if e.effect.data == "write"]
     kn, vn = (names + ["k", "v"][len(names):])[:2]
     for name, x in ((kn, k), (vn, v)):
         if name not in env.state:
@@ -429,9 +501,18 @@ def _write_kv(op, k: np.ndarray, v: np.ndarray, env: Env) -> None:
 
 def _attend(op, q: np.ndarray, n_new: int, env: Env) -> np.ndarray:
     names = [e.state.data for e in (op.effects.data if op.effects else ()) if e.effect.data == "read"]
+    if getattr(op, "slots", None):
+        names = [s.data for s, e in zip(op.slots.data, op.effects.data) if e.effect.data == "read"]
     kn, vn = (names + ["k", "v"][len(names):])[:2]
     hd = env.dim("head_dim")
     end = env.pos + n_new
+    if "scale" in op.attributes:  # the op level's flash attention over the cache rows written so far
+        kc = env.state[kn][:end].reshape(end, -1, hd).transpose(1, 0, 2)
+        vc = env.state[vn][:end].reshape(end, -1, hd).transpose(1, 0, 2)
+        qh = np.asarray(q, np.float32).reshape(n_new, -1, hd).transpose(1, 0, 2)
+        mask = K.host_input("kq_mask", np.zeros(n_new, np.int32), env.pos, end)
+        out = K.flash_attn_ext(qh, kc, vc, mask, float(op.attributes["scale"].value.data))
+        return out.reshape(n_new, -1)
     kc = env.state[kn][:end].astype(np.float32).reshape(end, -1, hd).transpose(1, 0, 2)[None]
     vc = env.state[vn][:end].astype(np.float32).reshape(end, -1, hd).transpose(1, 0, 2)[None]
     qh = np.asarray(q, np.float32).reshape(n_new, -1, hd).transpose(1, 0, 2)[None]
@@ -486,23 +567,30 @@ def _run_block(block, values: dict[SSAValue, np.ndarray], env: Env) -> tuple:
             raise BlueprintRunError(f"{op.name}: computed {len(results)} results, the op has {len(op.results)}")
         for v, r in zip(op.results, results):
             values[v] = r
+        if env.observe is not None and not isinstance(op, B.GroupOp):
+            env.observe(op, results)
     return ()
 
 
 def run_blueprint(fn: func.FuncOp, weights: Any, state: dict[str, np.ndarray],
                   inputs: Sequence[np.ndarray], *, dims: Mapping[str, int] | None = None, pos: int = 0,
                   eps: float = 1e-6, rope_theta: float = 10000.0, norm_topk_prob: bool = True,
-                  cache: dict | None = None) -> list[np.ndarray]:
+                  cache: dict | None = None,
+                  observe: Callable[[Operation, tuple], None] | None = None) -> list[np.ndarray]:
     """Run the blueprint function `fn` on `inputs` (one array [rows, dim] per argument) at
     position `pos`; returns the values of its `func.return`.
 
     `weights` maps param names to arrays (a dict or a `WeightStore`); `state` maps state names
-    to buffers, updated in place. `cache` (a dict) keeps quantized weights across calls."""
+    to buffers, updated in place. `cache` (a dict) keeps quantized weights across calls.
+    `observe`, if given, is called with each node and its results right after it runs."""
     args = fn.body.block.args
     if len(inputs) != len(args):
         raise BlueprintRunError(f"@{fn.sym_name.data}: takes {len(args)} inputs, got {len(inputs)}")
-    env = Env(weights, state, dict(dims or {}), pos, eps, rope_theta, norm_topk_prob,
-              cache if cache is not None else {})
+    fn_dims = fn.attributes.get("blueprint.dims")
+    bound = {k: int(v.value.data) for k, v in fn_dims.data.items()} if fn_dims is not None else {}  # type: ignore[attr-defined]
+    table = fn.attributes.get("blueprint.weights")
+    env = Env(weights, state, bound | dict(dims or {}), pos, eps, rope_theta, norm_topk_prob,
+              cache if cache is not None else {}, table.data if table is not None else {}, observe)  # type: ignore[attr-defined]
     values: dict[SSAValue, np.ndarray] = {}
     for v, x in zip(args, inputs):
         x = np.asarray(x)

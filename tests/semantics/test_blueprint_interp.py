@@ -192,7 +192,7 @@ def test_gdn_gates():
     fn = fn_of([("ba", E("n", "ba"))],
                f'%d, %b = blueprint.gdn_gates %ba weights ["A", "dt"] : {E("n", "ba")} -> {E("n", "hv")}, {E("n", "hv")}',
                [("d", E("n", "hv")), ("b", E("n", "hv"))])
-    d, b = run_blueprint(fn, {"A": a_log, "dt": dt}, {}, [ba])
+    d, b = run_blueprint(fn, {"A": -np.exp(a_log), "dt": dt}, {}, [ba])  # A as llama.cpp's ssm_a
     t = torch.tensor
     np.testing.assert_allclose(b, torch.sigmoid(t(ba[:, :hv])).numpy(), rtol=1e-6)
     ref = (-t(a_log).exp() * torch.nn.functional.softplus(t(ba[:, hv:]) + t(dt))).numpy()
@@ -480,7 +480,7 @@ def _numpy_decode(W, state, tok):
     k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
     q, k = np.repeat(q, HV // HK, 0), np.repeat(k, HV // HK, 0)
     beta = sigmoid(ba[:HV])
-    gdec = -np.exp(W["A_log"]) * np.log1p(np.exp(ba[HV:] + W["dt_bias"]))
+    gdec = W["A"] * np.log1p(np.exp(ba[HV:] + W["dt_bias"]))
     S = state["h"] * np.exp(gdec)[:, None, None]
     core = np.zeros((HV, DV), np.float32)
     for i in range(HV):

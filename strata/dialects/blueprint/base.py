@@ -54,6 +54,8 @@ class NodeOp(IRDLOperation):
     #: The state buffers the node's `effects` act on, one per effect (`cache_r_l0`); absent: the
     #: effects' own state names.
     slots = opt_attr_def(ArrayAttr[StringAttr])
+    #: More weights whose rows follow the node's `weight "param"` (a merged projection: qkv + z).
+    concat = opt_attr_def(ArrayAttr[StringAttr])
 
     #: The state effects this node may carry (empty: a pure node).
     STATE_EFFECTS: ClassVar[tuple[str, ...]] = ()
@@ -76,6 +78,8 @@ class NodeOp(IRDLOperation):
         if self.slots is not None:
             require(self.effects is not None and len(self.slots.data) == len(self.effects.data),
                     f"{self.name}: one slot per state effect")
+        if self.concat is not None:
+            require("param" in self.attributes, f"{self.name}: 'concat' extends a node's single weight")
         if self.point is not None:
             require(all(isinstance(v, StringAttr) for v in self.point.data.values()),
                     f"{self.name}: a point maps names to strings")

@@ -14,9 +14,10 @@ from strata.dialects.blueprint.base import NodeOp, WeightedStateNode, edge, requ
 
 @irdl_op_definition
 class GdnGatesOp(NodeOp):
-    """The decay and beta gates from the `ba` projection; weights A_log and dt_bias.
+    """The decay and beta gates from the `ba` projection ([b | a]); weights A = -exp(A_log)
+    (llama.cpp's ssm_a) and dt_bias: decay = softplus(a + dt_bias) * A (a log decay), beta = sigmoid(b).
 
-        %decay, %beta = blueprint.gdn_gates %ba weights ["model.layers.0.linear_attn.A_log", "model.layers.0.linear_attn.dt_bias"] : !blueprint.edge<"n", "lin_v_heads*2", f32> -> !blueprint.edge<"n", "lin_v_heads", f32>, !blueprint.edge<"n", "lin_v_heads", f32>
+        %decay, %beta = blueprint.gdn_gates %ba weights ["blk.0.ssm_a", "blk.0.ssm_dt.bias"] : !blueprint.edge<"n", "lin_v_heads*2", f32> -> !blueprint.edge<"n", "lin_v_heads", f32>, !blueprint.edge<"n", "lin_v_heads", f32>
     """
 
     name = "blueprint.gdn_gates"

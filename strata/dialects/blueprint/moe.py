@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xdsl.irdl import irdl_op_definition, operand_def, result_def, traits_def
+from xdsl.irdl import irdl_op_definition, operand_def, result_def, traits_def, var_operand_def
 from xdsl.traits import Pure
 
 from strata.dialects.blueprint.attrs import EdgeType
@@ -71,26 +71,29 @@ class ExpertDownOp(_ExpertNode):
 
 @irdl_op_definition
 class BlendOp(NodeOp):
-    """The MoE output: the top-k weighted sum of the experts' rows, plus the shared
-    expert's row scaled by sigmoid of its gate.
+    """The MoE output: the top-k weighted sum of the experts' rows, plus, when the block has
+    a shared expert, the shared expert's row scaled by sigmoid of its gate (`shared` is then
+    that row and the gate; without a shared expert it is empty).
 
         %f = blueprint.blend %w, %ed, %sd, %sg : !blueprint.edge<"n", "top_k", f32>, !blueprint.edge<"n*top_k", "hidden", bf16>, !blueprint.edge<"n", "hidden", bf16>, !blueprint.edge<"n", "1", f32> -> !blueprint.edge<"n", "hidden", bf16>
+        %f2 = blueprint.blend %w, %ed : !blueprint.edge<"n", "top_k", f32>, !blueprint.edge<"n*top_k", "hidden", bf16> -> !blueprint.edge<"n", "hidden", bf16>
     """
 
     name = "blueprint.blend"
     weights = operand_def(EdgeType)
     experts = operand_def(EdgeType)
-    shared = operand_def(EdgeType)
-    shared_gate = operand_def(EdgeType)
+    shared = var_operand_def(EdgeType)
     result = result_def(EdgeType)
     traits = traits_def(Pure())
 
     assembly_format = (
-        "$weights `,` $experts `,` $shared `,` $shared_gate attr-dict `:` type($weights) `,` type($experts) `,`"
-        " type($shared) `,` type($shared_gate) `->` type($result)"
+        "$weights `,` $experts (`,` $shared^)? attr-dict `:` type($weights) `,` type($experts)"
+        " (`,` type($shared)^)? `->` type($result)"
     )
 
     def verify_node(self) -> None:
         rowwise(self, self.weights, self.result)
-        rowwise(self, self.shared, self.result, same_dim=True)
-        rowwise(self, self.shared_gate, self.result)
+        require(len(self.shared) in (0, 2), "blueprint.blend: the shared part is a row and its gate, or nothing")
+        if self.shared:
+            rowwise(self, self.shared[0], self.result, same_dim=True)
+            rowwise(self, self.shared[1], self.result)

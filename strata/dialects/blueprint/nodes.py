@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from xdsl.dialects.builtin import StringAttr
-from xdsl.irdl import attr_def, irdl_op_definition, operand_def, result_def, traits_def
+from xdsl.irdl import attr_def, irdl_op_definition, operand_def, opt_attr_def, result_def, traits_def
 from xdsl.traits import Pure
 
 from strata.dialects.blueprint.base import (
@@ -112,6 +112,8 @@ class LinearOp(WeightedNode):
 
     name = "blueprint.linear"
     role = attr_def(StringAttr)
+    #: The projection's bias (a param name), added after the product.
+    bias = opt_attr_def(StringAttr)
 
     assembly_format = "$src `weight` $param `role` $role attr-dict `:` type($src) `->` type($result)"
 

@@ -1,0 +1,104 @@
+"""convert-op-to-blueprint{mode=decode rows=1}: the op level's ggml graph -> blueprint nodes.
+
+Each op-level function becomes a blueprint function of the same name whose nodes are seed
+001's semantic nodes (embed, rms_norm, `linear` with its role, gdn_gates, conv1d_update, ...),
+found from the op level's subgraphs by the recognisers of `blocks.py`, one per kind of block.
+A layer's blocks are told apart by the params it uses (llama.cpp's tensor names): a
+`ssm_conv1d` makes a Gated DeltaNet, `attn_q` attention, `ffn_gate_inp` a sparse MoE,
+`ffn_gate` a dense FFN. Sibling projections of one input are merged as seed 001 merges them
+(qkv + z -> `qkvz`, b + a -> `ba`, gate + up -> `gate_up`): a linear's `concat` lists the
+weights whose rows follow its `param`'s.
+
+The function is `(tokens: !blueprint.edge<"n", "1", i32>) -> (next ids, logits)` with
+attributes `blueprint.mode`, `blueprint.rows`, `blueprint.layers` (each layer's kind),
+`blueprint.dims` (the symbols of the edges' dims and their sizes, read off the op level) and
+`blueprint.weights` (the op level's stored name and conversion of each weight that has one)
+and `blueprint.state` (the type of each op-level state buffer the nodes' `slots` name).
+Nodes carry their hyperparameters (`eps`, the rope's `mode`/`n_dims`/`freq_base`/`sections`,
+attention's `scale`, top-k's `norm`) and the op-level state buffers their effects touch
+(`slots`). Outside `prefill`, the conv state is snapshotted after its update (`conv_ckpt`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i32, i64
+from xdsl.ir import Block, Region
+from xdsl.passes import ModulePass
+
+from strata.dialects.blueprint.attrs import EdgeType
+from strata.passes.convert_op_to_blueprint import blocks
+from strata.passes.convert_op_to_blueprint.graph import ConversionError, Dims, OpGraph
+
+__all__ = ["ConvertOpToBlueprintPass", "ConversionError", "MODES", "convert_function"]
+
+MODES = ("decode", "multi_seq", "verify", "draft", "prefill")
+
+_MIXERS = {"linear_attention": blocks.gdn, "full_attention": blocks.attention}
+_FFNS = {"moe_ffn": blocks.moe, "ffn": blocks.ffn}
+
+
+def _element(graph: OpGraph):
+    table = graph.params.get("token_embd.weight")
+    if table is None:
+        raise ConversionError("convert-op-to-blueprint: no token_embd.weight")
+    return table.result.type.get_element_type()  # type: ignore[attr-defined]
+
+
+def convert_function(fn: func.FuncOp, mode: str = "decode", rows: int = 1) -> func.FuncOp:
+    """The blueprint function of the op-level function `fn`."""
+    if mode not in MODES:
+        raise ConversionError(f"convert-op-to-blueprint: unknown mode '{mode}' (known: {', '.join(MODES)})")
+    if rows < 1 or (mode == "draft" and rows != 1):
+        raise ConversionError(f"convert-op-to-blueprint: mode {mode} cannot have {rows} rows")
+    graph = OpGraph.of(fn)
+    tok_type = EdgeType("n", "1", i32)
+    block = Block(arg_types=[tok_type])
+    block.args[0].name_hint = "tokens"
+    em = blocks.Emitter(block, graph, Dims(), _element(graph), mode)
+    h = blocks.embed(em, block.args[0])
+    kinds = []
+    for layer in sorted(graph.layers):
+        params = graph.layers[layer]
+        kind = blocks.mixer_kind(params)
+        kinds.append(kind)
+        h = _MIXERS[kind](em, layer, params, h)
+        h = _FFNS[blocks.ffn_kind(params)](em, layer, params, h)
+    if sorted(graph.layers) != list(range(len(kinds))):
+        raise ConversionError(f"convert-op-to-blueprint: layers {sorted(graph.layers)} are not 0..{len(kinds) - 1}")
+    nxt, logits = blocks.head(em, h)
+    block.add_op(func.ReturnOp(nxt, logits))
+    out = func.FuncOp(fn.sym_name.data, (block.arg_types, [nxt.type, logits.type]), Region(block))
+    out.attributes.update({
+        "blueprint.mode": StringAttr(mode),
+        "blueprint.rows": IntegerAttr(rows, i64),
+        "blueprint.layers": ArrayAttr([StringAttr(k) for k in kinds]),
+        "blueprint.dims": DictionaryAttr({k: IntegerAttr(v, i64) for k, v in sorted(em.dims.values.items())}),
+        "blueprint.weights": DictionaryAttr(dict(sorted(em.weights.items()))),
+        "blueprint.state": DictionaryAttr(dict(sorted(em.states.items()))),
+    })
+    return out
+
+
+@dataclass(frozen=True)
+class ConvertOpToBlueprintPass(ModulePass):
+    """Replace each op-level function by its blueprint function."""
+
+    name = "convert-op-to-blueprint"
+
+    mode: str = "decode"
+    rows: int = 1
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        fns = [f for f in op.body.block.ops if isinstance(f, func.FuncOp)]
+        if not fns:
+            raise ConversionError("convert-op-to-blueprint: the module holds no op-level function "
+                                  "(lower it with convert-module-to-op first)")
+        for fn in fns:
+            new = convert_function(fn, self.mode, self.rows)
+            op.body.block.insert_op_before(new, fn)
+            fn.detach()
+            fn.erase()

@@ -1,0 +1,102 @@
+"""convert-op-to-blueprint, executed before and after: the blueprint of every family's op
+level (prefill and decode) generates the same greedy ids as the op level, logits within 1e-4
+(f32, no precision assigned); its structure follows the config's layer pattern; bad input is a
+one-line error."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from support import HYBRID_FAMILIES, TINY, greedy, lower, lower_fn, max_diff, open_store, write_checkpoint
+from xdsl.dialects import func
+
+from strata.dialects import blueprint as B
+from strata.passes.convert_op_to_blueprint import ConversionError, ConvertOpToBlueprintPass, convert_function
+from strata.semantics.blueprint_interp import run_blueprint
+from strata.semantics.op_interp import alloc_state, run_function
+
+FAMILIES = {**{k: TINY[k] for k in ("llama", "qwen2", "qwen3")}, **HYBRID_FAMILIES}
+PROMPT = np.array([3, 7, 1, 9, 4], np.int32)
+
+
+def _nodes(fn: func.FuncOp) -> list[str]:
+    return [op.node.data for op in fn.walk() if isinstance(op, B.NodeOp)]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    return {name: write_checkpoint(cfg, tmp_path_factory.mktemp(name)) for name, cfg in FAMILIES.items()}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_blueprint_generates_as_the_op_level(family, checkpoints):
+    cfg, store = FAMILIES[family], open_store(checkpoints[family])
+    pre, dec = lower_fn(cfg, "prefill", tokens=len(PROMPT)), lower_fn(cfg, "decode")
+    state = alloc_state(dec)
+    want_ids, want = greedy(lambda p: run_function(pre, store, state, p, 0)[-1],
+                            lambda t, pos: run_function(dec, store, state, np.array([t], np.int32), pos)[-1],
+                            PROMPT, 8)
+    bpre, bdec = convert_function(pre, "prefill", len(PROMPT)), convert_function(dec, "decode", 1)
+    bstate = alloc_state(dec)
+
+    def step(fn, tokens, pos):
+        ids, logits = run_blueprint(fn, store, bstate, [np.asarray(tokens, np.int32).reshape(-1, 1)], pos=pos)
+        assert ids[-1, 0] == int(np.argmax(logits[-1]))
+        return logits[-1]
+
+    ids, got = greedy(lambda p: step(bpre, p, 0), lambda t, pos: step(bdec, [t], pos), PROMPT, 8)
+    np.testing.assert_array_equal(ids, want_ids)
+    assert max_diff(got, want) < 1e-4
+    for name, buf in state.items():  # the state the blueprint left is the op level's
+        np.testing.assert_allclose(bstate[name], buf, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("pattern", [("linear_attention", "full_attention", "linear_attention"),
+                                     ("full_attention", "full_attention", "linear_attention", "linear_attention")])
+def test_structure_follows_the_layer_pattern(pattern):
+    cfg = dataclasses.replace(HYBRID_FAMILIES["qwen3_5_moe"], num_layers=len(pattern), layer_types=pattern,
+                              moe_layers=(True,) * len(pattern))
+    fn = convert_function(lower_fn(cfg, "decode"), "decode", 1)
+    fn.verify()
+    assert [s.data for s in fn.attributes["blueprint.layers"].data] == list(pattern)
+    nodes = _nodes(fn)
+    for i, kind in enumerate(pattern):
+        mixer = "gdn" if kind == "linear_attention" else "attn"
+        assert f"l{i}.{mixer}.input_norm" in nodes and f"l{i}.moe_ffn.blend" in nodes
+        assert (f"l{i}.gdn.conv_ckpt" in nodes) == (kind == "linear_attention")
+    per_layer = {"linear_attention": 11 + 12, "full_attention": 13 + 12}
+    assert len(nodes) == 1 + sum(per_layer[k] for k in pattern) + 3
+    dims = {k: v.value.data for k, v in fn.attributes["blueprint.dims"].data.items()}
+    assert dims["lin_v_heads"] == cfg.lin_v_heads and dims["top_k"] == cfg.top_k and dims["hidden"] == cfg.hidden_size
+
+
+def test_modes():
+    cfg = HYBRID_FAMILIES["qwen3_next"]
+    dec = lower_fn(cfg, "decode")
+    for mode in ("decode", "multi_seq", "verify", "draft"):
+        fn = convert_function(dec, mode, 1)
+        assert fn.attributes["blueprint.mode"].data == mode and "l0.gdn.conv_ckpt" in _nodes(fn)
+    assert "l0.gdn.conv_ckpt" not in _nodes(convert_function(lower_fn(cfg, "prefill", tokens=4), "prefill", 4))
+    with pytest.raises(ConversionError, match="mode draft cannot have 4 rows"):
+        convert_function(dec, "draft", 4)
+    with pytest.raises(ConversionError, match="unknown mode 'chat'"):
+        convert_function(dec, "chat", 1)
+
+
+def test_a_layer_without_known_blocks_is_a_one_line_error():
+    module = lower(TINY["llama"], "decode")
+    fn = next(op for op in module.walk() if isinstance(op, func.FuncOp))
+    for op in fn.walk():  # rename layer 1's attention weights: no block is recognised
+        if op.name == "op.param" and op.tensor_name.data.startswith("blk.1.attn_"):
+            op.attributes["tensor"] = type(op.tensor_name)(op.tensor_name.data.replace("attn_", "xattn_"))
+    with pytest.raises(ConversionError, match="neither attention nor a Gated DeltaNet") as e:
+        ConvertOpToBlueprintPass().apply(None, module)  # type: ignore[arg-type]
+    assert "\n" not in str(e.value)
+
+
+def test_deterministic():
+    a = convert_function(lower_fn(HYBRID_FAMILIES["qwen3_5_moe"], "decode"), "decode", 1)
+    b = convert_function(lower_fn(HYBRID_FAMILIES["qwen3_5_moe"], "decode"), "decode", 1)
+    assert str(a) == str(b)
