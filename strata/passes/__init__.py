@@ -15,6 +15,7 @@ from xdsl.passes import ModulePass
 PASSES: dict[str, tuple[str, str]] = {
     "convert-module-to-op": ("strata.passes.convert_module_to_op", "ConvertModuleToOpPass"),
     "blueprint-assign-precision": ("strata.passes.blueprint_assign_precision", "BlueprintAssignPrecisionPass"),
+    "blueprint-collapse": ("strata.passes.blueprint_collapse", "BlueprintCollapsePass"),
 }
 
 
