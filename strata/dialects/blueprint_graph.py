@@ -60,8 +60,6 @@ class Graph:
     groups: list[dict[str, Any]] = field(default_factory=list)
     #: The node ops, by order.
     ops: list[NodeOp] = field(default_factory=list)
-    #: The group ops by id (None for a top-level node, its own group).
-    group_ops: list[GroupOp | None] = field(default_factory=list)
 
 
 def _str_attr(op: Operation, name: str) -> str | None:
@@ -183,7 +181,6 @@ def read_graph(fn: func.FuncOp) -> Graph:
             "id": gid, "rule": rule, "kernels": [kernel] if kernel is not None else [], "where": where,
             "numerics": _str_attr(g, "numerics") if g is not None else None,
             "compute": _str_attr(g, "compute") if g is not None else None, "nodes": orders})
-        graph.group_ops.append(g)
     seen = {}
     for n in graph.nodes:
         if n["id"] in seen:
@@ -225,15 +222,6 @@ def blueprint_functions(module: Operation) -> list[func.FuncOp]:
     """The functions of a module that hold blueprint nodes."""
     return [op for op in module.walk() if isinstance(op, func.FuncOp)
             and any(isinstance(o, NodeOp) for o in op.walk())]
-
-
-def dims(fn: func.FuncOp) -> dict[str, int]:
-    a = fn_attr(fn, "blueprint.dims")
-    if a is None:
-        return {}
-    if not isinstance(a, DictionaryAttr) or not all(isinstance(v, IntegerAttr) for v in a.data.values()):
-        raise StrataError(f"blueprint: @{fn.sym_name.data}: 'blueprint.dims' must map names to integers, got {a}")
-    return {k: v.value.data for k, v in a.data.items()}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -60,7 +60,8 @@ def _instance(members: list[dict], edges: Sequence[dict]) -> dict:
     group_rank = {g: i for i, g in enumerate(_distinct([n["group"] for n in members]))}
     nodes = []
     for n in members:
-        row = {k: n[k] for k in TEMPLATE_NODE_FIELDS if k not in ("id", "group")}
+        row = {k: n[k] for k in TEMPLATE_NODE_FIELDS if k not in ("id", "group", "precision")}
+        row["precision"] = dict(n["precision"]) if isinstance(n["precision"], dict) else n["precision"]
         row = {"id": strip_layer(n["id"]), **row, "group": group_rank[n["group"]]}
         nodes.append({k: row[k] for k in TEMPLATE_NODE_FIELDS})
     inner, ins, outs = [], set(), set()
