@@ -169,6 +169,9 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
 
             super().register_all_targets()
             self.available_targets["trace"] = self.trace_target
+            # The blueprint level's exporters: kbp-graph/v1 JSON, Graphviz, the group table.
+            for name in ("kbp-graph", "blueprint-dot", "blueprint-table"):
+                self.available_targets[name] = self.blueprint_target(name)
             # Every code target prints its output files from op-level IR: run its pipeline
             # (`strata compile --print-pipeline`) with -p first.
             for name in TARGETS:
@@ -181,6 +184,34 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
 
                 for text in target(name).emit(module, None).values():
                     out.write(text)
+
+            return emit
+
+        def blueprint_target(self, name: str):
+            def emit(module: ModuleOp, out: IO[str]) -> None:
+                from strata.dialects.blueprint_graph import blueprint_functions, fn_int, fn_string
+
+                functions = blueprint_functions(module)
+                if len(functions) != 1:
+                    raise StrataError(f"{name}: {self.get_input_name()}: expected one function of blueprint "
+                                      f"nodes, found {len(functions)}")
+                fn = functions[0]
+                if name == "kbp-graph":
+                    from strata.exporters.kbp_graph import export_kbp_graph, kbp_graph_json
+
+                    provenance = {"kind": "strata-opt", "model": fn_string(fn, "blueprint.model", required=False),
+                                  "recipe": fn_string(fn, "blueprint.recipe", required=False),
+                                  "mode": fn_string(fn, "blueprint.mode"), "rows": fn_int(fn, "blueprint.rows"),
+                                  "strata": _strata_version()}
+                    out.write(kbp_graph_json(export_kbp_graph(fn, provenance=provenance)) + "\n")
+                elif name == "blueprint-dot":
+                    from strata.exporters.blueprint_dot import blueprint_dot
+
+                    out.write(blueprint_dot(fn))
+                else:
+                    from strata.exporters.blueprint_table import inspect_table
+
+                    out.write(inspect_table(fn))
 
             return emit
 

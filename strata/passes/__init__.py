@@ -16,6 +16,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "convert-module-to-op": ("strata.passes.convert_module_to_op", "ConvertModuleToOpPass"),
     "convert-op-to-blueprint": ("strata.passes.convert_op_to_blueprint", "ConvertOpToBlueprintPass"),
     "blueprint-assign-precision": ("strata.passes.blueprint_assign_precision", "BlueprintAssignPrecisionPass"),
+    "blueprint-collapse": ("strata.passes.blueprint_collapse", "BlueprintCollapsePass"),
 }
 
 
