@@ -15,6 +15,8 @@ from xdsl.passes import ModulePass
 PASSES: dict[str, tuple[str, str]] = {
     "convert-module-to-op": ("strata.passes.convert_module_to_op", "ConvertModuleToOpPass"),
     "blueprint-assign-precision": ("strata.passes.blueprint_assign_precision", "BlueprintAssignPrecisionPass"),
+    "blueprint-place-state": ("strata.passes.blueprint_place_state", "BlueprintPlaceStatePass"),
+    "blueprint-fuse": ("strata.passes.blueprint_fuse", "BlueprintFusePass"),
 }
 
 
