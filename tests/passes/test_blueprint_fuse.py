@@ -52,9 +52,10 @@ def table(m: ModuleOp) -> list[tuple[str, list[str]]]:
     return [(g.rule.data, members(g)) for g in groups(m)]
 
 
-def test_registered():
+def test_registered_and_rules_are_package_data():
     assert strata_passes()["blueprint-fuse"]() is BlueprintFusePass
-    assert "rules" in rule_set_names()
+    assert rule_set_names() == ["rules"] and load_rules("rules").rules
+    assert '"strata.passes.fusion" = ["*.json"]' in (TESTS.parent / "pyproject.toml").read_text()
 
 
 @pytest.mark.parametrize("layers", [["linear_attention"], ["linear_attention", "full_attention"],
