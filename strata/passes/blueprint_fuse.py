@@ -58,7 +58,7 @@ from typing import Any
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from strata.dialects.blueprint.attrs import PlacementAttr
@@ -317,11 +317,9 @@ class _Grouping:
             return
         pat = rule.members[i]
         rel, k = pat.relations[0]
-        seen: set[Operation] = set()
         for cand in sorted(set(self.candidates(rel, chosen[k])), key=lambda o: self.pos.get(o, -1)):
-            if cand in seen or not self.free(cand) or cand in chosen:
+            if not self.free(cand) or cand in chosen:
                 continue
-            seen.add(cand)
             assert isinstance(cand, NodeOp)
             if pat.matches(cand) and all(cand in set(self.candidates(r, chosen[j])) for r, j in pat.relations[1:]):
                 yield from self.match(rule, [*chosen, cand])
@@ -406,7 +404,7 @@ def _build_group(rules: FusionRules, rule: Rule | None, found: list[NodeOp], mem
                             if any(u.operation not in inside for u in r.uses)]
     block = at.parent_block()
     assert block is not None
-    group = GroupOp.create(result_types=[v.type for v in outs], regions=[_region()],
+    group = GroupOp.create(result_types=[v.type for v in outs], regions=[Region(Block())],
                            attributes={"rule": StringAttr(name), "placement": PlacementAttr(where),
                                        **{k: StringAttr(v) for k, v in attrs.items()}})
     block.insert_op_before(group, at)
@@ -419,12 +417,6 @@ def _build_group(rules: FusionRules, rule: Rule | None, found: list[NodeOp], mem
         v.replace_uses_with_if(r, lambda use: use.operation.parent_op() is not group)
         r.name_hint = v.name_hint
     _spread_points(members)
-
-
-def _region():
-    from xdsl.ir import Region
-
-    return Region(Block())
 
 
 def _spread_points(members: list[NodeOp]) -> None:

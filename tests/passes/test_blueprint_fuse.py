@@ -200,3 +200,38 @@ def test_verify_mode_groups_the_inserted_h_snapshot_with_its_recurrence():
     assert g.rule.data == "gdn_recurrence_ckpt_f32_per_row"
     assert [op.name for op in g.body.block.ops] == ["blueprint.gdn_recurrence", "blueprint.state_snapshot",
                                                     "blueprint.yield"]
+
+
+_H = '!blueprint.edge<"n", "hidden", bf16>'
+_ADDS = {"rules": [{"rule": "two_adds", "members": [{"op": "residual_add"}, {"op": "residual_add", "uses": 0}],
+                    "kernel": "k", "family": "f", "compute": "memory"}]}
+
+
+def _two_adds(between_reads: str) -> func.FuncOp:
+    text = f'''func.func @f(%h: {_H}) -> {_H} {{
+  %y = blueprint.residual_add %h, %h {{placement = #blueprint.placement<device>}} : {_H}, {_H} -> {_H}
+  %o = blueprint.linear %{between_reads} weight "w" role "o" {{placement = #blueprint.placement<device>}} : {_H} -> {_H}
+  %y2 = blueprint.residual_add %y, %o {{placement = #blueprint.placement<device>}} : {_H}, {_H} -> {_H}
+  func.return %y2 : {_H}
+}}'''
+    return next(op for op in parse_ir(text).walk() if isinstance(op, func.FuncOp))
+
+
+def test_a_group_stands_at_its_last_member_when_a_member_reads_a_value_from_between(tmp_path):
+    from strata.passes.blueprint_fuse import fuse_function
+
+    fn = _two_adds("h")  # %o (between the adds) reads %h: the group can stand where %y2 stood
+    fuse_function(parse_rules("t", tmp_path / "t.json", json.dumps(_ADDS)), fn)
+    fn.verify()
+    assert [op.attributes["rule"].data for op in fn.body.block.ops if isinstance(op, GroupOp)] == \
+        ["single_linear", "two_adds"]
+
+
+def test_a_match_that_would_break_dominance_is_refused(tmp_path):
+    from strata.passes.blueprint_fuse import fuse_function
+
+    fn = _two_adds("y")  # %o reads %y and %y2 reads %o: grouping the adds would make a cycle
+    fuse_function(parse_rules("t", tmp_path / "t.json", json.dumps(_ADDS)), fn)
+    fn.verify()
+    assert [op.attributes["rule"].data for op in fn.body.block.ops if isinstance(op, GroupOp)] == \
+        ["single_residual_add", "single_linear", "single_residual_add"]
