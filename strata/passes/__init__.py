@@ -16,6 +16,8 @@ PASSES: dict[str, tuple[str, str]] = {
     "convert-module-to-op": ("strata.passes.convert_module_to_op", "ConvertModuleToOpPass"),
     "convert-op-to-blueprint": ("strata.passes.convert_op_to_blueprint", "ConvertOpToBlueprintPass"),
     "blueprint-assign-precision": ("strata.passes.blueprint_assign_precision", "BlueprintAssignPrecisionPass"),
+    "blueprint-place-state": ("strata.passes.blueprint_place_state", "BlueprintPlaceStatePass"),
+    "blueprint-fuse": ("strata.passes.blueprint_fuse", "BlueprintFusePass"),
     "blueprint-collapse": ("strata.passes.blueprint_collapse", "BlueprintCollapsePass"),
 }
 

@@ -41,3 +41,8 @@ def _word(name: str) -> str:
 
 config.substitutions.append((_word("strata-opt"), _tool("strata-opt")))
 config.substitutions.append((_word("filecheck"), _tool("filecheck")))
+
+# A worktree's tests run against its own code when lit runs with PYTHONPATH=<worktree> (the
+# environment's editable install may point at another checkout): pass it through.
+if "PYTHONPATH" in os.environ:
+    config.environment["PYTHONPATH"] = os.environ["PYTHONPATH"]
