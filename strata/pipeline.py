@@ -213,6 +213,34 @@ def entry_pipeline(entry: str, *, tokens: int = 0, start: int = -1, ctx: int = 0
             f"flash_attn={flash}}}")
 
 
+BLUEPRINT_MODES = ("decode", "multi_seq", "verify", "draft", "prefill")
+
+
+def blueprint_pipeline(mode: str = "decode", rows: int = 1, recipe: str = "fp8-bf16head", *, kv: str = "paged",
+                       embed: str = "host", sample: str = "host", collapse: bool = True) -> str:
+    """The passes from the module level to the blueprint level of one mode: the op level of the
+    entry that runs `rows` rows (decode for one, prefill otherwise), then convert-op-to-blueprint,
+    precision, state placement, fusion and collapse."""
+    if mode not in BLUEPRINT_MODES:
+        raise PipelineError(f"unknown mode '{mode}' (known: {', '.join(BLUEPRINT_MODES)})")
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise PipelineError(f"rows must be a positive integer, got {rows!r}")
+    entry = "decode" if mode != "prefill" and rows == 1 else "prefill"
+    # The blueprint keeps no context size: the smallest cache that holds the rows will do.
+    lower = entry_pipeline(entry, tokens=rows if entry == "prefill" else 0, start=0 if entry == "prefill" else rows,
+                           ctx=max(2 * rows, 64), kv_pad=1)
+    passes = [lower, f"convert-op-to-blueprint{{mode={mode} rows={rows}}}",
+              f"blueprint-assign-precision{{recipe={recipe}}}",
+              f"blueprint-place-state{{kv={kv} embed={embed} sample={sample}}}", "blueprint-fuse"]
+    return ",".join(passes + (["blueprint-collapse"] if collapse else []))
+
+
+def blueprint_of(model: Model, mode: str = "decode", rows: int = 1, recipe: str = "fp8-bf16head",
+                 **options: Any) -> ModuleOp:
+    """The blueprint level of `model` (one function, named after its entry)."""
+    return lower(model, blueprint_pipeline(mode, rows, recipe, **options))
+
+
 def resolve_knobs(tgt: Target, model: Model, knobs: Mapping[str, Any]) -> dict[str, Any]:
     """The target's knobs with defaults filled in and checked against the model."""
     out = dict(tgt.knobs)

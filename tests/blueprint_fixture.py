@@ -102,7 +102,7 @@ def _attn(w: _Writer, i: int, x: str, gated: bool, qk_norm: bool, rope_mode: str
         w.node([(f"{b}.qn", Q)], "qk_norm", [q], f"{b}.q_norm", middle=f' weight "{p}.q_norm.weight"', in_types=[Q])
         w.node([(f"{b}.kn", KV)], "qk_norm", [k], f"{b}.k_norm", middle=f' weight "{p}.k_norm.weight"', in_types=[KV])
         q, k = f"{b}.qn", f"{b}.kn"
-    w.node([(f"{b}.qr", Q), (f"{b}.kr", KV)], "rope", [q, k], f"{b}.rope", point={"mode": rope_mode}, in_types=[Q, KV])
+    w.node([(f"{b}.qr", Q), (f"{b}.kr", KV)], "rope", [q, k], f"{b}.rope", attrs=[f'mode = "{rope_mode}"'], in_types=[Q, KV])
     w.node([], "kv_write", [f"{b}.kr", f"{b}.v"], f"{b}.kv_write", effects=["k:write", "v:write"],
            slots=[f"k_l{i}", f"v_l{i}"], in_types=[KV, KV])
     w.node([(f"{b}.a", Q)], "paged_attention", [f"{b}.qr", f"{b}.kr", f"{b}.v"], f"{b}.attend",

@@ -17,7 +17,8 @@ A rule matches a node by
 The first rule that matches a node gives it `precision` (each of weight, activation, output and
 accumulate optional; a format is written as in seed 001: `bf16`, `fp8/block128x128`,
 `int4/block128/asymmetric`) and `steps` (`"verb detail"`, seed 001's spelling). Every node needs
-a rule. The pass changes nothing else: the graph, types and other attributes stay as they are.
+a rule. A node's float results (its edges) take its output format as their element type, so an
+edge's format is its producer's output; the graph and other attributes stay as they are.
 
 Recipes: fp8-bf16head (seed 001's), bf16, f32 and w4a16.
 """
@@ -37,7 +38,13 @@ from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, Rewrite
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import VerifyException
 
-from strata.dialects.blueprint.attrs import FormatAttr, PrecisionAttr, StepAttr
+from xdsl.dialects import func
+from xdsl.dialects.builtin import FunctionType
+from xdsl.rewriter import Rewriter
+
+from strata.dialects.blueprint.attrs import EdgeType, FormatAttr, PrecisionAttr, StepAttr
+from strata.dialects.blueprint.group import GroupOp
+from strata.ir.dtypes import has_kind
 from strata.dialects.blueprint.base import NodeOp
 from strata.errors import StrataError
 
@@ -231,6 +238,13 @@ class AssignPrecision(RewritePattern):
             return
         op.attributes["precision"] = rule.precision
         op.attributes["steps"] = rule.steps
+        out = rule.precision.fields().get("output")
+        if out is not None:  # an edge carries its producer's output format
+            for r in list(op.results):
+                t = r.type
+                if isinstance(t, EdgeType) and has_kind(t.element, "float") and t.element != out.dtype.attr:
+                    hint = r.name_hint
+                    rewriter.replace_value_with_new_type(r, EdgeType(t.rows.data, t.dim.data, out.dtype.attr)).name_hint = hint
         rewriter.notify_op_modified(op)
 
 
@@ -252,3 +266,19 @@ def apply_recipe(recipe: Recipe, module: ModuleOp) -> None:
         if isinstance(node, NodeOp):
             recipe.rule_for(node)
     PatternRewriteWalker(AssignPrecision(recipe), apply_recursively=False).rewrite_module(module)
+    _retype_carriers(module)
+
+
+def _retype_carriers(module: ModuleOp) -> None:
+    """Groups and functions hand on their edges with the types the edges now have."""
+    for op in module.walk():
+        if isinstance(op, GroupOp):
+            for r, v in zip(list(op.outs), op.body.block.last_op.operands):  # type: ignore[union-attr]
+                if r.type != v.type:
+                    hint = r.name_hint
+                    Rewriter.replace_value_with_new_type(r, v.type).name_hint = hint
+    for fn in module.walk():
+        if isinstance(fn, func.FuncOp) and isinstance(fn.body.block.last_op, func.ReturnOp):
+            outs = [v.type for v in fn.body.block.last_op.operands]
+            if list(fn.function_type.outputs.data) != outs:
+                fn.function_type = FunctionType.from_lists(list(fn.function_type.inputs.data), outs)

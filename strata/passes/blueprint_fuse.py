@@ -17,6 +17,8 @@ A rule's `members` are node patterns; the first is the anchor. A pattern matches
   - `role` (optional): the linear's role (or a list);
   - `node` (optional): a glob on the node id (`*.post_norm`; a node without an id never matches);
   - `point` (optional): {key: [values]}, the node's point must give key one of the values;
+  - `attr` (optional): {name: [values]}, the node's string attribute `name` (a hyperparameter
+    such as the rope's `mode`) must be one of the values;
   - `from` (optional): an op name (or list): one of the node's operands comes from such an op;
 and, for every member after the anchor, at least one relation to an earlier member k:
   - `uses`: k: the node reads a result of member k;   `feeds`: k: member k reads a result of the node;
@@ -71,7 +73,7 @@ __all__ = ["BlueprintFusePass", "FuseError", "FusionRules", "FUSION_DIR", "fuse_
 
 FUSION_DIR = Path(__file__).parent / "fusion"
 _RULE_KEYS = {"rule", "members", "kernel", "family", "compute", "numerics"}
-_MEMBER_KEYS = {"op", "role", "node", "point", "from"}
+_MEMBER_KEYS = {"op", "role", "node", "point", "attr", "from"}
 RELATIONS = ("uses", "feeds", "sibling", "co_feeds")
 _PRECISION_FIELDS = ("weight", "activation", "output", "accumulate")
 _TEMPLATE = re.compile(r"\{(?:(\w+):)?(\w+)(?:@(\d+))?\}")
@@ -98,6 +100,7 @@ class Member:
     roles: frozenset[str] | None = None
     node: str | None = None
     point: tuple[tuple[str, frozenset[str]], ...] = ()
+    attrs: tuple[tuple[str, frozenset[str]], ...] = ()
     sources: frozenset[str] | None = None
     relations: tuple[tuple[str, int], ...] = ()
 
@@ -110,9 +113,9 @@ class Member:
             raise ValueError(f"member {index}: unknown key(s) {', '.join(sorted(unknown))}")
         if "op" not in raw:
             raise ValueError(f"member {index}: no 'op'")
-        point = raw.get("point", {})
-        if not isinstance(point, dict):
-            raise ValueError(f"member {index}: 'point' is an object of value lists")
+        point, attrs = raw.get("point", {}), raw.get("attr", {})
+        if not isinstance(point, dict) or not isinstance(attrs, dict):
+            raise ValueError(f"member {index}: 'point' and 'attr' are objects of value lists")
         relations = []
         for rel in RELATIONS:
             if rel in raw:
@@ -129,6 +132,7 @@ class Member:
             raise ValueError(f"member {index}: 'node' must be a glob on node ids")
         return Member(_names(raw["op"], "op"), _names(raw["role"], "role") if "role" in raw else None, node,
                       tuple((k, _names(v, f"point.{k}")) for k, v in sorted(point.items())),
+                      tuple((k, _names(v, f"attr.{k}")) for k, v in sorted(attrs.items())),
                       _names(raw["from"], "from") if "from" in raw else None, tuple(relations))
 
     def matches(self, op: NodeOp) -> bool:
@@ -146,6 +150,10 @@ class Member:
                 v = have.get(key)
                 if not isinstance(v, StringAttr) or v.data not in values:
                     return False
+        for key, values in self.attrs:
+            v = op.attributes.get(key)
+            if not isinstance(v, StringAttr) or v.data not in values:
+                return False
         if self.sources is not None:
             if not any(isinstance(v.owner, Operation) and v.owner.name.removeprefix("blueprint.") in self.sources
                        for v in op.operands):
