@@ -36,7 +36,39 @@ def _lower(args: argparse.Namespace):
     return lower(_model(args), spec)
 
 
+def _blueprint(args: argparse.Namespace):
+    """The model and its blueprint function for --mode/--rows/--recipe/--kv."""
+    from xdsl.dialects import func
+
+    from strata.pipeline import blueprint_of
+
+    model = _model(args)
+    module = blueprint_of(model, args.mode, args.rows, args.recipe, kv=args.kv)
+    return model, next(op for op in module.walk() if isinstance(op, func.FuncOp))
+
+
+def _provenance(model, args: argparse.Namespace) -> dict:
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        strata_version = version("strata")
+    except PackageNotFoundError:  # run from a source tree
+        strata_version = "source"
+    config = (model.root / "config.json").read_bytes() if (model.root / "config.json").is_file() else b""
+    command = (f"strata blueprint {model.name} --mode {args.mode} --rows {args.rows} --recipe {args.recipe} "
+               f"--kv {args.kv}")
+    return {"kind": "strata", "model": model.name, "config_sha256": hashlib.sha256(config).hexdigest(),
+            "recipe": args.recipe, "mode": args.mode, "rows": args.rows, "kv": args.kv, "strata": strata_version,
+            "commands": [command]}
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
+    if args.level == "blueprint":
+        from strata.exporters.blueprint_table import inspect_table
+
+        sys.stdout.write(inspect_table(_blueprint(args)[1]))
+        return 0
     from strata.exporters.listing import model_listing
 
     sys.stdout.write(model_listing(_model(args).module))
@@ -46,8 +78,42 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_ir(args: argparse.Namespace) -> int:
     from strata.ir.text import print_ir
 
-    module = _model(args).module if args.level == "module" else _lower(args)
+    if args.level == "blueprint":
+        args.mode = "prefill" if args.entry == "prefill" else "decode"
+        args.rows = (args.tokens or 5) if args.entry == "prefill" else 1
+        module = _blueprint(args)[1]
+    else:
+        module = _model(args).module if args.level == "module" else _lower(args)
     sys.stdout.write(print_ir(module))
+    return 0
+
+
+def cmd_blueprint(args: argparse.Namespace) -> int:
+    from strata.outputs import check_output_path, write_output
+
+    if args.output is not None:
+        check_output_path(args.output)
+    model, fn = _blueprint(args)
+    if args.format == "kbp-graph":
+        from strata.exporters.kbp_graph import export_kbp_graph, kbp_graph_json
+
+        text = kbp_graph_json(export_kbp_graph(fn, provenance=_provenance(model, args))) + "\n"
+    elif args.format == "dot":
+        from strata.exporters.blueprint_dot import blueprint_dot
+
+        text = blueprint_dot(fn)
+    elif args.format == "table":
+        from strata.exporters.blueprint_table import inspect_table
+
+        text = inspect_table(fn)
+    else:
+        from strata.ir.text import print_ir
+
+        text = print_ir(fn)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        write_output(args.output, text.encode())
     return 0
 
 
@@ -261,19 +327,46 @@ def _add_target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-flash-attn", action="store_true", help="unfused MUL_MAT/SOFT_MAX attention")
 
 
+def _add_blueprint_args(p: argparse.ArgumentParser) -> None:
+    from strata.passes.blueprint_assign_precision import recipe_names
+    from strata.pipeline import BLUEPRINT_MODES
+
+    p.add_argument("--mode", choices=BLUEPRINT_MODES, default="decode", help="the blueprint's mode (default decode)")
+    p.add_argument("--rows", type=bounded_int(1), default=1,
+                   help="rows per call (decode/multi_seq/verify: sequences or tokens; prefill: tokens; default 1)")
+    p.add_argument("--recipe", choices=recipe_names(), default="fp8-bf16head",
+                   help="the precision recipe (default fp8-bf16head)")
+    p.add_argument("--kv", choices=["paged", "contiguous"], default="paged", help="the KV cache layout (default paged)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="strata", description="Strata: a multi-level compiler for LLM inference")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("inspect", help="print the module level as a listing of entries, generics and blocks")
+    p = sub.add_parser("inspect", help="print the module level as a listing of entries, generics and blocks, "
+                                      "or the blueprint level as a table of kernel groups")
     _add_model(p)
+    p.add_argument("--level", choices=["module", "blueprint"], default="module", help="the level (default module)")
+    _add_blueprint_args(p)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("ir", help="print the IR of a level")
     _add_model(p)
-    p.add_argument("--level", choices=["module", "op"], default="module", help="the IR level (default module)")
+    p.add_argument("--level", choices=["module", "op", "blueprint"], default="module",
+                   help="the IR level (default module; blueprint: of --entry's mode, --tokens rows)")
     _add_lowering_args(p)
+    p.add_argument("--recipe", default="fp8-bf16head", help="the blueprint level's precision recipe")
+    p.add_argument("--kv", choices=["paged", "contiguous"], default="paged", help="the blueprint's KV cache layout")
     p.set_defaults(func=cmd_ir)
+
+    p = sub.add_parser("blueprint", help="export the blueprint level: kernel groups with precision, "
+                                         "placement and state (kbp-graph/v1 JSON, Graphviz, a table, or IR)")
+    _add_model(p)
+    _add_blueprint_args(p)
+    p.add_argument("--format", choices=["kbp-graph", "dot", "table", "mlir"], default="kbp-graph",
+                   help="kbp-graph/v1 JSON (default), Graphviz with a cluster per group, the group table, the IR")
+    p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here (default: standard output)")
+    p.set_defaults(func=cmd_blueprint)
 
     p = sub.add_parser("trace", help="print the op level as llama.cpp's eval-callback table")
     _add_model(p)

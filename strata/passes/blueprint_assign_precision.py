@@ -267,6 +267,9 @@ def apply_recipe(recipe: Recipe, module: ModuleOp) -> None:
             recipe.rule_for(node)
     PatternRewriteWalker(AssignPrecision(recipe), apply_recursively=False).rewrite_module(module)
     _retype_carriers(module)
+    for fn in module.walk():
+        if isinstance(fn, func.FuncOp) and any(isinstance(op, NodeOp) for op in fn.walk()):
+            fn.attributes["blueprint.recipe"] = StringAttr(recipe.name)
 
 
 def _retype_carriers(module: ModuleOp) -> None:
