@@ -93,6 +93,20 @@ def cmd_blueprint(args: argparse.Namespace) -> int:
 
     if args.output is not None:
         check_output_path(args.output)
+    if args.errors is not None:
+        from strata.verify.blueprint import error_table, greedy_agreement, node_errors
+
+        model, prompt = _model(args), parse_prompt_ids(args.errors)
+        store = model.open_weights(quiet=not sys.stderr.isatty())
+        text = error_table(node_errors(model, args.recipe, prompt, store))
+        a = greedy_agreement(model, args.recipe, prompt, args.steps, store)
+        text += (f"greedy top-1 agreement with the op level in f32 over {a.steps} steps: "
+                 f"{a.free_running}/{a.steps} free-running, {a.teacher_forced}/{a.steps} teacher-forced\n")
+        if args.output is None:
+            sys.stdout.write(text)
+        else:
+            write_output(args.output, text.encode())
+        return 0
     model, fn = _blueprint(args)
     if args.format == "kbp-graph":
         from strata.exporters.kbp_graph import export_kbp_graph, kbp_graph_json
@@ -366,6 +380,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["kbp-graph", "dot", "table", "mlir"], default="kbp-graph",
                    help="kbp-graph/v1 JSON (default), Graphviz with a cluster per group, the group table, the IR")
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here (default: standard output)")
+    p.add_argument("--errors", metavar="IDS", default=None,
+                   help="instead: run the prompt IDS (comma-separated token ids) and report each node's error "
+                        "under --recipe against f32, and greedy top-1 agreement with the op level")
+    p.add_argument("--steps", type=bounded_int(1, 4096), default=32, help="greedy steps for --errors (default 32)")
     p.set_defaults(func=cmd_blueprint)
 
     p = sub.add_parser("trace", help="print the op level as llama.cpp's eval-callback table")
