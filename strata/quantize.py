@@ -259,7 +259,10 @@ def _write_stage(out: Path, fill: Callable[[Path], None], inputs: dict) -> None:
     """`strata.stage.write_stage` for files written straight to disk (a checkpoint does not fit
     in memory): fill a temporary sibling, add the manifest, rename it into place."""
     parent = out.parent if str(out.parent) else Path(".")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+    except OSError as e:
+        raise QuantizeError(f"{out}: cannot create the output directory: {e.strerror or e}") from None
     old = None
     try:
         os.chmod(tmp, 0o755)
