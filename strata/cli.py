@@ -353,6 +353,36 @@ def _add_blueprint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv", choices=["paged", "contiguous"], default="paged", help="the KV cache layout (default paged)")
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    """Write MODEL with its recipe's fp8 weights block-quantized; print each tensor's error."""
+    from strata.quantize import error_table, quantize_checkpoint
+
+    if args.output is None and not args.report_only:
+        raise StrataError("quantize: give -o OUT (the output directory), or --report-only")
+    tty = sys.stderr.isatty()
+
+    def progress(i: int, n: int, name: str) -> None:
+        if tty:
+            print(f"\rstrata: quantized {i}/{n} tensors", end="" if i < n else "\n", file=sys.stderr, flush=True)
+
+    rows = quantize_checkpoint(args.model, None if args.report_only else args.output, args.recipe, progress)
+    sys.stdout.write(error_table(rows))
+    if not args.report_only:
+        _say(f"wrote {len(rows)} fp8 tensors and their scales to {args.output}")
+    return 0
+
+
+def _add_quantize(sub) -> None:
+    p = sub.add_parser("quantize", help="write an fp8 block-quantized checkpoint and report the error per tensor")
+    _add_model(p)
+    p.add_argument("--recipe", default="fp8-bf16head",
+                   help="the precision recipe whose fp8 weights are quantized (default fp8-bf16head)")
+    p.add_argument("-o", "--output", metavar="OUT", default=None,
+                   help="the output directory (created; a previous strata output there is replaced)")
+    p.add_argument("--report-only", action="store_true", help="print the error table without writing")
+    p.set_defaults(func=cmd_quantize)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="strata", description="Strata: a multi-level compiler for LLM inference")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -425,6 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rtol", type=float, default=1e-3,
                    help="tolerance on each sum, relative to the tensor's sum of |x| (default 1e-3)")
     p.set_defaults(func=cmd_verify)
+
+    _add_quantize(sub)
 
     p = sub.add_parser("demo", help="the main job on the built-in default model")
     p.add_argument("--root", default=".strata-cache/models", help="where the default model is written")
