@@ -174,8 +174,10 @@ class Env:
             raise BlueprintRunError(f"dim '{name}' is not bound (pass dims={{'{name}': ...}})")
         return int(self.dims[name])
 
-    def raw(self, name: str) -> np.ndarray:
-        """The weight `name`: its stored tensor, converted as the weight table says."""
+    def raw(self, name: str, fmt: FormatAttr | None = None) -> np.ndarray:
+        """The weight `name`: its stored tensor, in the format `fmt` (quantized as stored, as a
+        quantized checkpoint holds it: one scale grid per stored tensor), then converted as the
+        weight table says."""
         info = self.table.get(name)
         stored = info.data["source"].data if info is not None and "source" in info.data else name
         try:
@@ -184,6 +186,8 @@ class Env:
             w = None
         if w is None:
             raise BlueprintRunError(f"no weight '{stored}'")
+        if fmt is not None:
+            w = quantize_weight(np.asarray(w), fmt)
         if info is not None and "convert" in info.data:
             from strata.semantics.op_interp import PARAM_CONVERSIONS
 
@@ -199,8 +203,8 @@ class Env:
             return self.weight(op, names[0])
         f = _precision(op).get("weight")
         key = (tuple(names), None if f is None else _fmt_key(f))
-        if key not in self.cache:
-            self.cache[key] = quantize_weight(np.concatenate([self.raw(n) for n in names], axis=-2), f)
+        if key not in self.cache:  # each part keeps its own scales, as separate checkpoint tensors do
+            self.cache[key] = np.concatenate([self.weight(op, n) for n in names], axis=-2)
         return self.cache[key]
 
     def eps_of(self, op: Operation) -> float:
@@ -212,7 +216,7 @@ class Env:
         f = _precision(op).get("weight")
         key = (name, None if f is None else _fmt_key(f))
         if key not in self.cache:
-            self.cache[key] = quantize_weight(self.raw(name), f)
+            self.cache[key] = self.raw(name, f)
         return self.cache[key]
 
     def buffer(self, op: Operation, default: str, effect: str | None = None) -> tuple[str, np.ndarray]:
