@@ -30,6 +30,10 @@ where, embedding, ...); any other op that depends on the tokens is a one-line
 (positions, causal masks, RoPE tables) are not read as computation: a numeric check runs
 the captured module level (`strata.semantics.module_interp`) on the example ids and refuses
 a capture that does not reproduce the module's own logits (`check=False` skips it).
+
+A module that is not a causal LM of these blocks is lowered ATen op by ATen op to the op
+level instead (`capture(..., level="op")`, `strata.frontends.torch_ops`, which lists the
+ops it lowers). An HF model is captured with `use_cache` off (restored afterwards).
 """
 
 from __future__ import annotations
@@ -65,9 +69,18 @@ class Captured:
     weights: dict[str, np.ndarray]
 
 
-def capture(module: Any, example_inputs: tuple, *, max_seq: int | None = None, check: bool = True) -> ModuleOp:
+def capture(module: Any, example_inputs: tuple, *, max_seq: int | None = None, check: bool = True,
+            level: str = "module") -> ModuleOp:
     """The module level of `module` (a causal LM taking token ids [batch, seq] and returning
-    logits [batch, seq, vocab]), exported on `example_inputs`."""
+    logits [batch, seq, vocab]), exported on `example_inputs`. `level="op"` lowers every
+    ATen op directly to the op level instead (`strata.frontends.torch_ops`), for a module
+    that is not made of the recognised blocks."""
+    if level == "op":
+        from strata.frontends.torch_ops import capture_ops
+
+        return capture_ops(module, example_inputs)
+    if level != "module":
+        raise CaptureError(f"capture: level must be 'module' or 'op', got {level!r}")
     return capture_model(module, example_inputs, max_seq=max_seq, check=check).module
 
 
@@ -111,20 +124,27 @@ def capture_model(module: Any, example_inputs: tuple, *, max_seq: int | None = N
     if len(inputs) != 1 or not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype.is_floating_point:
         raise CaptureError("example_inputs must be one integer tensor of token ids [batch, seq]")
     module.eval()
+    hf = getattr(module, "config", None)
+    use_cache = getattr(hf, "use_cache", None)
     try:
-        ep = torch.export.export(module, inputs)
-    except Exception as e:  # noqa: BLE001 - torch.export raises many kinds; the first line says why
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise CaptureError(f"torch.export could not trace {type(module).__name__}: {first}") from None
-    graph = Graph(ep, module)
-    root = graph.blocks()
-    reader = _Reader(graph, root, module, max_seq)
-    cfg, weights = reader.config(), reader.weights()
-    ir = build_llama(cfg)
-    ir.verify()
-    captured = Captured(cfg, ir, weights)
-    if check:
-        _check(captured, module, ids)
+        if use_cache:  # an HF model would also return its KV cache
+            hf.use_cache = False
+        try:
+            ep = torch.export.export(module, inputs)
+        except Exception as e:  # noqa: BLE001 - torch.export raises many kinds; the first line says why
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise CaptureError(f"torch.export could not trace {type(module).__name__}: {first}") from None
+        graph = Graph(ep, module)
+        root = graph.blocks()
+        reader = _Reader(graph, root, module, max_seq)
+        cfg, weights = reader.config(), reader.weights()
+        captured = Captured(cfg, build_llama(cfg), weights)
+        captured.module.verify()
+        if check:
+            _check(captured, module, ids)
+    finally:
+        if use_cache:
+            hf.use_cache = use_cache
     return captured
 
 
@@ -138,7 +158,8 @@ class _Reader:
         if len(top["embedding"]) != 1 or not top["layer"] or len(top["norm"]) != 1 or len(top["linear"]) != 1 or stray:
             found = ", ".join(f"{b.kind} '{b.path}'" for b in root.children) or "none"
             raise CaptureError("torch capture: expected an embedding, decoder layers (RMSNorm, attention, RMSNorm, "
-                               f"SwiGLU), a final RMSNorm and an lm_head Linear; found blocks: {found}")
+                               f"SwiGLU), a final RMSNorm and an lm_head Linear; found blocks: {found} (capture(..., level='op') "
+                               "lowers a module of other blocks op by op)")
         self.embedding, self.norm, self.lm_head = top["embedding"][0], top["norm"][0], top["linear"][0]
         self.layers = sorted(top["layer"], key=lambda b: min(n.meta["_index"] for n in b.all_nodes()))
         if graph.source(graph.result) is not self.lm_head.output():
