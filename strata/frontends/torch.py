@@ -255,27 +255,31 @@ class _Reader:
                 raise CaptureError(f"torch capture: layer {i} ('{self.layers[i].path}') differs in heads or RoPE "
                                    "from layer 0")
         emb = self.embedding.module.weight
-        biased = {r: p[r].module.bias is not None for p in self.parts for r in ("q_proj", "k_proj", "v_proj", "o_proj")}
+        biased = {r: {p[r].module.bias is not None for p in self.parts} for r in ("q_proj", "k_proj", "v_proj", "o_proj")}
         for p in self.parts:
             for b in (*p["mlp"].values(),):
                 if b.module.bias is not None:
                     raise CaptureError(f"torch capture: '{b.path}' has a bias; strata's SwiGLU has none")
         if self.lm_head.module.bias is not None:
             raise CaptureError(f"torch capture: '{self.lm_head.path}' has a bias; strata's lm_head has none")
-        if len(set(biased.values())) > 1:
-            raise CaptureError("torch capture: q, k, v and o projections must all have biases or none")
+        qkv_bias, o_bias = biased["q_proj"] | biased["k_proj"] | biased["v_proj"], biased["o_proj"]
+        if len(qkv_bias) > 1 or len(o_bias) > 1 or (o_bias == {True} and qkv_bias == {False}):
+            raise CaptureError("torch capture: q, k and v (of every layer) must all have biases or none, "
+                               "and o only with them")
+        # q/k/v biases without an o bias: Qwen2's attention; the llama architecture has all or none
+        arch = "Qwen2ForCausalLM" if qkv_bias != o_bias else "LlamaForCausalLM"
         dtype = _TORCH_DTYPES.get(str(emb.dtype))
         if dtype is None:
             raise CaptureError(f"torch capture: weights of dtype {emb.dtype} (supported: float32, float16, bfloat16)")
         hf = getattr(self.module, "config", None)
         max_pos = self.max_seq or getattr(hf, "max_position_embeddings", None) or DEFAULT_MAX_SEQ
         return LlamaConfig(
-            arch="LlamaForCausalLM", name=type(self.module).__name__, vocab_size=int(emb.shape[0]),
+            arch=arch, name=type(self.module).__name__, vocab_size=int(emb.shape[0]),
             hidden_size=int(emb.shape[1]), num_layers=len(self.layers), num_heads=heads, num_kv_heads=kv_heads,
             head_dim=head_dim, intermediate_size=int(first["mlp"]["gate"].module.out_features),
             rms_norm_eps=self._eps(), rope_theta=self._theta(head_dim), rope_scaling=None,
             max_position_embeddings=int(max_pos), tie_word_embeddings=self.lm_head.module.weight is emb,
-            attention_bias=any(biased.values()), o_bias=any(biased.values()), qk_norm=False, dtype=dtype)
+            attention_bias=True in qkv_bias, o_bias=True in o_bias, qk_norm=False, dtype=dtype)
 
     def _eps(self) -> float:
         found = set()
