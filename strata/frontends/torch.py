@@ -285,6 +285,13 @@ class _Reader:
         found = set()
         for norm in [self.norm] + [p[k] for p in self.parts for k in ("attention_norm", "mlp_norm")]:
             eps = [a for n in norm.all_nodes() if op_name(n) == "add" for a in n.args if isinstance(a, float)]
+            for n in norm.all_nodes():
+                if op_name(n) == "rms_norm":  # nn.RMSNorm: eps None is the dtype's machine epsilon
+                    w = norm.module.weight if hasattr(norm.module, "weight") else None
+                    if len(n.args) < 3 or n.args[2] is None or getattr(n.args[2], "op", None) != "placeholder" or w is None:
+                        raise CaptureError(f"torch capture: '{norm.path}': rms_norm without its weight")
+                    given = n.args[3] if len(n.args) > 3 else n.kwargs.get("eps")
+                    eps.append(float(given) if given is not None else float(np.finfo(np.float32).eps))
             if len(eps) != 1:
                 raise CaptureError(f"torch capture: '{norm.path}': no eps added to the mean square")
             found.add(eps[0])

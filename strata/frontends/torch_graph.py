@@ -12,7 +12,8 @@ Block kinds are recognised from what a submodule holds and does:
 
 * embedding: an `nn.Embedding` whose `aten.embedding` reads the token ids;
 * linear: an `nn.Linear`;
-* norm: a module with one 1-D parameter whose nodes take a mean and an rsqrt (RMSNorm);
+* norm: a module with one 1-D parameter whose nodes take a mean and an rsqrt, or `aten.rms_norm`
+  (`nn.RMSNorm`);
 * attention: the innermost module holding four linears and a softmax (or SDPA);
 * mlp: the innermost module holding three linears and a SiLU (SwiGLU);
 * layer: the innermost module holding one attention, one MLP and two norms.
@@ -44,7 +45,7 @@ VIEWLIKE = frozenset({
 ALLOWED: dict[str, frozenset[str]] = {
     "embedding": frozenset({"embedding"}),
     "linear": frozenset({"linear", "mm", "addmm", "matmul", "add"}),
-    "norm": frozenset({"pow", "mul", "mean", "add", "rsqrt", "sqrt", "div", "reciprocal"}),
+    "norm": frozenset({"pow", "mul", "mean", "add", "rsqrt", "sqrt", "div", "reciprocal", "rms_norm"}),
     "attention": frozenset({"matmul", "bmm", "mul", "div", "add", "sub", "neg", "cat", "stack", "softmax",
                             "_softmax", "masked_fill", "where", "scaled_dot_product_attention",
                             "repeat_interleave", "repeat"}),
@@ -181,7 +182,7 @@ class Graph:
         kinds = list(sub.values())
         ops = self._subtree_ops(path)
         params = list(mod.parameters())
-        if len(params) == 1 and params[0].dim() == 1 and {"rsqrt", "mean"} <= ops:
+        if len(params) == 1 and params[0].dim() == 1 and ({"rsqrt", "mean"} <= ops or "rms_norm" in ops):
             return "norm"
         if kinds.count("attention") == 1 and kinds.count("mlp") == 1 and kinds.count("norm") == 2:
             return "layer"

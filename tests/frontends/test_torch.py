@@ -69,6 +69,17 @@ def test_seed_tinyllama_shape_is_seed_002s():
     assert (cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (1, 4, 4, 4)
 
 
+def test_torch_rmsnorm_is_a_norm():
+    """nn.RMSNorm exports as one aten.rms_norm; its eps is read off it (the numeric check passes)."""
+    module = EX.seeded_tinyllama()
+    norm = nn.RMSNorm(16, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(module.final_norm.gain)
+        module.block.attention_norm.eps = module.block.ffn_norm.eps = 1e-6
+    module.final_norm = norm
+    assert capture_model(module, (torch.tensor([PROMPT]),)).config.rms_norm_eps == 1e-6
+
+
 def test_capture_gives_the_llama_module_level():
     module = capture(EX.seeded_tinyllama(), (torch.tensor([PROMPT]),))
     kinds = {blk.attributes["path"].data for blk in find_model(module).body.block.ops}
