@@ -91,7 +91,8 @@ class Exporter:
         self.fn, self.weights = fn, weights
         self.nodes: list = []
         self.initializers: list = []
-        self.inputs: list = []
+        self.inputs: list = []  # the host inputs' value infos
+        self.state_inputs: list = []
         self.host: dict[str, tuple[str, Any]] = {}  # kind -> (graph input, IR type)
         self.states: dict[str, tuple[str, TensorType, bool]] = {}  # state -> (graph input, type, recurrent)
         self.version: dict[str, str] = {}  # state -> its current version's tensor name
@@ -303,7 +304,8 @@ class Exporter:
             self.nodes.append(onnx.helper.make_node("Identity", [self.version[state]], [out], name=f"n_{out}"))
             outputs.append(self.value_info(out, typ_s))
             states.append([state, name, out])
-        graph = onnx.helper.make_graph(self.nodes, sanitize(self.fn.sym_name.data), self.inputs, outputs,
+        graph = onnx.helper.make_graph(self.nodes, sanitize(self.fn.sym_name.data), self.inputs + self.state_inputs,
+                                       outputs,
                                        initializer=self.initializers)
         model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", OPSET)],
                                        producer_name="strata", ir_version=10)

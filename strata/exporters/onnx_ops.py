@@ -61,7 +61,7 @@ def _state(ex: Exporter, op: O.StateOp) -> None:
     if state not in ex.states:
         name = ex.fresh(state)
         ex.states[state] = (name, op.result.type, op.recurrent is not None)
-        ex.inputs.append(ex.value_info(name, op.result.type))
+        ex.state_inputs.append(ex.value_info(name, op.result.type))
         ex.elem[name] = ex.onnx.helper.np_dtype_to_tensor_dtype(numpy_dtype(op.result.type.get_element_type()))
         ex.version[state] = name
     if op.recurrent is not None:  # a new sequence (start 0) reads its recurrent state zeroed
