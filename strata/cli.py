@@ -275,6 +275,7 @@ def _export_onnx(model, store, entry: str, tokens: int, knobs: dict):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from strata.exporters.onnx import check_onnx_file
     from strata.exporters.onnx_run import serialize_onnx
     from strata.outputs import check_output_path, write_output
     from strata.pipeline import resolve_knobs
@@ -294,6 +295,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         check_output_path(data_path)
         write_output(data_path, data)
     write_output(args.output, content)
+    if data is not None:  # too large to check in memory: checked as saved
+        check_onnx_file(args.output)
     _say(f"exported the {args.entry} of {args.model} ({tokens} token{'s' * (tokens != 1)}, ctx {knobs['ctx']}) "
          f"to {args.output}{f' and {data_path.name}' if data is not None else ''} in {time.perf_counter() - t0:.2f} s")
     return 0

@@ -48,6 +48,9 @@ from strata.semantics.op_interp import numpy_dtype
 
 #: The ONNX opset of the exported models (onnxruntime 1.17+ runs it on its CPU provider).
 OPSET = 21
+#: A model whose initializers hold more than this is saved with its weights in a separate
+#: file (protobuf's limit is 2 GiB for one message).
+INLINE_LIMIT = 1 << 30
 #: The graph inputs that carry a call's first position, in order of preference (a recurrent
 #: state is reset when it is 0); without one the graph takes a `start` input [1] int64.
 POSITION_INPUTS = ("positions", "kv_rows", "mrope_positions")
@@ -318,22 +321,37 @@ class Exporter:
         return model
 
 
+def initializer_bytes(model) -> int:
+    return sum(len(t.raw_data) for t in model.graph.initializer)
+
+
+def _check(model_or_path, what: str) -> None:
+    onnx = _onnx()
+    try:
+        onnx.checker.check_model(model_or_path, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise OnnxExportError(f"{what}: the exported model fails onnx.checker: {first}") from None
+
+
+def check_onnx_file(path) -> None:
+    """onnx.checker (full_check) on a saved model, its external data beside it."""
+    _check(str(path), str(path))
+
+
 def export_onnx(fn: func.FuncOp, weights: Any, *, check: bool = True):
     """The op-level function `fn` (one entry) as an ONNX ModelProto; `weights` maps the params'
-    stored names to arrays (a WeightStore). Checked with onnx.checker (full_check) unless told not."""
+    stored names to arrays (a WeightStore). Checked with onnx.checker (full_check) unless told
+    not, or unless its weights exceed INLINE_LIMIT: the checker then needs the saved files
+    (`check_onnx_file`), as protobuf cannot hold it in one message."""
     for op in fn.walk():
         for r in op.results:
             if isinstance(r.type, TensorType) and DYNAMIC_INDEX in r.type.get_shape():
                 raise OnnxExportError(f"@{fn.sym_name.data}: {_describe(op)} has a dynamic shape ({r.type}); "
                                       "the ONNX export needs a static token count (lower with tokens=N)")
     model = Exporter(fn, weights).run()
-    if check:
-        onnx = _onnx()
-        try:
-            onnx.checker.check_model(model, full_check=True)
-        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise OnnxExportError(f"@{fn.sym_name.data}: the exported model fails onnx.checker: {first}") from None
+    if check and initializer_bytes(model) <= INLINE_LIMIT:
+        _check(model, f"@{fn.sym_name.data}")
     return model
 
 

@@ -13,19 +13,19 @@ only here.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from strata.errors import StrataError
+from strata.exporters.onnx import INLINE_LIMIT, initializer_bytes
 from strata.semantics import kernels as K
 
 #: Initializers of at least this many bytes go to the external data file of a large model.
 EXTERNAL_MIN_BYTES = 1024
-#: A model whose initializers hold more than this is saved with external data (protobuf's
-#: limit is 2 GiB for the whole file).
-INLINE_LIMIT = 1 << 30
 
 
 class OnnxRunError(StrataError):
@@ -40,8 +40,7 @@ def serialize_onnx(model, data_name: str, inline_limit: int = INLINE_LIMIT) -> t
     """
     from onnx import TensorProto
 
-    total = sum(len(t.raw_data) for t in model.graph.initializer)
-    if total <= inline_limit:
+    if initializer_bytes(model) <= inline_limit:
         return model.SerializeToString(), None
     chunks: list[bytes] = []
     offset = 0
@@ -71,7 +70,9 @@ def _metadata(model) -> dict[str, str]:
 class OrtEntry:
     """One exported entry in an onnxruntime session (CPU execution provider)."""
 
-    def __init__(self, model, *, threads: int = 0):
+    def __init__(self, model, *, threads: int = 0, inline_limit: int = INLINE_LIMIT):
+        """A session of `model`; one over `inline_limit` bytes of weights goes through a temporary
+        directory with its weights as external data (moved out of `model`)."""
         try:
             import onnxruntime as ort
         except ImportError:
@@ -89,8 +90,18 @@ class OrtEntry:
         options.log_severity_level = 3
         if threads:
             options.intra_op_num_threads = threads
+        content, data = serialize_onnx(model, "model.onnx.data", inline_limit)
+        source: Any = content
+        self._files = None
+        if data is not None:
+            self._files = tempfile.TemporaryDirectory(prefix="strata-onnx-")
+            source = os.path.join(self._files.name, "model.onnx")
+            with open(source + ".data", "wb") as stream:
+                stream.write(data)
+            with open(source, "wb") as stream:
+                stream.write(content)
         try:
-            self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         except Exception as e:  # onnxruntime raises its own exception types
             raise OnnxRunError(f"onnxruntime cannot load the exported {self.entry}: {_first_line(e)}") from None
         self.ort = ort

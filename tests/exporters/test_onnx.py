@@ -13,7 +13,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from strata.dialects.op import Op  # noqa: E402
-from strata.exporters.onnx import ONNX_EXPORT, OnnxExportError, export_onnx  # noqa: E402
+from strata.exporters.onnx import ONNX_EXPORT, OnnxExportError, check_onnx_file, export_onnx  # noqa: E402
 from strata.exporters.onnx_run import OrtEntry, generate_ort, serialize_onnx  # noqa: E402
 from strata.pipeline import entry_pipeline, load_model, lower  # noqa: E402
 from strata.semantics.op_interp import alloc_state, find_function, run_function  # noqa: E402
@@ -131,9 +131,13 @@ def test_external_data_round_trip(checkpoints, tmp_path):
     assert data is not None and len(content) < len(inline) // 3 and len(data) > len(inline) // 2
     (tmp_path / "m.onnx").write_bytes(content)
     (tmp_path / "m.onnx.data").write_bytes(data)
+    check_onnx_file(tmp_path / "m.onnx")
     loaded = onnx.load(str(tmp_path / "m.onnx"))
     entry = OrtEntry(loaded)
     assert np.array_equal(entry(PROMPT, 0, entry.zero_state()), want)
+    # A model too large for one protobuf message runs from a temporary directory.
+    big = OrtEntry(export_onnx(pf, store), inline_limit=0)
+    assert big._files is not None and np.array_equal(big(PROMPT, 0, big.zero_state()), want)
 
 
 def test_generate_ort_matches_the_interpreter(checkpoints):
