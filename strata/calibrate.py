@@ -12,7 +12,8 @@ prompts (max of maxima, min of minima):
 - `linears`: for every `op.mul_mat` whose weight is an `op.param`, keyed by the weight's
   llama.cpp name: `absmax`, the per-input-channel max |x| over every row of its input (K
   floats: SmoothQuant's max|X_j|), and `rows`, how many rows were seen;
-- `tensors`: for every float op result, keyed by its name in the op level's printed IR
+- `tensors`: for every float op result but params and state buffers (a cache's contents are
+  its `op.set_rows` results), keyed by its name in the op level's printed IR
   (`Qcur-0_2`, `ffn_out-1`, `%42` as `42`), in program order: `op`, the llama.cpp `name` when
   the op has one, `min`, `max`.
 
@@ -116,7 +117,7 @@ class _Recorder:
         if result.dtype.kind != "f" or result.size == 0:
             return
         key = self.names.get(value)
-        if key is not None and not isinstance(op, O.ParamOp):
+        if key is not None and not isinstance(op, (O.ParamOp, O.StateOp)):
             lo, hi = float(result.min()), float(result.max())
             row = self.tensors.get(key)
             if row is None:
