@@ -257,6 +257,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from strata.cli_formats import cmd_import as run
+
+    return run(args)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from strata.cli_formats import cmd_export as run
+
+    return run(args)
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from strata.cli_formats import cmd_view as run
+
+    return run(args)
+
 def cmd_verify(args: argparse.Namespace) -> int:
     """Run the model on a llama-eval-callback log's prompt and compare every op's sum with it."""
     from strata.verify.llamacpp import compare, parse_callback_log, strata_values
@@ -413,6 +431,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-nonfinite", action="store_true",
                    help="run even if a weight holds NaN or infinity (warns instead of refusing)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("import", help="read a model in another format as the module level (.mlir)")
+    p.add_argument("file", metavar="FILE", help="the model file (a tensorviz.graph JSON document)")
+    p.add_argument("--format", choices=["tensorviz"], required=True, help="the file's format")
+    p.add_argument("-o", "--output", metavar="OUT.mlir", default=None, help="write here (default: standard output)")
+    p.add_argument("--random-weights", metavar="SEED", type=bounded_int(0), default=None,
+                   help="also write a checkpoint (config.json, model.safetensors) of seeded random weights to "
+                        "OUT/ (OUT.mlir without its suffix), so that strata compile/run work on it")
+    p.add_argument("--weights-dir", metavar="DIR", default=None, help="write the random checkpoint here instead")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("export", help="write a model (directory or module-level .mlir) in another format")
+    p.add_argument("model", metavar="MODEL_OR_MLIR", help=MODEL_HELP + ", or a module-level .mlir")
+    p.add_argument("--format", choices=["tensorviz"], required=True, help="tensorviz: a tensorviz.graph v3 document")
+    p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here (default: standard output)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("view", help="draw a level of the model: Graphviz, SVG or a self-contained HTML page")
+    p.add_argument("model", metavar="MODEL", help=MODEL_HELP + " (module level: or a module-level .mlir)")
+    p.add_argument("--level", choices=["module", "op", "blueprint"], default="module", help="the level (default module)")
+    p.add_argument("--format", choices=["dot", "svg", "html"], default="dot",
+                   help="dot (Graphviz text, default), svg (Graphviz's dot if installed, else strata's own layout), "
+                        "html (the SVG in one self-contained page)")
+    p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here (default: standard output)")
+    p.add_argument("--expand", action="store_true", help="draw every layer (default: a repeated layer is one node)")
+    p.add_argument("--require-dot", action="store_true", help="fail instead of using strata's own layout without dot")
+    _add_lowering_args(p)
+    p.add_argument("--mode", default="decode", help="blueprint level: the mode (default decode)")
+    p.add_argument("--rows", type=bounded_int(1), default=1, help="blueprint level: rows per call (default 1)")
+    p.add_argument("--recipe", default="fp8-bf16head", help="blueprint level: the precision recipe")
+    p.set_defaults(func=cmd_view)
 
     p = sub.add_parser("verify", help="compare every op's value with a llama.cpp eval-callback log",
                        description="Run MODEL's prefill on the prompt of a llama-eval-callback log and compare "
