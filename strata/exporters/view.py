@@ -231,6 +231,23 @@ def _own_layer(name: str | None) -> int | None:
     return None
 
 
+def _op_layers(ops: list[Operation]) -> dict[Operation, int | None]:
+    """Each op's layer: its name's. An unnamed op (a view, a row pick) that reads a layer's value
+    joins the layer of the first op reading it (the row pick before the last layer joins the last
+    layer), else the layer it reads; one that reads only shared inputs joins none."""
+    own = {op: _own_layer(_op_name(op)) for op in ops}
+    reads: dict[Operation, int | None] = {}
+    for op in ops:
+        found = [own.get(v.owner) if own.get(v.owner) is not None else reads.get(v.owner) for v in op.operands]
+        reads[op] = next((x for x in found if x is not None), None)
+    layer = dict(own)
+    for op in reversed(ops):
+        if layer[op] is None and reads[op] is not None:
+            users = [layer.get(u.operation) for r in op.results for u in r.uses]
+            layer[op] = next((x for x in users if x is not None), reads[op])
+    return layer
+
+
 def op_graph(module: ModuleOp) -> ViewGraph:
     """The op level's picture: every function's ops, clustered by layer."""
     fns = [op for op in module.walk() if isinstance(op, func.FuncOp)]
@@ -239,14 +256,10 @@ def op_graph(module: ModuleOp) -> ViewGraph:
     for fn in fns:
         for k, arg in enumerate(fn.args):
             ids[arg] = g.node(f"{fn.sym_name.data}.arg{k}", f"arg {k}", shape="ellipse")
-        for i, op in enumerate(fn.walk()):
-            if op is fn or isinstance(op, func.ReturnOp):
-                continue
-            name = _op_name(op)
-            layer = _own_layer(name)
-            if layer is None:  # unnamed views and permutes: the layer of what they read
-                layers = [g.nodes[ids[v]].layer for v in op.operands if v in ids]
-                layer = next((x for x in layers if x is not None), None)
+        ops = [op for op in fn.walk() if op is not fn and not isinstance(op, func.ReturnOp)]
+        layers = _op_layers(ops)
+        for i, op in enumerate(ops):
+            name, layer = _op_name(op), layers[op]
             text = op.name.removeprefix("op.") + (f"\n{name}" if name else "")
             nid = g.node(f"{fn.sym_name.data}.{i}", text, shape="ellipse" if not op.operands else "box",
                          layer=layer, cluster=None if layer is None else f"layer{layer}")
