@@ -449,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("view", help="draw a level of the model: Graphviz, SVG or a self-contained HTML page")
-    p.add_argument("model", metavar="MODEL", help=MODEL_HELP + " (module level: or a module-level .mlir)")
+    p.add_argument("model", metavar="MODEL", help=MODEL_HELP + ", or a module-level .mlir")
     p.add_argument("--level", choices=["module", "op", "blueprint"], default="module", help="the level (default module)")
     p.add_argument("--format", choices=["dot", "svg", "html"], default="dot",
                    help="dot (Graphviz text, default), svg (Graphviz's dot if installed, else strata's own layout), "
@@ -458,9 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expand", action="store_true", help="draw every layer (default: a repeated layer is one node)")
     p.add_argument("--require-dot", action="store_true", help="fail instead of using strata's own layout without dot")
     _add_lowering_args(p)
-    p.add_argument("--mode", default="decode", help="blueprint level: the mode (default decode)")
-    p.add_argument("--rows", type=bounded_int(1), default=1, help="blueprint level: rows per call (default 1)")
-    p.add_argument("--recipe", default="fp8-bf16head", help="blueprint level: the precision recipe")
+    _add_blueprint_args(p)
     p.set_defaults(func=cmd_view)
 
     p = sub.add_parser("verify", help="compare every op's value with a llama.cpp eval-callback log",

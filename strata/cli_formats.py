@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from strata.cli import _blueprint, _lower, _model, _say
+from strata.cli import _model, _say
 from strata.errors import StrataError
 
 
@@ -98,15 +98,25 @@ def cmd_view(args: argparse.Namespace) -> int:
     dot = R.dot_binary() if args.format != "dot" else None
     if args.format != "dot" and dot is None and args.require_dot:
         raise StrataError("view: Graphviz's 'dot' is not on PATH (install graphviz), and --require-dot was given")
+    module = _module_of(args.model)
     if args.level == "module":
-        graph = V.module_graph(_module_of(args.model))
+        graph = V.module_graph(module)
         keys = V.layer_keys(graph)
     elif args.level == "op":
-        graph = V.op_graph(_lower(args))
+        from strata.pipeline import entry_pipeline, run_pipeline
+
+        tokens = args.tokens if args.tokens is not None else (5 if args.entry == "prefill" else 1)
+        spec = entry_pipeline(args.entry, tokens=tokens, start=args.start, ctx=args.ctx, kv_pad=args.kv_pad,
+                              flash_attn=not args.no_flash_attn)
+        graph = V.op_graph(run_pipeline(module.clone(), spec))
         keys = V.layer_keys(graph)
     else:
-        args.kv = "paged"
-        graph, keys = V.blueprint_graph(_blueprint(args)[1])
+        from xdsl.dialects import func
+
+        from strata.pipeline import blueprint_pipeline, run_pipeline
+
+        lowered = run_pipeline(module.clone(), blueprint_pipeline(args.mode, args.rows, args.recipe, kv=args.kv))
+        graph, keys = V.blueprint_graph(next(op for op in lowered.walk() if isinstance(op, func.FuncOp)))
     full = len(graph.nodes)
     if not args.expand:
         graph = V.collapse_layers(graph, keys)

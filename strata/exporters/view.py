@@ -8,8 +8,10 @@ by `to_dot` and as SVG or a self-contained HTML page by `strata.exporters.view_r
   params (`w 16x16 f32`). Edges carry the activation `S x dim dtype`. The dataflow inside a
   block follows its kind: a `std.layer.*` adds a residual after each norm-mixer pair, a
   `std.attn.*` feeds its projections from the input into the attention core (which holds the
-  state) and its output projection after it, a `std.nn.mlp` runs gate and up side by side; any
-  other kind chains its subs in order, with dashed edges (order, not proven dataflow).
+  state) and its output projection after it, a `std.nn.mlp` runs gate and up side by side; in
+  any other kind (a sparse MoE) every sub reads the block's input and feeds one node of the
+  block holding its own params (the experts), with dashed edges: how they combine is the
+  kind's semantics, not drawn.
 - **op**: the ops of one lowered entry; edges carry tensor shapes and element types; ops are
   clustered by layer (the `-N` of llama.cpp's names, `blk.N.` of params, `_lN` of state).
 - **blueprint**: the nodes of a blueprint function with `strata.exporters.blueprint_dot`'s
@@ -138,20 +140,26 @@ class _ModuleView:
             self.g.edge(a, mid, la)
             self.g.edge(b, mid, la)
             return self.expand(inst.children["down"], mid, la, here)
-        style = None if kind == "std.model.causal_lm" else "dashed"
+        if kind == "std.model.causal_lm":  # the model: its subs in order, layer after layer
+            for _, c in kids:
+                for sub in c if isinstance(c, list) else [c]:
+                    src, label = self.expand(sub, src, label, here)
+            return src, label
+        # Any other kind: each sub reads the block's input (dashed: how they combine is the kind's
+        # semantics, drawn as one node holding the block's own params).
+        params = [f"{n} {_dims(t.shape)} {t.dtype}" for n, t in inst.params.items()]
+        join = self.g.node(f"{inst.path}.combine", "\n".join([f"{inst.block.block_name} ({kind})", *params]),
+                           shape="ellipse", cluster=here, layer=inst.layer)
         for name, c in kids:
             if isinstance(c, list):
-                if inst.kind == "std.model.causal_lm":
-                    for layer in c:
-                        src, label = self.expand(layer, src, label, here)
-                    continue
-                src, label = self.array(inst, name, c, src, label, here)
-                continue
-            start = len(self.g.edges)
-            src, label = self.expand(c, src, label, here)
-            if style and start < len(self.g.edges):
-                self.g.edges[start].style = style
-        return src, label
+                y, ly = self.array(inst, name, c, src, label, here)
+            else:
+                start = len(self.g.edges)
+                y, ly = self.expand(c, src, label, here)
+                if start < len(self.g.edges):
+                    self.g.edges[start].style = "dashed"
+            self.g.edge(y, join, ly, style="dashed")
+        return join, label
 
     def array(self, inst: BlockInstance, name: str, items: list[BlockInstance], src: str, label: str,
               cluster: str | None) -> tuple[str, str]:
