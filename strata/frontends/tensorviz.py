@@ -5,7 +5,8 @@ A tensorviz document is a semantic graph of a torch module: nodes with ports (`i
 embedding_dim}`), module groups (`kind: module`, `metadata.moduleTemplateId`,
 `moduleMembers`, children pointing back by `metadata.parentId`) and edges between ports.
 This frontend recognises a Llama-style causal LM in it and gives its HF config (a dict the
-llama family reads), and from that the module level:
+llama family reads: Llama's, or Qwen2's when only the query, key and value Linears have a
+bias), and from that the module level:
 
     input -> Embedding -> DecoderBlock x L -> RMSNorm -> Linear (lm_head) -> output
     DecoderBlock = RMSNorm, Attention (query/key/value/project Linears, two Rotary groups,
@@ -265,9 +266,10 @@ def _layer(g: _Graph, b: str) -> dict[str, Any]:
     for nid, bias in ((f["gate"], gb), (f["up"], ub), (f["down"], db)):
         if bias:
             raise g.error(nid, "has a bias; SwiGLU biases are not supported")
-    if len({qb, kb, vb, ob}) != 1:
-        raise g.error(r["q"], "some attention Linears have a bias and some not; supported: all or none")
-    return {"hidden": hidden, "q_out": qo, "kv_out": ko, "inner": go, "bias": qb, "attn": attn}
+    if len({qb, kb, vb}) != 1 or (ob and not qb):
+        raise g.error(r["q"], "some attention Linears have a bias and some not; supported: none, all (Llama's "
+                              "attention_bias) or query, key and value (Qwen2's)")
+    return {"hidden": hidden, "q_out": qo, "kv_out": ko, "inner": go, "bias": (qb, ob), "attn": attn}
 
 
 def _metadata(sem: dict, file: str) -> dict[str, Any]:
@@ -340,10 +342,13 @@ def hf_config_of(doc: dict, file: str) -> tuple[dict[str, Any], str | None]:
     if meta.get("num_key_value_heads", kv_heads) != kv_heads:
         raise TensorvizError(f"{file}: semantic.metadata.strata.num_key_value_heads is "
                              f"{meta['num_key_value_heads']}, the key Linear gives {kv_heads}")
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,
+    qwen2 = first["bias"] == (True, False)  # biased q, k, v and an unbiased output: Qwen2's attention
+    cfg = {"architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
+           "model_type": "qwen2" if qwen2 else "llama", "vocab_size": vocab,
            "hidden_size": hidden, "intermediate_size": first["inner"], "num_hidden_layers": len(blocks),
            "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
-           "hidden_act": "silu", "attention_bias": first["bias"], "mlp_bias": False}
+           "hidden_act": "silu", "attention_bias": first["bias"][0]}
+    cfg.update({"use_sliding_window": False} if qwen2 else {"mlp_bias": False})
     cfg.update({k: meta.get(k, v) for k, v in DEFAULTS.items()})
     cfg["torch_dtype"] = cfg.pop("dtype")
     from strata.exporters.tensorviz import default_input_shape

@@ -94,6 +94,16 @@ def test_export_is_deterministic(exported, seed_path):
     assert exported["snapshotId"].startswith("snapshot-") and exported["exportedAt"].startswith("1970-01-01")
 
 
+def test_a_qwen2_comes_back_as_a_qwen2(tmp_path):
+    """Biased query, key and value Linears and an unbiased output are Qwen2's attention; tied too."""
+    module = build_module(TINY["qwen2"])
+    f = tmp_path / "q.json"
+    f.write_text(tensorviz_json(export_tensorviz(module)))
+    cfg, back = import_tensorviz(f)
+    assert cfg.arch == "Qwen2ForCausalLM" and cfg.tie_word_embeddings
+    assert print_ir(back) == print_ir(module)
+
+
 @pytest.mark.parametrize("cfg, words", [
     (TINY["qwen3"], "has q/k norms"),
     (HYBRID_FAMILIES["qwen3_moe"], "no tensorviz form"),
