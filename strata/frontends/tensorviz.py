@@ -114,8 +114,8 @@ class _Graph:
         self.children: dict[str | None, list[str]] = {}
         for nid, n in self.nodes.items():
             parent = n["metadata"].get("parentId")
-            if parent is not None and parent not in self.nodes:
-                raise self.error(nid, f"its parentId '{parent}' is not a node")
+            if parent is not None and (parent not in self.nodes or self.nodes[parent]["kind"] != "module"):
+                raise self.error(nid, f"its parentId '{parent}' is not a group (a node of kind 'module')")
             self.children.setdefault(parent, []).append(nid)
         self.edges: list[tuple[str, str]] = []
         for i, e in enumerate(sem["edges"]):

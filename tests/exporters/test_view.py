@@ -151,6 +151,23 @@ def test_cli_view_formats(tmp_path, seed_module):
     assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
 
 
+def test_cli_svg_without_graphviz(tmp_path, seed_module):
+    """No `dot` on PATH: strata's own layout, or with --require-dot a one-line error naming dot."""
+    import os
+
+    from strata.ir.text import print_ir
+
+    mlir = tmp_path / "seed.mlir"
+    mlir.write_text(print_ir(seed_module))
+    env = {**os.environ, "PATH": str(tmp_path)}
+    r = run_tool("view", str(mlir), "--format", "svg", env=env)
+    assert r.returncode == 0, r.stderr
+    root = ET.fromstring(r.stdout)
+    assert len([e for e in root.iter() if e.get("class") == "node"]) == 18
+    r = run_tool("view", str(mlir), "--format", "svg", "--require-dot", env=env)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "'dot' is not on PATH" in r.stderr
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium to render the page")
 def test_blueprint_html_of_the_35b_hybrid_renders_in_headless_chromium(tmp_path):
     page, png = tmp_path / "bp.html", tmp_path / "bp.png"
