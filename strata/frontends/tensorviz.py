@@ -293,21 +293,25 @@ def hf_config_of(doc: dict, file: str) -> tuple[dict[str, Any], str | None]:
     g = _Graph(sem, file)
     meta = _metadata(sem, file)
     chain = _top_chain(g)
-    ops = [g.nodes[n]["op"] if not g.is_group(n) else g.template(n) for n in chain]
-    if (len(chain) < 6 or g.nodes[chain[0]]["kind"] != "input" or ops[1] != "Embedding" or ops[-3] != NORM
-            or ops[-2] != "Linear" or g.nodes[chain[-1]]["kind"] != "output"):
-        raise TensorvizError(f"{file}: the top-level chain is {' -> '.join(chain)}; expected input -> Embedding -> "
-                             "DecoderBlock groups -> RMSNorm group -> Linear -> output")
+    if len(chain) < 6:
+        raise g.error(chain[-1], f"the top-level chain ends here after {len(chain)} nodes; expected input -> "
+                                 "Embedding -> DecoderBlock groups -> RMSNorm group -> Linear -> output")
+    for nid, want, ok in ((chain[1], "the Embedding", g.nodes[chain[1]]["op"] == "Embedding"),
+                          (chain[-3], "the final RMSNorm group", g.is_group(chain[-3]) and g.template(chain[-3]) == NORM),
+                          (chain[-2], "the lm_head Linear", g.nodes[chain[-2]]["op"] == "Linear"),
+                          (chain[-1], "the output", g.nodes[chain[-1]]["kind"] == "output")):
+        if not ok:
+            got = f"template '{g.template(nid)}'" if g.is_group(nid) else f"op '{g.nodes[nid]['op']}'"
+            raise g.error(nid, f"is a {got} where the top-level chain has {want}")
     blocks = chain[2:-3]
     for b in blocks:
         if not g.is_group(b) or g.template(b) != DECODER:
             g.expect_group(b, DECODER)
     emb, final, head = chain[1], chain[-3], chain[-2]
     vocab, hidden = g.param(emb, "num_embeddings"), g.param(emb, "embedding_dim")
-    for key in ("max_norm", "padding_idx"):
-        v = g.nodes[emb]["params"].get(key)
-        if key == "max_norm" and v not in (None, 0):
-            raise g.error(emb, f"params.max_norm is {_show(v)}; re-normalized embeddings are not supported")
+    max_norm = g.nodes[emb]["params"].get("max_norm")
+    if max_norm not in (None, 0):
+        raise g.error(emb, f"params.max_norm is {_show(max_norm)}; re-normalized embeddings are not supported")
     g.check_ops(final, NORM_OPS, "RMSNorm")
     hi, ho, hb = g.linear(head)
     if (hi, ho) != (hidden, vocab) or hb:

@@ -87,8 +87,8 @@ def _mutate(seed, node_id, **changes):
     for n in doc["document"]["semantic"]["nodes"]:
         if n["node_id"] == node_id:
             for k, v in changes.items():
-                if k == "params":
-                    n["params"].update(v)
+                if k in ("params", "metadata"):
+                    n[k].update(v)
                 else:
                     n[k] = v
     return doc
@@ -102,6 +102,8 @@ def _mutate(seed, node_id, **changes):
     ("lm_head", {"params": {"bias": True}}, ["'lm_head'", "bias"]),
     ("input", {"params": {"shape": "1,6"}}, ["'block.attention'", "head count"]),
     ("embedding", {"params": {"num_embeddings": 0}}, ["'embedding'", "num_embeddings"]),
+    ("lm_head", {"op": "Conv2d"}, ["'lm_head'", "op 'Conv2d' where the top-level chain has the lm_head Linear"]),
+    ("final_norm", {"metadata": {"moduleTemplateId": "model::LayerNorm"}}, ["'final_norm'", "LayerNorm"]),
 ])
 def test_unknown_structure_is_an_error_naming_the_node(seed, node, changes, words):
     with pytest.raises(TensorvizError) as e:
