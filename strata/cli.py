@@ -274,7 +274,7 @@ def _export_onnx(model, store, entry: str, tokens: int, knobs: dict):
     return export_onnx(find_function(lower(model, spec)), store)
 
 
-def cmd_export(args: argparse.Namespace) -> int:
+def _cmd_export_onnx(args: argparse.Namespace) -> int:
     from strata.exporters.onnx import check_onnx_file
     from strata.exporters.onnx_run import serialize_onnx
     from strata.outputs import check_output_path, write_output
@@ -358,6 +358,27 @@ def run_via_onnxruntime(args: argparse.Namespace) -> int:
         _say(f"logits {list(logits.shape)} float32 saved to {args.dump_logits}")
     return 0
 
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from strata.cli_formats import cmd_import as run
+
+    return run(args)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "onnx":
+        if args.output is None:
+            raise StrataError("export: --format onnx needs -o FILE")
+        return _cmd_export_onnx(args)
+    from strata.cli_formats import cmd_export as run
+
+    return run(args)
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from strata.cli_formats import cmd_view as run
+
+    return run(args)
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Run the model on a llama-eval-callback log's prompt and compare every op's sum with it."""
@@ -629,17 +650,43 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generate through this runtime instead of the compiled target (exports to ONNX first)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("export", help="export an entry of the op level to another format (ONNX)")
-    _add_model(p)
-    p.add_argument("--format", choices=["onnx"], required=True, help="the output format")
-    p.add_argument("-o", "--output", metavar="FILE", required=True,
-                   help="the output file (beside it FILE.data holds the weights of a model over 1 GiB)")
-    p.add_argument("--entry", choices=["prefill", "decode"], default="prefill", help="the entry (default prefill)")
-    p.add_argument("--tokens", type=bounded_int(1), default=5, help="tokens per prefill call (default 5)")
+    p = sub.add_parser("import", help="read a model in another format as the module level (.mlir)")
+    p.add_argument("file", metavar="FILE", help="the model file (a tensorviz.graph JSON document)")
+    p.add_argument("--format", choices=["tensorviz"], required=True, help="the file's format")
+    p.add_argument("-o", "--output", metavar="OUT.mlir", default=None, help="write here (default: standard output)")
+    p.add_argument("--random-weights", metavar="SEED", type=bounded_int(0), default=None,
+                   help="also write a checkpoint (config.json, model.safetensors) of seeded random weights to "
+                        "OUT/ (OUT.mlir without its suffix), so that strata compile/run work on it")
+    p.add_argument("--weights-dir", metavar="DIR", default=None, help="write the random checkpoint here instead")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("export", help="write a model in another format: an entry of the op level as ONNX, or "
+                                      "the module level (of a directory or a module-level .mlir) as tensorviz.graph")
+    p.add_argument("model", metavar="MODEL_OR_MLIR", help=MODEL_HELP + ", or a module-level .mlir (tensorviz)")
+    p.add_argument("--format", choices=["onnx", "tensorviz"], required=True,
+                   help="onnx: standard ONNX ops, state as inputs and outputs; tensorviz: a tensorviz.graph v3 document")
+    p.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="write here (tensorviz default: standard output; onnx: required, beside it FILE.data holds "
+                        "the weights of a model over 1 GiB)")
+    p.add_argument("--entry", choices=["prefill", "decode"], default="prefill", help="onnx: the entry (default prefill)")
+    p.add_argument("--tokens", type=bounded_int(1), default=5, help="onnx: tokens per prefill call (default 5)")
     p.add_argument("--ctx", type=bounded_int(1), default=None,
-                   help="context size in tokens (default: min(max_position_embeddings, 4096))")
-    p.add_argument("--no-flash-attn", action="store_true", help="unfused MUL_MAT/SOFT_MAX attention")
+                   help="onnx: context size in tokens (default: min(max_position_embeddings, 4096))")
+    p.add_argument("--no-flash-attn", action="store_true", help="onnx: unfused MUL_MAT/SOFT_MAX attention")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("view", help="draw a level of the model: Graphviz, SVG or a self-contained HTML page")
+    p.add_argument("model", metavar="MODEL", help=MODEL_HELP + ", or a module-level .mlir")
+    p.add_argument("--level", choices=["module", "op", "blueprint"], default="module", help="the level (default module)")
+    p.add_argument("--format", choices=["dot", "svg", "html"], default="dot",
+                   help="dot (Graphviz text, default), svg (Graphviz's dot if installed, else strata's own layout), "
+                        "html (the SVG in one self-contained page)")
+    p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here (default: standard output)")
+    p.add_argument("--expand", action="store_true", help="draw every layer (default: a repeated layer is one node)")
+    p.add_argument("--require-dot", action="store_true", help="fail instead of using strata's own layout without dot")
+    _add_lowering_args(p)
+    _add_blueprint_args(p)
+    p.set_defaults(func=cmd_view)
 
     p = sub.add_parser("verify", help="compare every op's value with a llama.cpp eval-callback log",
                        description="Run MODEL's prefill on the prompt of a llama-eval-callback log and compare "
