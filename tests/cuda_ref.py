@@ -68,13 +68,21 @@ class Bp:
         return dim_value(value.type.dim.data, self.dims)  # type: ignore[attr-defined]
 
     def inputs(self, group: B.GroupOp, rows: int, scale: float = 1.0) -> dict:
-        """Random f32 rows for each float value the group reads from outside."""
+        """Random rows for each value the group reads from outside: f32 N(0, scale^2), or for an
+        integer edge (expert ids) distinct ids per row in [0, experts). Rows: the edge's rows
+        expression with n = rows (`n*top_k`)."""
         inside = {r for op in group.body.block.ops for r in op.results}
+        dims = self.dims | {"n": rows}
         out = {}
         for op in self.nodes(group):
             for v in op.operands:
-                if v not in inside and v not in out:
-                    out[v] = (RNG.standard_normal((rows, self.width(v))) * scale).astype(np.float32)
+                if v in inside or v in out:
+                    continue
+                shape = (dim_value(v.type.rows.data, dims), dim_value(v.type.dim.data, dims))
+                if str(v.type.element) == "i32":
+                    out[v] = np.stack([RNG.permutation(self.dims["experts"])[:shape[1]] for _ in range(shape[0])]).astype(np.int32)
+                else:
+                    out[v] = (RNG.standard_normal(shape) * scale).astype(np.float32)
         return out
 
     def reference(self, group: B.GroupOp, values: dict, state: dict | None = None, pos: int = 0) -> list:

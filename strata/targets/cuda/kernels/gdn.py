@@ -81,7 +81,7 @@ def conv_l2_kernel(x_ptr, w_ptr, st_ptr, snap_ptr, y_ptr, n_rows, C, N_NORM, x_r
     for t in range(0, n_rows):
         acc = tl.zeros([DK], dtype=tl.float32)
         for j in tl.static_range(KW):
-            idx = t + j  # column of full = [state | x^T]
+            idx = t + j + tl.zeros([DK], dtype=tl.int32)  # column of full = [state | x^T]
             from_state = idx < KW - 1
             sv = tl.load(st_ptr + c * (KW - 1) + idx, mask=cm & from_state, other=0.0).to(tl.float32)
             xv = tl.load(x_ptr + (idx - (KW - 1)).to(tl.int64) * x_rs + c, mask=cm & (idx >= KW - 1),
@@ -90,7 +90,7 @@ def conv_l2_kernel(x_ptr, w_ptr, st_ptr, snap_ptr, y_ptr, n_rows, C, N_NORM, x_r
         y = acc / (1.0 + tl.exp(-acc))
         if norm:
             y = y / tl.sqrt(tl.sum(y * y, axis=0) + eps)
-        tl.store(y_ptr + t.to(tl.int64) * y_rs + c, y, mask=cm)
+        tl.store(y_ptr + t * y_rs + c, y, mask=cm)
     # new state column i = full[:, n_rows + i]: gathered before any store (the program owns c)
     i = tl.arange(0, BLOCK_S)
     idx = n_rows + i[None, :]
@@ -140,7 +140,7 @@ def gdn_step_kernel(qkv_ptr, g_ptr, b_ptr, st_ptr, o_ptr, n_rows, HK, HV, qkv_rs
     sm = jm[:, None] & im[None, :]
     st = tl.load(sp, mask=sm, other=0.0).to(tl.float32)  # [BLOCK_V, BLOCK_K]: S^T
     for t in range(0, n_rows):
-        base = qkv_ptr + t.to(tl.int64) * qkv_rs
+        base = qkv_ptr + t * qkv_rs
         q = tl.load(base + hk * DK + i, mask=im, other=0.0).to(tl.float32)
         k = tl.load(base + HK * DK + hk * DK + i, mask=im, other=0.0).to(tl.float32)
         v = tl.load(base + 2 * HK * DK + h * DV + j, mask=jm, other=0.0).to(tl.float32)
@@ -150,7 +150,7 @@ def gdn_step_kernel(qkv_ptr, g_ptr, b_ptr, st_ptr, o_ptr, n_rows, HK, HV, qkv_rs
         u = (v - tl.sum(st * k[None, :], axis=1)) * beta
         st = st + u[:, None] * k[None, :]
         o = tl.sum(st * q[None, :], axis=1) * scale
-        tl.store(o_ptr + t.to(tl.int64) * o_rs + h * DV + j, o, mask=jm)
+        tl.store(o_ptr + t * o_rs + h * DV + j, o, mask=jm)
     tl.store(sp, st, mask=sm)
 
 
