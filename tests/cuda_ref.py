@@ -80,7 +80,8 @@ class Bp:
                     continue
                 shape = (dim_value(v.type.rows.data, dims), dim_value(v.type.dim.data, dims))
                 if str(v.type.element) == "i32":
-                    out[v] = np.stack([RNG.permutation(self.dims["experts"])[:shape[1]] for _ in range(shape[0])]).astype(np.int32)
+                    ids = [RNG.permutation(self.dims["experts"])[:shape[1]] for _ in range(shape[0])]
+                    out[v] = np.stack(ids).astype(np.int32)
                 else:
                     out[v] = (RNG.standard_normal(shape) * scale).astype(np.float32)
         return out

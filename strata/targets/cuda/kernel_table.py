@@ -41,6 +41,7 @@ def _e(rule: str, ops: str, launchers: str, kernels: str, note: str = "") -> Ker
 
 
 _GEMM = "gemm.gemv_kernel gemm.gemm_kernel"
+_GDN = "gdn.gdn_step_kernel gdn.gdn_chunk_prep_kernel gdn.gdn_chunk_state_kernel"
 ENTRIES: tuple[KernelEntry, ...] = (
     _e("embed_row_copy", "embed", "elementwise.launch_embed", "elementwise.embed_kernel"),
     _e("input_norm_residual", "rms_norm", "norms.launch_rms_norm", "norms.rms_norm_kernel"),
@@ -49,9 +50,9 @@ ENTRIES: tuple[KernelEntry, ...] = (
     _e("gdn_conv_l2_{elem:output}_per_row", "conv1d_update state_snapshot l2_norm", "gdn.launch_conv_l2",
        "gdn.conv_l2_kernel", "state_snapshot is optional: pass snapshot= when the group has it"),
     _e("gdn_recurrence_ckpt_{elem:output}_per_row", "gdn_recurrence state_snapshot", "gdn.launch_gdn_recurrence",
-       "gdn.gdn_step_kernel gdn.gdn_chunk_kernel", "snapshot= receives the updated state (a device copy)"),
+       _GDN, "snapshot= receives the updated state (a device copy)"),
     _e("gdn_recurrence_{elem:output}_per_row", "gdn_recurrence", "gdn.launch_gdn_recurrence",
-       "gdn.gdn_step_kernel gdn.gdn_chunk_kernel", "decode: one step per row; prefill: chunks of 64"),
+       _GDN, "decode: one step per row; prefill: chunks of 64"),
     _e("gdn_out_norm_{elem:activation}_per_row", "gated_rms_norm", "norms.launch_gated_rms_norm",
        "norms.gated_rms_norm_kernel"),
     _e("residual_add_post_norm", "residual_add rms_norm", "norms.launch_rms_norm", "norms.rms_norm_kernel",
@@ -113,7 +114,7 @@ SINGLE: dict[str, tuple[str, str]] = {
     "kv_write": ("attention.launch_kv_write", "attention.kv_write_kernel"),
     "paged_attention": ("attention.launch_attention", "attention.attention_kernel"),
     "conv1d_update": ("gdn.launch_conv_l2", "gdn.conv_l2_kernel"),  # k_heads=0: no L2 norm
-    "gdn_recurrence": ("gdn.launch_gdn_recurrence", "gdn.gdn_step_kernel gdn.gdn_chunk_kernel"),
+    "gdn_recurrence": ("gdn.launch_gdn_recurrence", _GDN),
     "top_k": ("moe.launch_topk_softmax", "moe.topk_softmax_kernel"),
     "expert_gate_up": ("moe.launch_expert_gate_up", "gemm.gemv_kernel"),
     "blend": ("moe.launch_blend", "moe.blend_kernel"),

@@ -174,20 +174,24 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, bt_ptr, n_q, pos, q_rs, kv_rs, 
 
 def launch_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: int, scale: float, *,
                      head_dim: int, kv_heads: int, block_table: torch.Tensor | None = None, page: int = 16,
-                     out: torch.Tensor | None = None, block_m: int = 64, block_n: int = 64) -> torch.Tensor:
+                     out: torch.Tensor | None = None, block_m: int = 64, block_n: int | None = None) -> torch.Tensor:
     """`paged_attention` (paged_attention_* / contiguous_attention_*): q [n, q_heads*head_dim] at
     positions pos .. pos+n-1 against cache rows [0, pos+n) -> [n, q_heads*head_dim]. The k/v of
-    the new rows must be written first (launch_kv_write)."""
+    the new rows must be written first (launch_kv_write). Tiles as aot.SPECS checks them on sm_90:
+    key blocks of 32 rows for decode or head_dim > 128 (64 otherwise), 8 warps for 64-row blocks."""
     n, w = q.shape
     group = w // head_dim // kv_heads
     out = out if out is not None else torch.empty_like(q)
     bm = max(16, min(block_m, triton.next_power_of_2(n * group)))
+    if block_n is None:
+        block_n = 32 if n * group <= 16 or head_dim > 128 else 64
     bn = max(16, min(block_n, triton.next_power_of_2(pos + n)))
     grid = (triton.cdiv(n * group, bm), kv_heads)
     attention_kernel[grid](q, k_cache, v_cache, out, block_table if block_table is not None else q, n, pos,
                            q.stride(0), k_cache.stride(0), out.stride(0), float(scale), GROUP=group, HEAD_DIM=head_dim,
                            BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=bm, BLOCK_N=bn,
-                           PAGED=block_table is not None, PAGE=page, DOT_BF16=q.dtype == torch.bfloat16)
+                           PAGED=block_table is not None, PAGE=page, DOT_BF16=q.dtype == torch.bfloat16,
+                           num_warps=8 if bm >= 64 else 4)
     return out
 
 

@@ -66,7 +66,7 @@ def launch_gdn_gates(x: torch.Tensor, w_ba, a: torch.Tensor, dt_bias: torch.Tens
     w_rs, _, s_rs, _ = w.strides()
     gdn_gates_kernel[(n,)](x, w.data, s, z, a, dt_bias, g, beta, hv, w.k, x.stride(0), w_rs, s_rs,
                            FMT=w.fmt, QBN=w.block[0], QBK=w.block[1], BLOCK_H=triton.next_power_of_2(hv),
-                           BLOCK_K=min(128, triton.next_power_of_2(w.k)))
+                           BLOCK_K=min(64, triton.next_power_of_2(w.k)))
     return g, beta
 
 
@@ -155,83 +155,136 @@ def gdn_step_kernel(qkv_ptr, g_ptr, b_ptr, st_ptr, o_ptr, n_rows, HK, HV, qkv_rs
 
 
 @triton.jit
-def gdn_chunk_kernel(qkv_ptr, g_ptr, b_ptr, st_ptr, o_ptr, n_rows, HK, HV, qkv_rs, o_rs, scale,
-                     DK: tl.constexpr, DV: tl.constexpr, GROUPED: tl.constexpr, CH: tl.constexpr, SQUARINGS: tl.constexpr,
-                     BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
-    """The same recurrence CH tokens at a time (WY form, as _gated_delta_net_chunks): with G the
-    cumulative gate in the chunk, A[t, s] = beta_t exp(G_t - G_s) k_t.k_s (s < t),
-    U = (I + A)^-1 (beta V - beta exp(G) K S0), O = (exp(G) Q S0 + (QK^T * decay) U) * scale,
-    S = exp(G_last) S0 + sum_s exp(G_last - G_s) k_s u_s^T. (I + A)^-1 = prod_j (I + N^(2^j)),
-    N = -A (nilpotent): log2(CH) squarings with tl.dot."""
-    h = tl.program_id(0)
-    j = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+def gdn_chunk_prep_kernel(qkv_ptr, g_ptr, b_ptr, w_ptr, u_ptr, qk_ptr, n_rows, n_pad, HK, HV, qkv_rs,
+                          DK: tl.constexpr, DV: tl.constexpr, GROUPED: tl.constexpr, CH: tl.constexpr,
+                          SQUARINGS: tl.constexpr, PREC: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Chunk program_id(0) of value head program_id(1), independent of the state (the chunks run in
+    parallel): with G the cumulative gate in the chunk and A[t, s] = beta_t exp(G_t - G_s) k_t.k_s
+    (s < t), T = (I + A)^-1 = prod_j (I + N^(2^j)) with N = -A nilpotent (SQUARINGS = log2(CH) - 1
+    squarings by tl.dot); stores W = T (beta exp(G) K) [CH, DK], U0 = T (beta V) [CH, DV] and
+    QK = (Q K^T) * exp(G_t - G_s) (s <= t) [CH, CH]."""
+    c0 = tl.program_id(0) * CH
+    h = tl.program_id(1)
+    hk = h // (HV // HK) if GROUPED else h % HK
+    r = tl.arange(0, CH)
     i = tl.arange(0, BLOCK_K)
+    t = c0 + r
+    tm = t < n_rows
+    im = i < DK
+    rows = qkv_ptr + t[:, None].to(tl.int64) * qkv_rs
+    g = tl.load(g_ptr + t * HV + h, mask=tm, other=0.0).to(tl.float32)
+    beta = tl.load(b_ptr + t * HV + h, mask=tm, other=0.0).to(tl.float32)
+    cum = tl.cumsum(g, axis=0)
+    on = r[:, None] >= r[None, :]
+    decay = tl.where(on, tl.exp(tl.where(on, cum[:, None] - cum[None, :], 0.0)), 0.0)
+    k = tl.load(rows + HK * DK + hk * DK + i[None, :], mask=tm[:, None] & im[None, :], other=0.0).to(tl.float32)
+    kk = tl.dot(k, tl.trans(k), input_precision=PREC)
+    nmat = tl.where(r[:, None] > r[None, :], -kk * decay * beta[:, None], 0.0)
+    inv = tl.where(r[:, None] == r[None, :], 1.0, 0.0) + nmat
+    power = nmat
+    for _ in tl.static_range(SQUARINGS):
+        power = tl.dot(power, power, input_precision=PREC)
+        inv = inv + tl.dot(inv, power, input_precision=PREC)
+    out_rows = (h * n_pad + t[:, None]).to(tl.int64)
+    w = tl.dot(inv, k * (beta * tl.exp(cum))[:, None], input_precision=PREC)
+    tl.store(w_ptr + out_rows * DK + i[None, :], w, mask=im[None, :])
+    q = tl.load(rows + hk * DK + i[None, :], mask=tm[:, None] & im[None, :], other=0.0).to(tl.float32)
+    qk = tl.dot(q, tl.trans(k), input_precision=PREC) * decay
+    tl.store(qk_ptr + out_rows * CH + r[None, :], qk)
+    for v0 in tl.static_range(0, DV, BLOCK_V):
+        j = v0 + tl.arange(0, BLOCK_V)
+        jm = j < DV
+        v = tl.load(rows + 2 * HK * DK + h * DV + j[None, :], mask=tm[:, None] & jm[None, :], other=0.0).to(tl.float32)
+        u0 = tl.dot(inv, v * beta[:, None], input_precision=PREC)
+        tl.store(u_ptr + out_rows * DV + j[None, :], u0, mask=jm[None, :])
+
+
+@triton.jit
+def gdn_chunk_state_kernel(qkv_ptr, g_ptr, w_ptr, u_ptr, qk_ptr, st_ptr, o_ptr, n_rows, n_pad, HK, HV, qkv_rs, o_rs,
+                           scale, DK: tl.constexpr, DV: tl.constexpr, GROUPED: tl.constexpr, CH: tl.constexpr,
+                           PREC: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Value head program_id(0), value columns block program_id(1): the chunks in order. With S0
+    the state before a chunk: U = U0 - W S0; O = (exp(G) Q S0 + QK U) * scale;
+    S = exp(G_last) S0 + sum_s exp(G_last - G_s) k_s u_s^T. The state S^T [BLOCK_V, DK] is held as
+    two column halves of BLOCK_K (DK <= 2 * BLOCK_K), as flash-linear-attention splits it, so that
+    no [CH, DK] operand tile is live at once."""
+    h = tl.program_id(0)
+    hk = h // (HV // HK) if GROUPED else h % HK
+    j = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+    i0 = tl.arange(0, BLOCK_K)
+    i1 = BLOCK_K + i0
     r = tl.arange(0, CH)
     jm = j < DV
-    im = i < DK
-    if GROUPED:
-        hk = h // (HV // HK)
-    else:
-        hk = h % HK
-    sp = st_ptr + h.to(tl.int64) * DV * DK + j[:, None] * DK + i[None, :]
-    sm = jm[:, None] & im[None, :]
-    st = tl.load(sp, mask=sm, other=0.0).to(tl.float32)  # S^T [BLOCK_V, BLOCK_K]
-    lower = r[:, None] > r[None, :]
-    eye = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
+    m0 = i0 < DK
+    m1 = i1 < DK
+    sp = st_ptr + h.to(tl.int64) * DV * DK + j[:, None] * DK
+    st0 = tl.load(sp + i0[None, :], mask=jm[:, None] & m0[None, :], other=0.0).to(tl.float32)
+    st1 = tl.load(sp + i1[None, :], mask=jm[:, None] & m1[None, :], other=0.0).to(tl.float32)
     for c0 in range(0, n_rows, CH):
         t = c0 + r
         tm = t < n_rows
-        rows = qkv_ptr + t[:, None].to(tl.int64) * qkv_rs
-        q = tl.load(rows + hk * DK + i[None, :], mask=tm[:, None] & im[None, :], other=0.0).to(tl.float32)
-        k = tl.load(rows + HK * DK + hk * DK + i[None, :], mask=tm[:, None] & im[None, :], other=0.0).to(tl.float32)
-        v = tl.load(rows + 2 * HK * DK + h * DV + j[None, :], mask=tm[:, None] & jm[None, :], other=0.0).to(tl.float32)
         g = tl.load(g_ptr + t * HV + h, mask=tm, other=0.0).to(tl.float32)
-        beta = tl.load(b_ptr + t * HV + h, mask=tm, other=0.0).to(tl.float32)
         cum = tl.cumsum(g, axis=0)
-        diff = cum[:, None] - cum[None, :]
-        decay = tl.where(r[:, None] >= r[None, :], tl.exp(tl.where(r[:, None] >= r[None, :], diff, 0.0)), 0.0)
-        kk = tl.dot(k, tl.trans(k), input_precision="ieee")
-        nmat = tl.where(lower, -kk * decay * beta[:, None], 0.0)
-        inv = eye + nmat
-        power = nmat
-        for _ in tl.static_range(SQUARINGS):
-            power = tl.dot(power, power, input_precision="ieee")
-            inv = inv + tl.dot(inv, power, input_precision="ieee")
-        e_cum = tl.exp(cum)
-        s0 = tl.trans(st)  # [BLOCK_K, BLOCK_V]
-        rhs = v * beta[:, None] - tl.dot(k * (beta * e_cum)[:, None], s0, input_precision="ieee")
-        u = tl.dot(inv, rhs, input_precision="ieee")  # [CH, BLOCK_V]
-        qk = tl.dot(q, tl.trans(k), input_precision="ieee") * decay
-        o = (tl.dot(q * e_cum[:, None], s0, input_precision="ieee") + tl.dot(qk, u, input_precision="ieee")) * scale
-        tl.store(o_ptr + t[:, None].to(tl.int64) * o_rs + h * DV + j[None, :], o, mask=tm[:, None] & jm[None, :])
         g_last = tl.sum(g, axis=0)
-        last = tl.exp(g_last - cum)
-        st = st * tl.exp(g_last) + tl.dot(tl.trans(u), k * last[:, None], input_precision="ieee")
-    tl.store(sp, st, mask=sm)
+        rows = (h * n_pad + t[:, None]).to(tl.int64)
+        src = qkv_ptr + t[:, None].to(tl.int64) * qkv_rs
+        u = tl.load(u_ptr + rows * DV + j[None, :], mask=jm[None, :], other=0.0)
+        w = tl.load(w_ptr + rows * DK + i0[None, :], mask=m0[None, :], other=0.0)
+        u -= tl.dot(w, tl.trans(st0), input_precision=PREC)
+        w = tl.load(w_ptr + rows * DK + i1[None, :], mask=m1[None, :], other=0.0)
+        u -= tl.dot(w, tl.trans(st1), input_precision=PREC)  # [CH, BLOCK_V]
+        e = tl.exp(cum)[:, None]
+        q = tl.load(src + hk * DK + i0[None, :], mask=tm[:, None] & m0[None, :], other=0.0).to(tl.float32)
+        o = tl.dot(q * e, tl.trans(st0), input_precision=PREC)
+        q = tl.load(src + hk * DK + i1[None, :], mask=tm[:, None] & m1[None, :], other=0.0).to(tl.float32)
+        o += tl.dot(q * e, tl.trans(st1), input_precision=PREC)
+        qk = tl.load(qk_ptr + rows * CH + r[None, :])
+        o = (o + tl.dot(qk, u, input_precision=PREC)) * scale
+        tl.store(o_ptr + t[:, None].to(tl.int64) * o_rs + h * DV + j[None, :], o, mask=tm[:, None] & jm[None, :])
+        last = tl.exp(g_last - cum)[:, None]
+        ut = tl.trans(u)
+        k = tl.load(src + HK * DK + hk * DK + i0[None, :], mask=tm[:, None] & m0[None, :], other=0.0).to(tl.float32)
+        st0 = st0 * tl.exp(g_last) + tl.dot(ut, k * last, input_precision=PREC)
+        k = tl.load(src + HK * DK + hk * DK + i1[None, :], mask=tm[:, None] & m1[None, :], other=0.0).to(tl.float32)
+        st1 = st1 * tl.exp(g_last) + tl.dot(ut, k * last, input_precision=PREC)
+    tl.store(sp + i0[None, :], st0, mask=jm[:, None] & m0[None, :])
+    tl.store(sp + i1[None, :], st1, mask=jm[:, None] & m1[None, :])
 
 
 def launch_gdn_recurrence(qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor, *,
                           k_heads: int, k_dim: int, v_heads: int, v_dim: int, grouped: bool,
                           chunked: bool | None = None, snapshot: torch.Tensor | None = None,
-                          out: torch.Tensor | None = None, block_v: int = 64) -> torch.Tensor:
+                          out: torch.Tensor | None = None, block_v: int = 32, fast_dot: bool = False) -> torch.Tensor:
     """gdn_recurrence_*_per_row (and _ckpt with `snapshot`): qkv [n, 2*Hk*Dk + Hv*Dv] (the conv
     group's output), g, beta [n, Hv] f32, state [Hv*Dv*Dk] f32 in place -> [n, Hv*Dv] f32.
-    chunked (default: n > 1) runs chunks of 64 tokens; else one step per token."""
+    chunked (default: n > 1) runs chunks of 64 tokens; else one step per token. fast_dot: the
+    chunk's products in TF32 on tensor cores (else IEEE f32)."""
     n = qkv.shape[0]
     out = out if out is not None else torch.empty((n, v_heads * v_dim), dtype=torch.float32, device=qkv.device)
     chunked = n > 1 if chunked is None else chunked
-    bv = min(block_v, triton.next_power_of_2(v_dim))
+    bk = triton.next_power_of_2(k_dim)
     if chunked:
-        bv = max(16, bv)  # tl.dot's smallest tile
-    args = (qkv, g, beta, state, out, n, k_heads, v_heads, qkv.stride(0), out.stride(0), float(k_dim) ** -0.5)
-    grid = (v_heads, triton.cdiv(v_dim, bv))
-    if chunked:
-        gdn_chunk_kernel[grid](*args, DK=k_dim, DV=v_dim, GROUPED=grouped, CH=CHUNK,
-                               SQUARINGS=CHUNK.bit_length() - 2, BLOCK_K=max(16, triton.next_power_of_2(k_dim)),
-                               BLOCK_V=bv)
+        bk, bv = max(16, bk), max(16, min(block_v, triton.next_power_of_2(v_dim)))  # tl.dot's smallest tile
+        n_chunks = triton.cdiv(n, CHUNK)
+        n_pad = n_chunks * CHUNK
+        f32 = dict(dtype=torch.float32, device=qkv.device)
+        w = torch.empty((v_heads, n_pad, k_dim), **f32)
+        u = torch.empty((v_heads, n_pad, v_dim), **f32)
+        qk = torch.empty((v_heads, n_pad, CHUNK), **f32)
+        prec = "tf32" if fast_dot else "ieee"
+        gdn_chunk_prep_kernel[(n_chunks, v_heads)](qkv, g, beta, w, u, qk, n, n_pad, k_heads, v_heads, qkv.stride(0),
+                                                   DK=k_dim, DV=v_dim, GROUPED=grouped, CH=CHUNK,
+                                                   SQUARINGS=CHUNK.bit_length() - 2, PREC=prec, BLOCK_K=bk,
+                                                   BLOCK_V=bv, num_warps=8, num_stages=1)
+        gdn_chunk_state_kernel[(v_heads, triton.cdiv(v_dim, bv))](
+            qkv, g, w, u, qk, state, out, n, n_pad, k_heads, v_heads, qkv.stride(0), out.stride(0),
+            float(k_dim) ** -0.5, DK=k_dim, DV=v_dim, GROUPED=grouped, CH=CHUNK, PREC=prec,
+            BLOCK_K=max(16, triton.next_power_of_2(triton.cdiv(k_dim, 2))), BLOCK_V=bv, num_warps=8, num_stages=1)
     else:
-        gdn_step_kernel[grid](*args, DK=k_dim, DV=v_dim, GROUPED=grouped,
-                              BLOCK_K=triton.next_power_of_2(k_dim), BLOCK_V=bv)
+        bv = min(block_v, triton.next_power_of_2(v_dim))
+        gdn_step_kernel[(v_heads, triton.cdiv(v_dim, bv))](qkv, g, beta, state, out, n, k_heads, v_heads,
+                                                          qkv.stride(0), out.stride(0), float(k_dim) ** -0.5, DK=k_dim,
+                                                          DV=v_dim, GROUPED=grouped, BLOCK_K=bk, BLOCK_V=bv)
     if snapshot is not None:
         snapshot.copy_(state.reshape(snapshot.shape))
     return out

@@ -202,8 +202,9 @@ def _quant_args(w: Weight):
 
 def launch_gemv(x: torch.Tensor, w, out: torch.Tensor, *, bias: torch.Tensor | None = None,
                 ids: torch.Tensor | None = None, x_div: int = 1, silu_out: bool = False,
-                silu_in: bool = False, block_n: int = 64, block_k: int = 128) -> torch.Tensor:
-    """GEMV template: out[r] = f(x[r // x_div]) @ W[ids[r]].T for every row r of `out`."""
+                silu_in: bool = False, block_n: int = 16, block_k: int = 256) -> torch.Tensor:
+    """GEMV template: out[r] = f(x[r // x_div]) @ W[ids[r]].T for every row r of `out`.
+    16 x 256 weight tiles keep an int4/fp8 dequant under 200 registers on sm_90 (aot.py)."""
     w = as_weight(w)
     n = out.shape[-1]
     k = w.k
@@ -221,8 +222,9 @@ def launch_gemv(x: torch.Tensor, w, out: torch.Tensor, *, bias: torch.Tensor | N
 
 def launch_gemm(x: torch.Tensor, w, out: torch.Tensor, *, bias: torch.Tensor | None = None,
                 silu_out: bool = False, dot_bf16: bool = False, block_m: int = 64, block_n: int = 64,
-                block_k: int = 64) -> torch.Tensor:
-    """Tiled GEMM template (prefill): out = x @ W.T (+ bias), or its SiLU-mul of [gate; up]."""
+                block_k: int = 64, num_warps: int = 8) -> torch.Tensor:
+    """Tiled GEMM template (prefill): out = x @ W.T (+ bias), or its SiLU-mul of [gate; up].
+    8 warps: 64x64x64 tiles with a dequantized weight tile spill with 4 on sm_90 (aot.py)."""
     w = as_weight(w)
     m, n, k = x.shape[0], out.shape[-1], w.k
     s, z, qbn, qbk = _quant_args(w)
@@ -231,7 +233,7 @@ def launch_gemm(x: torch.Tensor, w, out: torch.Tensor, *, bias: torch.Tensor | N
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     gemm_kernel[grid](x, w.data, s, z, bias if bias is not None else x, out, m, n, k, x.stride(0), out.stride(0),
                       w_rs, s_rs, FMT=w.fmt, HAS_BIAS=bias is not None, SILU_OUT=silu_out, DOT_BF16=dot_bf16,
-                      QBN=qbn, QBK=qbk, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+                      QBN=qbn, QBK=qbk, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=num_warps)
     return out
 
 
