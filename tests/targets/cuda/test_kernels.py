@@ -349,10 +349,12 @@ def test_gdn_recurrence(ckpts, rows, chunked):
 
 
 @pytest.mark.parametrize("grouped", [False, True])
-def test_gdn_recurrence_head_maps(grouped):
-    """Value head h on key head h % Hk (ggml's default) and h // (Hv/Hk), against K.gated_delta_net."""
+@pytest.mark.parametrize("n,chunked", [(3, False), (20, True)])
+def test_gdn_recurrence_head_maps(grouped, n, chunked):
+    """Value head h on key head h % Hk (ggml's default) and h // (Hv/Hk), against K.gated_delta_net;
+    head size 32 in blocks of 16: the chunk kernels' column blocks (prep) and state halves."""
     rng = np.random.default_rng(5)
-    n, hk, hv, d = 3, 2, 4, 16
+    hk, hv, d = 2, 4, 32
     q, k = (rng.standard_normal((n, hk, d)).astype(np.float32) for _ in range(2))
     q, k = (x / np.sqrt((x * x).sum(-1, keepdims=True)) for x in (q, k))
     v = rng.standard_normal((n, hv, d)).astype(np.float32)
@@ -363,7 +365,8 @@ def test_gdn_recurrence_head_maps(grouped):
     st = t(s0.copy())
     qkv = np.concatenate([q.reshape(n, -1), k.reshape(n, -1), v.reshape(n, -1)], axis=1)
     got = gdn.launch_gdn_recurrence(t(qkv), t(g[..., 0].copy()), t(beta[..., 0].copy()), st, k_heads=hk, k_dim=d,
-                                    v_heads=hv, v_dim=d, grouped=grouped, chunked=False)
+                                    v_heads=hv, v_dim=d, grouped=grouped, chunked=chunked, block_v=16,
+                                    prep_block_k=16)
     close(got, res[:n])
     close(st, res[n:].reshape(hv, d, d))
 

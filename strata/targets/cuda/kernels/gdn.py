@@ -170,27 +170,34 @@ def gdn_chunk_prep_kernel(qkv_ptr, g_ptr, b_ptr, w_ptr, u_ptr, qk_ptr, n_rows, n
     i = tl.arange(0, BLOCK_K)
     t = c0 + r
     tm = t < n_rows
-    im = i < DK
     rows = qkv_ptr + t[:, None].to(tl.int64) * qkv_rs
     g = tl.load(g_ptr + t * HV + h, mask=tm, other=0.0).to(tl.float32)
     beta = tl.load(b_ptr + t * HV + h, mask=tm, other=0.0).to(tl.float32)
     cum = tl.cumsum(g, axis=0)
     on = r[:, None] >= r[None, :]
     decay = tl.where(on, tl.exp(tl.where(on, cum[:, None] - cum[None, :], 0.0)), 0.0)
-    k = tl.load(rows + HK * DK + hk * DK + i[None, :], mask=tm[:, None] & im[None, :], other=0.0).to(tl.float32)
-    kk = tl.dot(k, tl.trans(k), input_precision=PREC)
+    kk = tl.zeros([CH, CH], dtype=tl.float32)
+    qk = tl.zeros([CH, CH], dtype=tl.float32)
+    for k0 in tl.static_range(0, DK, BLOCK_K):  # K . K^T and Q . K^T over column blocks of k and q
+        km = tm[:, None] & (k0 + i < DK)[None, :]
+        k = tl.load(rows + HK * DK + hk * DK + k0 + i[None, :], mask=km, other=0.0).to(tl.float32)
+        q = tl.load(rows + hk * DK + k0 + i[None, :], mask=km, other=0.0).to(tl.float32)
+        kk = tl.dot(k, tl.trans(k), kk, input_precision=PREC)
+        qk = tl.dot(q, tl.trans(k), qk, input_precision=PREC)
+    out_rows = (h * n_pad + t[:, None]).to(tl.int64)
+    tl.store(qk_ptr + out_rows * CH + r[None, :], qk * decay)
     nmat = tl.where(r[:, None] > r[None, :], -kk * decay * beta[:, None], 0.0)
     inv = tl.where(r[:, None] == r[None, :], 1.0, 0.0) + nmat
     power = nmat
     for _ in tl.static_range(SQUARINGS):
         power = tl.dot(power, power, input_precision=PREC)
         inv = inv + tl.dot(inv, power, input_precision=PREC)
-    out_rows = (h * n_pad + t[:, None]).to(tl.int64)
-    w = tl.dot(inv, k * (beta * tl.exp(cum))[:, None], input_precision=PREC)
-    tl.store(w_ptr + out_rows * DK + i[None, :], w, mask=im[None, :])
-    q = tl.load(rows + hk * DK + i[None, :], mask=tm[:, None] & im[None, :], other=0.0).to(tl.float32)
-    qk = tl.dot(q, tl.trans(k), input_precision=PREC) * decay
-    tl.store(qk_ptr + out_rows * CH + r[None, :], qk)
+    kb = beta * tl.exp(cum)
+    for k0 in tl.static_range(0, DK, BLOCK_K):
+        km = tm[:, None] & (k0 + i < DK)[None, :]
+        k = tl.load(rows + HK * DK + hk * DK + k0 + i[None, :], mask=km, other=0.0).to(tl.float32)
+        w = tl.dot(inv, k * kb[:, None], input_precision=PREC)
+        tl.store(w_ptr + out_rows * DK + k0 + i[None, :], w, mask=(k0 + i < DK)[None, :])
     for v0 in tl.static_range(0, DV, BLOCK_V):
         j = v0 + tl.arange(0, BLOCK_V)
         jm = j < DV
@@ -254,7 +261,8 @@ def gdn_chunk_state_kernel(qkv_ptr, g_ptr, w_ptr, u_ptr, qk_ptr, st_ptr, o_ptr, 
 def launch_gdn_recurrence(qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor, *,
                           k_heads: int, k_dim: int, v_heads: int, v_dim: int, grouped: bool,
                           chunked: bool | None = None, snapshot: torch.Tensor | None = None,
-                          out: torch.Tensor | None = None, block_v: int = 32, fast_dot: bool = False) -> torch.Tensor:
+                          out: torch.Tensor | None = None, block_v: int = 32, fast_dot: bool = False,
+                          prep_block_k: int = 32) -> torch.Tensor:
     """gdn_recurrence_*_per_row (and _ckpt with `snapshot`): qkv [n, 2*Hk*Dk + Hv*Dv] (the conv
     group's output), g, beta [n, Hv] f32, state [Hv*Dv*Dk] f32 in place -> [n, Hv*Dv] f32.
     chunked (default: n > 1) runs chunks of 64 tokens; else one step per token. fast_dot: the
@@ -274,7 +282,8 @@ def launch_gdn_recurrence(qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
         prec = "tf32" if fast_dot else "ieee"
         gdn_chunk_prep_kernel[(n_chunks, v_heads)](qkv, g, beta, w, u, qk, n, n_pad, k_heads, v_heads, qkv.stride(0),
                                                    DK=k_dim, DV=v_dim, GROUPED=grouped, CH=CHUNK,
-                                                   SQUARINGS=CHUNK.bit_length() - 2, PREC=prec, BLOCK_K=bk,
+                                                   SQUARINGS=CHUNK.bit_length() - 2, PREC=prec,
+                                                   BLOCK_K=max(16, min(prep_block_k, triton.next_power_of_2(k_dim))),
                                                    BLOCK_V=bv, num_warps=8, num_stages=1)
         gdn_chunk_state_kernel[(v_heads, triton.cdiv(v_dim, bv))](
             qkv, g, w, u, qk, state, out, n, n_pad, k_heads, v_heads, qkv.stride(0), out.stride(0),
