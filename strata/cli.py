@@ -36,7 +36,39 @@ def _lower(args: argparse.Namespace):
     return lower(_model(args), spec)
 
 
+def _blueprint(args: argparse.Namespace):
+    """The model and its blueprint function for --mode/--rows/--recipe/--kv."""
+    from xdsl.dialects import func
+
+    from strata.pipeline import blueprint_of
+
+    model = _model(args)
+    module = blueprint_of(model, args.mode, args.rows, args.recipe, kv=args.kv)
+    return model, next(op for op in module.walk() if isinstance(op, func.FuncOp))
+
+
+def _provenance(model, args: argparse.Namespace) -> dict:
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        strata_version = version("strata")
+    except PackageNotFoundError:  # run from a source tree
+        strata_version = "source"
+    config = (model.root / "config.json").read_bytes() if (model.root / "config.json").is_file() else b""
+    command = (f"strata blueprint {model.name} --mode {args.mode} --rows {args.rows} --recipe {args.recipe} "
+               f"--kv {args.kv}")
+    return {"kind": "strata", "model": model.name, "config_sha256": hashlib.sha256(config).hexdigest(),
+            "recipe": args.recipe, "mode": args.mode, "rows": args.rows, "kv": args.kv, "strata": strata_version,
+            "commands": [command]}
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
+    if args.level == "blueprint":
+        from strata.exporters.blueprint_table import inspect_table
+
+        sys.stdout.write(inspect_table(_blueprint(args)[1]))
+        return 0
     from strata.exporters.listing import model_listing
 
     sys.stdout.write(model_listing(_model(args).module))
@@ -46,8 +78,56 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_ir(args: argparse.Namespace) -> int:
     from strata.ir.text import print_ir
 
-    module = _model(args).module if args.level == "module" else _lower(args)
+    if args.level == "blueprint":
+        args.mode = "prefill" if args.entry == "prefill" else "decode"
+        args.rows = (args.tokens or 5) if args.entry == "prefill" else 1
+        module = _blueprint(args)[1]
+    else:
+        module = _model(args).module if args.level == "module" else _lower(args)
     sys.stdout.write(print_ir(module))
+    return 0
+
+
+def cmd_blueprint(args: argparse.Namespace) -> int:
+    from strata.outputs import check_output_path, write_output
+
+    if args.output is not None:
+        check_output_path(args.output)
+    if args.errors is not None:
+        from strata.verify.blueprint import error_table, greedy_agreement, node_errors
+
+        model, prompt = _model(args), parse_prompt_ids(args.errors)
+        store = model.open_weights(quiet=not sys.stderr.isatty())
+        text = error_table(node_errors(model, args.recipe, prompt, store))
+        a = greedy_agreement(model, args.recipe, prompt, args.steps, store)
+        text += (f"greedy top-1 agreement with the op level in f32 over {a.steps} steps: "
+                 f"{a.free_running}/{a.steps} free-running, {a.teacher_forced}/{a.steps} teacher-forced\n")
+        if args.output is None:
+            sys.stdout.write(text)
+        else:
+            write_output(args.output, text.encode())
+        return 0
+    model, fn = _blueprint(args)
+    if args.format == "kbp-graph":
+        from strata.exporters.kbp_graph import export_kbp_graph, kbp_graph_json
+
+        text = kbp_graph_json(export_kbp_graph(fn, provenance=_provenance(model, args))) + "\n"
+    elif args.format == "dot":
+        from strata.exporters.blueprint_dot import blueprint_dot
+
+        text = blueprint_dot(fn)
+    elif args.format == "table":
+        from strata.exporters.blueprint_table import inspect_table
+
+        text = inspect_table(fn)
+    else:
+        from strata.ir.text import print_ir
+
+        text = print_ir(fn)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        write_output(args.output, text.encode())
     return 0
 
 
@@ -109,6 +189,8 @@ def check_finite(store, names, allow: bool) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if getattr(args, "via", None) == "onnxruntime":
+        return run_via_onnxruntime(args)
     from strata.outputs import check_output_path, write_output
     from strata.pipeline import cached_compile, resolve_knobs
     from strata.stage import StageError
@@ -176,6 +258,127 @@ def cmd_run(args: argparse.Namespace) -> int:
         _say(f"logits {list(logits.shape)} float32 saved to {args.dump_logits}")
     return 0
 
+
+# ---------------------------------------------------------------------------------------------
+# ONNX: strata export --format onnx, strata run --via onnxruntime
+
+
+def _export_onnx(model, store, entry: str, tokens: int, knobs: dict):
+    """One entry of `model` as an ONNX ModelProto: `tokens` tokens at any position (start unknown)."""
+    from strata.exporters.onnx import export_onnx
+    from strata.pipeline import entry_pipeline, lower
+    from strata.semantics.op_interp import find_function
+
+    spec = entry_pipeline(entry, tokens=tokens if entry == "prefill" else 0, start=-1, ctx=knobs["ctx"],
+                          kv_pad=knobs["kv_pad"], flash_attn=knobs["flash_attn"])
+    return export_onnx(find_function(lower(model, spec)), store)
+
+
+def _cmd_export_onnx(args: argparse.Namespace) -> int:
+    from strata.exporters.onnx import check_onnx_file
+    from strata.exporters.onnx_run import serialize_onnx
+    from strata.outputs import check_output_path, write_output
+    from strata.pipeline import resolve_knobs
+    from strata.targets import target
+
+    check_output_path(args.output)
+    model = _model(args)
+    knobs = resolve_knobs(target("cpu"), model, _knobs(args))
+    tokens = args.tokens if args.entry == "prefill" else 1
+    if tokens > knobs["ctx"]:
+        raise StrataError(f"--tokens {tokens} exceeds the context of {knobs['ctx']} (--ctx)")
+    t0 = time.perf_counter()
+    proto = _export_onnx(model, model.open_weights(quiet=not sys.stderr.isatty()), args.entry, tokens, knobs)
+    data_path = Path(args.output).with_name(Path(args.output).name + ".data")
+    content, data = serialize_onnx(proto, data_path.name)
+    if data is not None:
+        check_output_path(data_path)
+        write_output(data_path, data)
+    write_output(args.output, content)
+    if data is not None:  # too large to check in memory: checked as saved
+        check_onnx_file(args.output)
+    _say(f"exported the {args.entry} of {args.model} ({tokens} token{'s' * (tokens != 1)}, ctx {knobs['ctx']}) "
+         f"to {args.output}{f' and {data_path.name}' if data is not None else ''} in {time.perf_counter() - t0:.2f} s")
+    return 0
+
+
+def run_via_onnxruntime(args: argparse.Namespace) -> int:
+    """`strata run --via onnxruntime`: export the prefill (the prompt's length) and the decode,
+    and generate with onnxruntime, printing what `strata run` prints."""
+    from strata.exporters.onnx_run import OrtEntry, generate_ort
+    from strata.outputs import check_output_path, write_output
+    from strata.pipeline import resolve_knobs
+    from strata.targets import target
+    from strata.targets.cpu.driver import check_request
+
+    prompt = parse_prompt_ids(args.prompt_ids)
+    if args.dump_logits:
+        check_output_path(args.dump_logits)
+    model = _model(args)
+    knobs = resolve_knobs(target(args.target), model, _knobs(args))
+    check_request(prompt, args.max_new_tokens, model.config.vocab_size, knobs["ctx"])
+    store = model.open_weights()
+    check_finite(store, list(model.params()), args.allow_nonfinite)
+    n = args.max_new_tokens
+    t0 = time.perf_counter()
+    prefill = OrtEntry(_export_onnx(model, store, "prefill", len(prompt), knobs))
+    decode = OrtEntry(_export_onnx(model, store, "decode", 1, knobs)) if n > 1 else prefill
+    _say(f"exported {model.root} to ONNX and loaded it in onnxruntime in {time.perf_counter() - t0:.2f} s")
+
+    tty = sys.stderr.isatty()
+    clock = {"start": time.perf_counter(), "first": None}
+
+    def on_token(i: int, token: int) -> None:
+        now = time.perf_counter()
+        if i == 0:
+            clock["first"] = now
+            _say(f"prefill: {len(prompt)} tokens in {now - clock['start']:.3f} s "
+                 f"({len(prompt) / max(now - clock['start'], 1e-9):.1f} tokens/s)")
+        if tty:
+            print(f"\rstrata: generated {i + 1}/{n} tokens", end="", file=sys.stderr, flush=True)
+
+    clock["start"] = time.perf_counter()
+    ids, logits = generate_ort(prefill, decode, prompt, n, on_token=on_token)
+    end = time.perf_counter()
+    if tty and n:
+        print(file=sys.stderr)
+    if n > 1 and clock["first"] is not None:
+        dt = end - clock["first"]
+        _say(f"decode: {n - 1} tokens in {dt:.3f} s ({(n - 1) / max(dt, 1e-9):.1f} tokens/s)")
+    _say(f"generated {n} tokens in {end - clock['start']:.3f} s (onnxruntime)")
+    print("ids=" + ",".join(str(t) for t in ids), flush=True)
+    if args.dump_logits:
+        import io
+
+        import numpy as np
+
+        buf = io.BytesIO()
+        np.save(buf, logits.astype(np.float32), allow_pickle=False)
+        write_output(args.dump_logits, buf.getvalue())
+        _say(f"logits {list(logits.shape)} float32 saved to {args.dump_logits}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from strata.cli_formats import cmd_import as run
+
+    return run(args)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "onnx":
+        if args.output is None:
+            raise StrataError("export: --format onnx needs -o FILE")
+        return _cmd_export_onnx(args)
+    from strata.cli_formats import cmd_export as run
+
+    return run(args)
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from strata.cli_formats import cmd_view as run
+
+    return run(args)
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Run the model on a llama-eval-callback log's prompt and compare every op's sum with it."""
@@ -261,19 +464,161 @@ def _add_target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-flash-attn", action="store_true", help="unfused MUL_MAT/SOFT_MAX attention")
 
 
+def _add_blueprint_args(p: argparse.ArgumentParser) -> None:
+    from strata.passes.blueprint_assign_precision import recipe_names
+    from strata.pipeline import BLUEPRINT_MODES
+
+    p.add_argument("--mode", choices=BLUEPRINT_MODES, default="decode", help="the blueprint's mode (default decode)")
+    p.add_argument("--rows", type=bounded_int(1), default=1,
+                   help="rows per call (decode/multi_seq/verify: sequences or tokens; prefill: tokens; default 1)")
+    p.add_argument("--recipe", choices=recipe_names(), default="fp8-bf16head",
+                   help="the precision recipe (default fp8-bf16head)")
+    p.add_argument("--kv", choices=["paged", "contiguous"], default="paged", help="the KV cache layout (default paged)")
+
+
+# ---------------------------------------------------------------------------------------------
+# calibrate, quantize --w4a16 (issue 10 item 1)
+
+
+def _progress(verb: str, unit: str):
+    """A one-line progress counter on a terminal; nothing when stderr is piped."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(i: int, n: int, *_: object) -> None:
+        print(f"\rstrata: {verb} {i}/{n} {unit}", end="" if i < n else "\n", file=sys.stderr, flush=True)
+
+    return show
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Run the op level on prompts; write each linear's per-channel max|x| and each tensor's range."""
+    from strata.calibrate import calibrate, random_prompts, ranges_bytes, read_prompts
+    from strata.outputs import check_output_path, write_output
+
+    check_output_path(args.output)
+    model = _model(args)
+    vocab = int(model.config.vocab_size)
+    if args.prompts is not None:
+        prompts = read_prompts(args.prompts, vocab)
+    else:
+        prompts = random_prompts(args.random or 8, args.length, vocab, args.seed)
+    ranges = calibrate(model, prompts, progress=_progress("calibrated", "prompts"))
+    write_output(args.output, ranges_bytes(ranges))
+    _say(f"wrote the ranges of {len(ranges['linears'])} linears and {len(ranges['tensors'])} tensors "
+         f"over {len(prompts)} prompts to {args.output}")
+    return 0
+
+
+def cmd_quantize_w4a16(args: argparse.Namespace) -> int:
+    """SmoothQuant (with --smoothquant RANGES), then int4 weights packed as MatMulNBits, written to OUT."""
+    from strata.stage import check_destination
+    from strata.w4a16 import INFO, TENSORS, plan_model, write_w4a16
+
+    if getattr(args, "report_only", False):
+        raise StrataError("quantize: --report-only reports fp8 errors; --w4a16 writes -o OUT")
+    if args.output is None:
+        raise StrataError("quantize: give -o OUT (the output directory)")
+    check_destination(Path(args.output), {TENSORS, INFO, "config.json"})
+    model = _model(args)
+    plan = plan_model(model, args.smoothquant, args.alpha, args.block)
+    write_w4a16(model, plan, args.output, progress=_progress("quantized", "weights"))
+    smooth = f", {len(plan.groups)} SmoothQuant groups (alpha {plan.alpha})" if plan.ranges is not None else ""
+    _say(f"wrote {len(plan.weights)} int4 weights (block {plan.block}){smooth} to {args.output}")
+    for name, why in plan.skipped:
+        _say(f"left as f32: '{name}' ({why})")
+    return 0
+
+
+def _add_quantize_w4a16_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--w4a16", action="store_true",
+                   help="int4 weights (block-wise asymmetric, as ONNX Runtime's MatMulNBits packs them)")
+    p.add_argument("--smoothquant", metavar="RANGES", default=None,
+                   help="smooth first, with the per-channel ranges `strata calibrate` wrote")
+    p.add_argument("--alpha", type=float, default=0.5, help="SmoothQuant's migration strength (default 0.5)")
+    p.add_argument("--block", type=bounded_int(16, 1 << 16), default=128, help="int4 block size (default 128)")
+
+
+def _add_calibrate(sub) -> None:
+    p = sub.add_parser("calibrate", help="record activation ranges on prompts (for SmoothQuant and fixed point)")
+    _add_model(p)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompts", metavar="FILE", default=None,
+                     help="one prompt per line, token ids separated by commas or spaces")
+    src.add_argument("--random", metavar="N", type=bounded_int(1, 1 << 20), default=None,
+                     help="N random prompts (the default: 8)")
+    p.add_argument("--length", type=bounded_int(1, 1 << 16), default=16, help="tokens per random prompt (default 16)")
+    p.add_argument("--seed", type=bounded_int(0), default=0, help="the random prompts' seed (default 0)")
+    p.add_argument("-o", "--output", metavar="RANGES", required=True, help="the ranges file to write (JSON)")
+    p.set_defaults(func=cmd_calibrate)
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    """Write MODEL with its recipe's fp8 weights block-quantized; print each tensor's error."""
+    if args.w4a16:
+        return cmd_quantize_w4a16(args)
+    from strata.quantize import error_table, quantize_checkpoint
+
+    if args.output is None and not args.report_only:
+        raise StrataError("quantize: give -o OUT (the output directory), or --report-only")
+    tty = sys.stderr.isatty()
+
+    def progress(i: int, n: int, name: str) -> None:
+        if tty:
+            print(f"\rstrata: quantized {i}/{n} tensors", end="" if i < n else "\n", file=sys.stderr, flush=True)
+
+    rows = quantize_checkpoint(args.model, None if args.report_only else args.output, args.recipe, progress)
+    sys.stdout.write(error_table(rows))
+    if not args.report_only:
+        _say(f"wrote {len(rows)} fp8 tensors and their scales to {args.output}")
+    return 0
+
+
+def _add_quantize(sub) -> None:
+    p = sub.add_parser("quantize", help="write an fp8 block-quantized checkpoint and report the error per tensor "
+                                        "(--w4a16: int4 weights as ONNX Runtime's MatMulNBits packs them)")
+    _add_model(p)
+    p.add_argument("--recipe", default="fp8-bf16head",
+                   help="the precision recipe whose fp8 weights are quantized (default fp8-bf16head)")
+    p.add_argument("-o", "--output", metavar="OUT", default=None,
+                   help="the output directory (created; a previous strata output there is replaced)")
+    p.add_argument("--report-only", action="store_true", help="print the error table without writing")
+    _add_quantize_w4a16_args(p)
+    p.set_defaults(func=cmd_quantize)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="strata", description="Strata: a multi-level compiler for LLM inference")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("inspect", help="print the module level as a listing of entries, generics and blocks")
+    p = sub.add_parser("inspect", help="print the module level as a listing of entries, generics and blocks, "
+                                      "or the blueprint level as a table of kernel groups")
     _add_model(p)
+    p.add_argument("--level", choices=["module", "blueprint"], default="module", help="the level (default module)")
+    _add_blueprint_args(p)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("ir", help="print the IR of a level")
     _add_model(p)
-    p.add_argument("--level", choices=["module", "op"], default="module", help="the IR level (default module)")
+    p.add_argument("--level", choices=["module", "op", "blueprint"], default="module",
+                   help="the IR level (default module; blueprint: of --entry's mode, --tokens rows)")
     _add_lowering_args(p)
+    p.add_argument("--recipe", default="fp8-bf16head", help="the blueprint level's precision recipe")
+    p.add_argument("--kv", choices=["paged", "contiguous"], default="paged", help="the blueprint's KV cache layout")
     p.set_defaults(func=cmd_ir)
+
+    p = sub.add_parser("blueprint", help="export the blueprint level: kernel groups with precision, "
+                                         "placement and state (kbp-graph/v1 JSON, Graphviz, a table, or IR)")
+    _add_model(p)
+    _add_blueprint_args(p)
+    p.add_argument("--format", choices=["kbp-graph", "dot", "table", "mlir"], default="kbp-graph",
+                   help="kbp-graph/v1 JSON (default), Graphviz with a cluster per group, the group table, the IR")
+    p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here (default: standard output)")
+    p.add_argument("--errors", metavar="IDS", default=None,
+                   help="instead: run the prompt IDS (comma-separated token ids) and report each node's error "
+                        "under --recipe against f32, and greedy top-1 agreement with the op level")
+    p.add_argument("--steps", type=bounded_int(1, 4096), default=32, help="greedy steps for --errors (default 32)")
+    p.set_defaults(func=cmd_blueprint)
 
     p = sub.add_parser("trace", help="print the op level as llama.cpp's eval-callback table")
     _add_model(p)
@@ -301,7 +646,47 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
     p.add_argument("--allow-nonfinite", action="store_true",
                    help="run even if a weight holds NaN or infinity (warns instead of refusing)")
+    p.add_argument("--via", choices=["onnxruntime"], default=None,
+                   help="generate through this runtime instead of the compiled target (exports to ONNX first)")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("import", help="read a model in another format as the module level (.mlir)")
+    p.add_argument("file", metavar="FILE", help="the model file (a tensorviz.graph JSON document)")
+    p.add_argument("--format", choices=["tensorviz"], required=True, help="the file's format")
+    p.add_argument("-o", "--output", metavar="OUT.mlir", default=None, help="write here (default: standard output)")
+    p.add_argument("--random-weights", metavar="SEED", type=bounded_int(0), default=None,
+                   help="also write a checkpoint (config.json, model.safetensors) of seeded random weights to "
+                        "OUT/ (OUT.mlir without its suffix), so that strata compile/run work on it")
+    p.add_argument("--weights-dir", metavar="DIR", default=None, help="write the random checkpoint here instead")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("export", help="write a model in another format: an entry of the op level as ONNX, or "
+                                      "the module level (of a directory or a module-level .mlir) as tensorviz.graph")
+    p.add_argument("model", metavar="MODEL_OR_MLIR", help=MODEL_HELP + ", or a module-level .mlir (tensorviz)")
+    p.add_argument("--format", choices=["onnx", "tensorviz"], required=True,
+                   help="onnx: standard ONNX ops, state as inputs and outputs; tensorviz: a tensorviz.graph v3 document")
+    p.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="write here (tensorviz default: standard output; onnx: required, beside it FILE.data holds "
+                        "the weights of a model over 1 GiB)")
+    p.add_argument("--entry", choices=["prefill", "decode"], default="prefill", help="onnx: the entry (default prefill)")
+    p.add_argument("--tokens", type=bounded_int(1), default=5, help="onnx: tokens per prefill call (default 5)")
+    p.add_argument("--ctx", type=bounded_int(1), default=None,
+                   help="onnx: context size in tokens (default: min(max_position_embeddings, 4096))")
+    p.add_argument("--no-flash-attn", action="store_true", help="onnx: unfused MUL_MAT/SOFT_MAX attention")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("view", help="draw a level of the model: Graphviz, SVG or a self-contained HTML page")
+    p.add_argument("model", metavar="MODEL", help=MODEL_HELP + ", or a module-level .mlir")
+    p.add_argument("--level", choices=["module", "op", "blueprint"], default="module", help="the level (default module)")
+    p.add_argument("--format", choices=["dot", "svg", "html"], default="dot",
+                   help="dot (Graphviz text, default), svg (Graphviz's dot if installed, else strata's own layout), "
+                        "html (the SVG in one self-contained page)")
+    p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here (default: standard output)")
+    p.add_argument("--expand", action="store_true", help="draw every layer (default: a repeated layer is one node)")
+    p.add_argument("--require-dot", action="store_true", help="fail instead of using strata's own layout without dot")
+    _add_lowering_args(p)
+    _add_blueprint_args(p)
+    p.set_defaults(func=cmd_view)
 
     p = sub.add_parser("verify", help="compare every op's value with a llama.cpp eval-callback log",
                        description="Run MODEL's prefill on the prompt of a llama-eval-callback log and compare "
@@ -314,6 +699,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rtol", type=float, default=1e-3,
                    help="tolerance on each sum, relative to the tensor's sum of |x| (default 1e-3)")
     p.set_defaults(func=cmd_verify)
+
+    _add_calibrate(sub)
+    _add_quantize(sub)
 
     p = sub.add_parser("demo", help="the main job on the built-in default model")
     p.add_argument("--root", default=".strata-cache/models", help="where the default model is written")

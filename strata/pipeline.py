@@ -237,8 +237,15 @@ def blueprint_pipeline(mode: str = "decode", rows: int = 1, recipe: str = "fp8-b
 
 def blueprint_of(model: Model, mode: str = "decode", rows: int = 1, recipe: str = "fp8-bf16head",
                  **options: Any) -> ModuleOp:
-    """The blueprint level of `model` (one function, named after its entry)."""
-    return lower(model, blueprint_pipeline(mode, rows, recipe, **options))
+    """The blueprint level of `model` (one function, named after its entry, `blueprint.model` its name)."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import StringAttr
+
+    module = lower(model, blueprint_pipeline(mode, rows, recipe, **options))
+    for fn in module.walk():
+        if isinstance(fn, func.FuncOp):
+            fn.attributes["blueprint.model"] = StringAttr(model.name)
+    return module
 
 
 def resolve_knobs(tgt: Target, model: Model, knobs: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from xdsl.irdl import IRDLOperation, irdl_op_definition, result_def
 
 from strata.dialects import module as M
 from strata.dialects.op import Op
+from strata.exporters.onnx import ONNX_EXPORT
 from strata.exporters.trace import TRACE
 from strata.ir.impls import Implementations, MissingImplementation
 from strata.passes.convert_module_to_op import ENTRIES, EXPANSIONS
@@ -24,7 +25,7 @@ from strata.semantics.op_interp import INTERPRETER
 from strata.targets.cpu.emit import CPU_EMITTER
 from support import EXAMPLES, TINY, module_of
 
-OP_CONSUMERS = {"interpreter": INTERPRETER, "cpu emitter": CPU_EMITTER, "trace": TRACE}
+OP_CONSUMERS = {"interpreter": INTERPRETER, "cpu emitter": CPU_EMITTER, "trace": TRACE, "onnx": ONNX_EXPORT}
 BLOCK_CONSUMERS = {"module interpreter": BLOCK_SEMANTICS, "convert-module-to-op": EXPANSIONS}
 
 OPS = list(Op.operations)

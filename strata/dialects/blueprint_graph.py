@@ -24,6 +24,7 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, String
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from strata.dialects.blueprint import EdgeType, FormatAttr, GroupOp, LinearOp, NodeOp, YieldOp
+from strata.dialects.blueprint.attrs import format_text
 from strata.dialects.blueprint_templates import layer_of
 from strata.errors import StrataError
 
@@ -32,17 +33,6 @@ NODE_FIELDS = ("id", "order", "layer", "block", "block_type", "kind", "op", "rol
                "steps", "group", "kernel", "family", "point", "compute", "numerics", "where", "state")
 #: The group attributes copied to the group's rows and its nodes' (absent: null).
 GROUP_STRINGS = ("kernel", "family", "compute", "numerics")
-
-
-def format_text(fmt: FormatAttr) -> str:
-    """Seed 001's spelling of a format: `bf16`, `fp8/block128x128`, `int4/block128/asymmetric`
-    (the inverse of blueprint-assign-precision's `format_from_text`)."""
-    text = fmt.elem.data
-    if fmt.block_sizes:
-        text += "/block" + "x".join(str(b) for b in fmt.block_sizes)
-    if fmt.is_asymmetric:
-        text += "/asymmetric"
-    return text
 
 
 def element_text(t: Attribute) -> str:

@@ -108,7 +108,13 @@ def fp8_error(w: np.ndarray, block: tuple[int, int] = BLOCK) -> dict[str, float]
     (rmse / rms of w), max_rel (over elements whose |w| is at least e4m3's smallest normal
     times their block's scale), and zero_frac (the fraction of nonzero elements that became 0)."""
     w32 = np.asarray(w, dtype=np.float32)
-    q, s = quantize_fp8_block(w32, block)
+    return fp8_error_of(w32, *quantize_fp8_block(w32, block), block)
+
+
+def fp8_error_of(w: np.ndarray, q: np.ndarray, s: np.ndarray, block: tuple[int, int] = BLOCK) -> dict[str, float]:
+    """`fp8_error` of ``w`` given its quantization (``q``, ``s``) already in hand (a writer
+    reports the error of what it wrote without quantizing twice)."""
+    w32 = np.asarray(w, dtype=np.float32)
     d = dequantize_fp8_block(q, s, block)
     err = (d.astype(np.float64) - w32)
     rms = float(np.sqrt(np.mean(np.square(w32, dtype=np.float64)))) if w32.size else 0.0

@@ -19,6 +19,8 @@ PASSES: dict[str, tuple[str, str]] = {
     "blueprint-place-state": ("strata.passes.blueprint_place_state", "BlueprintPlaceStatePass"),
     "blueprint-fuse": ("strata.passes.blueprint_fuse", "BlueprintFusePass"),
     "blueprint-collapse": ("strata.passes.blueprint_collapse", "BlueprintCollapsePass"),
+    "smoothquant": ("strata.passes.smoothquant", "SmoothQuantPass"),
+    "quantize-w4a16": ("strata.passes.quantize_w4a16", "QuantizeW4A16Pass"),
 }
 
 

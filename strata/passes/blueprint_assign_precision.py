@@ -42,7 +42,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType
 from xdsl.rewriter import Rewriter
 
-from strata.dialects.blueprint.attrs import EdgeType, FormatAttr, PrecisionAttr, StepAttr
+from strata.dialects.blueprint.attrs import EdgeType, FormatAttr, PrecisionAttr, StepAttr, format_text
 from strata.dialects.blueprint.group import GroupOp
 from strata.ir.dtypes import has_kind
 from strata.dialects.blueprint.base import NodeOp
@@ -84,16 +84,6 @@ def format_from_text(text: str) -> FormatAttr:
     except VerifyException as e:
         raise ValueError(f"bad format '{text}': {e}") from None
     return fmt
-
-
-def format_text(fmt: FormatAttr) -> str:
-    """The inverse of `format_from_text` (seed 001's spelling)."""
-    text = fmt.elem.data
-    if fmt.block_sizes:
-        text += "/block" + "x".join(str(b) for b in fmt.block_sizes)
-    if fmt.is_asymmetric:
-        text += "/asymmetric"
-    return text
 
 
 def _names(value: Any, key: str) -> frozenset[str]:
@@ -267,6 +257,9 @@ def apply_recipe(recipe: Recipe, module: ModuleOp) -> None:
             recipe.rule_for(node)
     PatternRewriteWalker(AssignPrecision(recipe), apply_recursively=False).rewrite_module(module)
     _retype_carriers(module)
+    for fn in module.walk():
+        if isinstance(fn, func.FuncOp) and any(isinstance(op, NodeOp) for op in fn.walk()):
+            fn.attributes["blueprint.recipe"] = StringAttr(recipe.name)
 
 
 def _retype_carriers(module: ModuleOp) -> None:

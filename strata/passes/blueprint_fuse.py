@@ -337,7 +337,12 @@ class _Grouping:
         ms = sorted(members, key=self.pos.__getitem__)
         first, last = self.pos[ms[0]], self.pos[ms[-1]]
         inside = set(ms)
-        between = [op for op in self.block.ops if first < self.pos[op] < last and op not in inside]
+        between = []
+        op = ms[0].next_op
+        while op is not None and self.pos.get(op, last) < last:  # walk only the ops between them
+            if op not in inside and self.pos.get(op, -1) > first:
+                between.append(op)
+            op = op.next_op
         if not between:
             return ms[0]
         if any(_stateful(op) for op in between) and any(_stateful(m) for m in ms):

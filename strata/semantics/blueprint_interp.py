@@ -10,7 +10,7 @@ Precision, from a node's `precision` attribute (absent: f32 throughout, no round
 
 - `weight`: `fp8` with a block -> quantized with `strata.ir.fp8.quantize_fp8_block` and
   dequantized (per expert for 3-D expert weights); `int4` with a 1-D block and `asymmetric` ->
-  ONNX Runtime's block-wise asymmetric 4-bit formula along the last axis (`quantize_int4_block`);
+  ONNX Runtime's block-wise asymmetric 4-bit formula along the last axis (`strata.ir.int4`);
   `bf16` / `f16` -> rounded through that type. Each quantized weight is cached per (name, format).
 - `activation`: the node's float inputs are rounded through it (bf16 via ml_dtypes).
 - `output`: the node's float results are rounded through it.
@@ -55,6 +55,7 @@ from strata.dialects import blueprint as B
 from strata.dialects.blueprint.attrs import FormatAttr
 from strata.errors import StrataError
 from strata.ir import fp8
+from strata.ir.int4 import dequantize_int4_block, quantize_int4_block, roundf  # noqa: F401 - re-exported
 from strata.ir.impls import Implementations
 from strata.semantics import kernels as K
 from strata.semantics.module_hybrid import causal_attention, l2_normalize
@@ -68,44 +69,6 @@ class BlueprintRunError(StrataError):
 
 # ---------------------------------------------------------------------------------------------
 # Formats
-
-
-def roundf(x: np.ndarray) -> np.ndarray:
-    """C's roundf: to nearest, halves away from zero."""
-    return np.sign(x) * np.floor(np.abs(x) + np.float32(0.5))
-
-
-def quantize_int4_block(w: np.ndarray, block: int = 128) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """ONNX Runtime's block-wise asymmetric int4 (MatMulNBits) along the last axis:
-    (q uint8 in 0..15 [.., K], scale f32 [.., nb], zero point uint8 [.., nb]).
-
-    Per block: mn = min(min x, 0), mx = max(max x, 0), scale = (mx - mn) / 15,
-    zp = clamp(roundf(-mn / scale), 0, 15), q = clamp(roundf(x / scale + zp), 0, 15).
-    An all-zero block has scale 0; it stores q = zp = 0 and dequantizes to 0."""
-    w = np.asarray(w, dtype=np.float32)
-    k = w.shape[-1]
-    nb = -(-k // block)
-    pad = np.zeros((*w.shape[:-1], nb * block), np.float32)
-    pad[..., :k] = w
-    blocks = pad.reshape(*w.shape[:-1], nb, block)
-    real = (np.arange(nb * block) < k).reshape(nb, block)
-    mn = np.minimum(np.where(real, blocks, np.inf).min(axis=-1), 0).astype(np.float32)
-    mx = np.maximum(np.where(real, blocks, -np.inf).max(axis=-1), 0).astype(np.float32)
-    scale = ((mx - mn) / np.float32(15)).astype(np.float32)
-    safe = np.where(scale > 0, scale, np.float32(1))
-    zp = np.where(scale > 0, np.clip(roundf(-mn / safe), 0, 15), 0).astype(np.float32)
-    q = np.clip(roundf(blocks / safe[..., None] + zp[..., None]), 0, 15)
-    q = np.where(scale[..., None] > 0, q, 0)
-    return (q.reshape(*w.shape[:-1], nb * block)[..., :k].astype(np.uint8), scale,
-            zp.astype(np.uint8))
-
-
-def dequantize_int4_block(q: np.ndarray, scale: np.ndarray, zp: np.ndarray, block: int = 128) -> np.ndarray:
-    """(q - zp) * scale per block, f32 with q's shape."""
-    k = q.shape[-1]
-    s = np.repeat(scale, block, axis=-1)[..., :k]
-    z = np.repeat(zp.astype(np.float32), block, axis=-1)[..., :k]
-    return ((q.astype(np.float32) - z) * s).astype(np.float32)
 
 
 def _fmt_key(f: FormatAttr) -> tuple:
@@ -174,8 +137,10 @@ class Env:
             raise BlueprintRunError(f"dim '{name}' is not bound (pass dims={{'{name}': ...}})")
         return int(self.dims[name])
 
-    def raw(self, name: str) -> np.ndarray:
-        """The weight `name`: its stored tensor, converted as the weight table says."""
+    def raw(self, name: str, fmt: FormatAttr | None = None) -> np.ndarray:
+        """The weight `name`: its stored tensor, in the format `fmt` (quantized as stored, as a
+        quantized checkpoint holds it: one scale grid per stored tensor), then converted as the
+        weight table says."""
         info = self.table.get(name)
         stored = info.data["source"].data if info is not None and "source" in info.data else name
         try:
@@ -184,6 +149,8 @@ class Env:
             w = None
         if w is None:
             raise BlueprintRunError(f"no weight '{stored}'")
+        if fmt is not None:
+            w = quantize_weight(np.asarray(w), fmt)
         if info is not None and "convert" in info.data:
             from strata.semantics.op_interp import PARAM_CONVERSIONS
 
@@ -199,8 +166,8 @@ class Env:
             return self.weight(op, names[0])
         f = _precision(op).get("weight")
         key = (tuple(names), None if f is None else _fmt_key(f))
-        if key not in self.cache:
-            self.cache[key] = quantize_weight(np.concatenate([self.raw(n) for n in names], axis=-2), f)
+        if key not in self.cache:  # each part keeps its own scales, as separate checkpoint tensors do
+            self.cache[key] = np.concatenate([self.weight(op, n) for n in names], axis=-2)
         return self.cache[key]
 
     def eps_of(self, op: Operation) -> float:
@@ -212,7 +179,7 @@ class Env:
         f = _precision(op).get("weight")
         key = (name, None if f is None else _fmt_key(f))
         if key not in self.cache:
-            self.cache[key] = quantize_weight(self.raw(name), f)
+            self.cache[key] = self.raw(name, f)
         return self.cache[key]
 
     def buffer(self, op: Operation, default: str, effect: str | None = None) -> tuple[str, np.ndarray]:

@@ -41,6 +41,7 @@ def _word(name: str) -> str:
 
 config.substitutions.append((_word("strata-opt"), _tool("strata-opt")))
 config.substitutions.append((_word("filecheck"), _tool("filecheck")))
+config.substitutions.append((_word("strata"), _tool("strata")))
 
 # A worktree's tests run against its own code when lit runs with PYTHONPATH=<worktree> (the
 # environment's editable install may point at another checkout): pass it through.

@@ -65,6 +65,9 @@ def test_only_precision_and_steps_change(recipe):
         assert b.properties == a.properties, b.name
         keep_b = {k: v for k, v in b.attributes.items() if k not in CHANGED or not isinstance(b, NodeOp)}
         keep_a = {k: v for k, v in a.attributes.items() if k not in CHANGED or not isinstance(a, NodeOp)}
+        if a.name == "func.func":  # the function records its recipe
+            assert keep_a.pop("blueprint.recipe").data == recipe
+            keep_b.pop("blueprint.recipe", None)
         assert keep_b == keep_a, b.name
     for node in nodes(after):
         assert node.precision is not None and node.steps is not None and node.steps.data, node.name

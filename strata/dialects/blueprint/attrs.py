@@ -103,6 +103,16 @@ class FormatAttr(ParametrizedAttribute):
                 printer.print_string(", asymmetric")
 
 
+def format_text(fmt: FormatAttr) -> str:
+    """Seed 001's spelling of a format: `bf16`, `fp8/block128x128`, `int4/block128/asymmetric`."""
+    text = fmt.elem.data
+    if fmt.block_sizes:
+        text += "/block" + "x".join(str(b) for b in fmt.block_sizes)
+    if fmt.is_asymmetric:
+        text += "/asymmetric"
+    return text
+
+
 _PRECISION_FIELDS = ("weight", "activation", "output", "accumulate")
 
 

@@ -10,7 +10,7 @@ A layer's blocks are told apart by the params it uses (llama.cpp's tensor names)
 weights whose rows follow its `param`'s.
 
 The function is `(tokens: !blueprint.edge<"n", "1", i32>) -> (next ids, logits)` with
-attributes `blueprint.mode`, `blueprint.rows`, `blueprint.layers` (each layer's kind),
+attributes `blueprint.mode`, `blueprint.rows` (0: a prefill of any length), `blueprint.layers` (each layer's kind),
 `blueprint.dims` (the symbols of the edges' dims and their sizes, read off the op level) and
 `blueprint.weights` (the op level's stored name and conversion of each weight that has one)
 and `blueprint.state` (the type of each op-level state buffer the nodes' `slots` name).
@@ -52,7 +52,7 @@ def convert_function(fn: func.FuncOp, mode: str = "decode", rows: int = 1) -> fu
     """The blueprint function of the op-level function `fn`."""
     if mode not in MODES:
         raise ConversionError(f"convert-op-to-blueprint: unknown mode '{mode}' (known: {', '.join(MODES)})")
-    if rows < 1 or (mode == "draft" and rows != 1):
+    if rows < (0 if mode == "prefill" else 1) or (mode == "draft" and rows != 1):
         raise ConversionError(f"convert-op-to-blueprint: mode {mode} cannot have {rows} rows")
     graph = OpGraph.of(fn)
     tok_type = EdgeType("n", "1", i32)
@@ -83,9 +83,21 @@ def convert_function(fn: func.FuncOp, mode: str = "decode", rows: int = 1) -> fu
     return out
 
 
+def _token_rows(fn: func.FuncOp) -> int:
+    """The number of tokens an op-level entry takes (0: any, a dynamic prefill)."""
+    from strata.dialects import op as O
+
+    for op in fn.body.block.ops:
+        if isinstance(op, O.InputOp) and op.kind.data == "tokens":
+            n = op.result.type.get_shape()[0]  # type: ignore[attr-defined]
+            return n if n >= 0 else 0
+    return 0
+
+
 @dataclass(frozen=True)
 class ConvertOpToBlueprintPass(ModulePass):
-    """Replace each op-level function by its blueprint function."""
+    """Replace each op-level function by its blueprint function (`mode=auto`: @prefill in mode
+    prefill, every other entry in mode decode with one row)."""
 
     name = "convert-op-to-blueprint"
 
@@ -98,7 +110,11 @@ class ConvertOpToBlueprintPass(ModulePass):
             raise ConversionError("convert-op-to-blueprint: the module holds no op-level function "
                                   "(lower it with convert-module-to-op first)")
         for fn in fns:
-            new = convert_function(fn, self.mode, self.rows)
+            mode, rows = self.mode, self.rows
+            if mode == "auto":  # each entry its own mode: @prefill prefills, any other decodes one row
+                mode = "prefill" if fn.sym_name.data == "prefill" else "decode"
+                rows = _token_rows(fn) if mode == "prefill" else 1
+            new = convert_function(fn, mode, rows)
             op.body.block.insert_op_before(new, fn)
             fn.detach()
             fn.erase()
