@@ -99,10 +99,25 @@ class Bp:
 
     # -- weights, as the kernels take them ---------------------------------------------------
 
+    def part_names(self, op) -> list[str]:
+        return [op.param.data] + [c.data for c in (op.concat.data if op.concat else ())]
+
+    def stored(self, name: str):
+        """(the stored tensor of weight `name`, its conversion or None), as Env.raw reads them."""
+        from strata.semantics.op_interp import PARAM_CONVERSIONS
+
+        info = self.table.get(name)
+        src = info.data["source"].data if info is not None and "source" in info.data else name
+        w = np.asarray(self.store.get(src), np.float32)
+        if info is None or "convert" not in info.data:
+            return w, None
+        args = tuple(info.data["convert_args"].get_values()) if "convert_args" in info.data else ()
+        fn = PARAM_CONVERSIONS[info.data["convert"].data]
+        return w, lambda x: np.asarray(fn(x, args))
+
     def raw_weight(self, op) -> np.ndarray:
         env = self.env()
-        names = [op.param.data] + [c.data for c in (op.concat.data if op.concat else ())]
-        return np.concatenate([env.raw(n) for n in names], axis=-2).astype(np.float32)
+        return np.concatenate([env.raw(n) for n in self.part_names(op)], axis=-2).astype(np.float32)
 
     def dense_weight(self, op) -> torch.Tensor:
         """The node's weight after its format (dequantized), f32: what the reference multiplies by."""
@@ -115,13 +130,19 @@ class Bp:
 
         f = op.attributes["precision"].fields().get("weight") if "precision" in op.attributes else None
         elem = f.elem.data if f is not None else "f32"
-        if elem == "fp8":
-            w = self.raw_weight(op)
+        if elem == "fp8":  # each part quantized as stored (its own scale grid), then converted
             block = tuple(f.block_sizes) if len(f.block_sizes) == 2 else fp8.BLOCK
-            pairs = [fp8.quantize_fp8_block(m, block) for m in w.reshape(-1, *w.shape[-2:])]
-            q = np.stack([p[0] for p in pairs]).reshape(w.shape)
-            s = np.stack([p[1] for p in pairs]).reshape(*w.shape[:-2], *pairs[0][1].shape)
-            return gemm.fp8_weight(q, s, block)
+            parts = []
+            for name in self.part_names(op):
+                w, convert = self.stored(name)
+                pairs = [fp8.quantize_fp8_block(m, block) for m in w.reshape(-1, *w.shape[-2:])]
+                q = np.stack([p[0] for p in pairs]).reshape(w.shape)
+                sc = np.stack([p[1] for p in pairs]).reshape(*w.shape[:-2], *pairs[0][1].shape)
+                rows = np.arange(w.shape[-2]) // block[0]
+                if convert is not None:
+                    q, rows = convert(q), convert(rows[:, None])[:, 0]
+                parts.append((q, sc, rows))
+            return gemm.fp8_concat(parts, block)
         if elem == "int4":
             block = f.block_sizes[0] if f.block_sizes else 128
             return gemm.int4_weight(*quantize_int4_block(self.raw_weight(op), block), block=block)

@@ -66,7 +66,7 @@ FLOATS = {"eps", "scale"}
 KNOWN_SPILLS = frozenset({"q36.gdn_chunk_prep", "q36.gdn_chunk_state"})
 
 _BF = {p: "*bf16" for p in ("x_ptr", "y_ptr", "r_ptr", "h_ptr", "w_ptr", "b_ptr")}
-_FP8 = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*bf16", "ids_ptr": "*i32"}
+_FP8 = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "z_ptr": "*i32", "y_ptr": "*bf16", "ids_ptr": "*i32"}
 _I4 = {"x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*fp32", "z_ptr": "*u8", "y_ptr": "*bf16"}
 _GEMV = dict(HAS_BIAS=False, SILU_OUT=False, SILU_IN=False, HAS_IDS=False, X_DIV=1, QBN=1, QBK=1,
              BLOCK_N=16, BLOCK_K=256)

@@ -40,7 +40,7 @@ PREFILL = 5
 def ckpts(tmp_path_factory):
     root = tmp_path_factory.mktemp("cuda_kernels")
     cfgs = {"qwen2": TINY["qwen2"], "qwen3": TINY["qwen3"], "qwen3_5_moe": HYBRID_FAMILIES["qwen3_5_moe"],
-            "qwen3_moe": HYBRID_FAMILIES["qwen3_moe"]}
+            "qwen3_moe": HYBRID_FAMILIES["qwen3_moe"], "qwen3_next": HYBRID_FAMILIES["qwen3_next"]}
     return {k: write_checkpoint(c, root / k) for k, c in cfgs.items()}
 
 
@@ -153,6 +153,19 @@ def test_linear(ckpts, recipe, rule, mode):
         (want,) = b.reference(g, ins)
         node = b.nodes(g)[0]
         close(gemm.launch_linear(t(ins[node.operands[0]]), b.kernel_weight(node)), want)
+
+
+def test_linear_fp8_reordered_rows(ckpts):
+    """Qwen3-Next's in_proj_qkvz is stored grouped per key head and ungrouped by the weight table
+    after fp8 quantization: the rows' scale rows follow them (the row map)."""
+    b = bp(ckpts, "qwen3_next", "decode", "fp8-bf16head")
+    groups = [g for g in b.groups("w8a16_m32")
+              if any("convert" in b.table[n].data for n in b.part_names(b.nodes(g)[0]) if n in b.table)]
+    assert groups
+    for g in groups:
+        ins = b.inputs(g, 1)
+        node = b.nodes(g)[0]
+        close(gemm.launch_linear(t(ins[node.operands[0]]), b.kernel_weight(node)), b.reference(g, ins)[0])
 
 
 @pytest.mark.parametrize("rows", [1, 12])

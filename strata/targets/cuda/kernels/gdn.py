@@ -41,7 +41,8 @@ def gdn_gates_kernel(x_ptr, w_ptr, s_ptr, z_ptr, a_ptr, dt_ptr, g_ptr, beta_ptr,
         ks = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(x_ptr + row * x_rs + ks, mask=ks < K, other=0.0).to(tl.float32)
         wb = load_weight_tile(w_ptr, s_ptr, z_ptr, h, ks, HV, K, w_rs, s_rs, FMT, QBN, QBK)
-        wa = load_weight_tile(w_ptr + HV * w_rs, s_ptr, z_ptr, h, ks, HV, K, w_rs, s_rs, FMT, QBN, QBK)
+        # rows HV + h (the lanes h >= HV read b rows again or nothing; their results are not stored)
+        wa = load_weight_tile(w_ptr, s_ptr, z_ptr, HV + h, ks, 2 * HV, K, w_rs, s_rs, FMT, QBN, QBK)
         acc_b += tl.sum(wb * x[None, :], axis=1)
         acc_a += tl.sum(wa * x[None, :], axis=1)
     z = acc_a + tl.load(dt_ptr + h, mask=hm, other=0.0).to(tl.float32)
@@ -53,17 +54,15 @@ def gdn_gates_kernel(x_ptr, w_ptr, s_ptr, z_ptr, a_ptr, dt_ptr, g_ptr, beta_ptr,
 
 def launch_gdn_gates(x: torch.Tensor, w_ba, a: torch.Tensor, dt_bias: torch.Tensor):
     """gdn_ba_gates_gemv_per_row (`linear` role ba + `gdn_gates`): x [n, H], W_ba [2*Hv, H] (b rows
-    first; a dense tensor or a gemm.Weight with fp8 blocks aligned to Hv), a = A [Hv], dt_bias [Hv]
+    first; a dense tensor or a gemm.Weight), a = A [Hv], dt_bias [Hv]
     -> (decay g [n, Hv] f32, beta [n, Hv] f32)."""
     w = as_weight(w_ba)
-    if w.fmt == 1 and (w.n // 2) % w.block[0]:
-        raise ValueError("gdn gates: fp8 weight blocks must not straddle the b/a halves")
     n, hv = x.shape[0], w.n // 2
     g = torch.empty((n, hv), dtype=torch.float32, device=x.device)
     beta = torch.empty_like(g)
     s = w.scale if w.scale is not None else w.data
     z = w.zero if w.zero is not None else w.data
-    w_rs, _, s_rs, _ = w.strides()
+    w_rs, _, s_rs, _, _ = w.strides()
     gdn_gates_kernel[(n,)](x, w.data, s, z, a, dt_bias, g, beta, hv, w.k, x.stride(0), w_rs, s_rs,
                            FMT=w.fmt, QBN=w.block[0], QBK=w.block[1], BLOCK_H=triton.next_power_of_2(hv),
                            BLOCK_K=min(64, triton.next_power_of_2(w.k)))

@@ -4,7 +4,8 @@ QBK elements along K (w4a16, ONNX Runtime's MatMulNBits formula: w = (q - zp) * 
 
 One template, specialised by constexpr flags as Inductor does:
 
-    FMT       0 dense (f32/bf16/f16), 1 fp8 block, 2 int4 (two nibbles per byte, low first)
+    FMT       0 dense (f32/bf16/f16), 1 fp8 block (scale row per weight row from a row map),
+              2 int4 (two nibbles per byte, low first)
     HAS_BIAS  add a bias row
     SILU_OUT  the weight is [gate; up] (2N rows): y = silu(x W_gate^T) * (x W_up^T)
     SILU_IN   the input row is [gate | up] (2K): x = silu(gate) * up (an expert's down GEMV)
@@ -35,8 +36,11 @@ class Weight:
 
     data: dense f32/bf16 [.., N, K]; fp8: float8_e4m3fn [.., N, K]; int4: uint8
     [.., N, ceil(K/2)], element k in the low nibble of byte k//2 when k is even.
-    scale: fp8: f32 [.., ceil(N/bn), ceil(K/bk)] (scale_inv: w = q * scale); int4: f32
-    [.., N, ceil(K/bk)]. zero: int4: uint8 [.., N, ceil(K/bk)]. block: (bn, bk), int4 (1, bk).
+    scale: fp8: f32 [.., R, ceil(K/bk)] (scale_inv: w = q * scale[row_map[n], k // bk]); int4:
+    f32 [.., N, ceil(K/bk)]. zero: int4: uint8 [.., N, ceil(K/bk)]; fp8: the row map, int32 [N],
+    the scale row of each weight row (n // bn for one tensor; a merged projection whose parts
+    were quantized apart, or whose rows were reordered, maps its rows to its parts' grids).
+    block: (bn, bk), int4 (1, bk).
     """
 
     data: torch.Tensor
@@ -50,23 +54,41 @@ class Weight:
     def n(self) -> int:
         return int(self.data.shape[-2])
 
-    def strides(self) -> tuple[int, int, int, int]:
-        """(row stride of data, expert stride of data, row stride of scale, expert stride of scale)."""
+    def strides(self) -> tuple[int, int, int, int, int]:
+        """(row stride of data, expert stride of data, row stride of scale, expert stride of scale,
+        expert stride of zero / the row map)."""
         d, s = self.data, self.scale if self.scale is not None else self.data
-        es = lambda t: int(t.stride(0)) if t.dim() == 3 else 0  # noqa: E731
-        return int(d.stride(-2)), es(d), int(s.stride(-2)), es(s)
+        z = self.zero if self.zero is not None else self.data
+        es = lambda t, nd: int(t.stride(0)) if t.dim() == nd else 0  # noqa: E731
+        return int(d.stride(-2)), es(d, 3), int(s.stride(-2)), es(s, 3), es(z, 3 if self.fmt == INT4 else 2)
 
 
 def dense(w: torch.Tensor) -> Weight:
     return Weight(w.contiguous(), int(w.shape[-1]))
 
 
-def fp8_weight(q, scale_inv, block: tuple[int, int] = (128, 128)) -> Weight:
-    """From `strata.ir.fp8.quantize_fp8_block`'s (q e4m3 numpy or torch, scale_inv)."""
+def fp8_weight(q, scale_inv, block: tuple[int, int] = (128, 128), row_map=None) -> Weight:
+    """From `strata.ir.fp8.quantize_fp8_block`'s (q e4m3 numpy or torch [.., N, K], scale_inv);
+    row_map (int [N]): each row's scale row, default n // bn."""
     if isinstance(q, np.ndarray):
         q = torch.from_numpy(np.ascontiguousarray(q).view(np.uint8)).view(torch.float8_e4m3fn)
     scale = torch.as_tensor(np.asarray(scale_inv, np.float32) if not torch.is_tensor(scale_inv) else scale_inv)
-    return Weight(q.contiguous(), int(q.shape[-1]), FP8, scale.float().contiguous(), None, tuple(block))
+    n = q.shape[-2]
+    rows = np.arange(n) // block[0] if row_map is None else np.asarray(row_map)
+    rmap = torch.from_numpy(np.ascontiguousarray(rows, np.int32)).to(q.device)
+    return Weight(q.contiguous(), int(q.shape[-1]), FP8, scale.float().contiguous(), rmap, tuple(block))
+
+
+def fp8_concat(parts: list[tuple], block: tuple[int, int] = (128, 128)) -> Weight:
+    """A merged projection from parts quantized apart, [(q [.., Ni, K], scale_inv [.., Ri, Kb],
+    row_map [Ni] or None)]: rows and scale grids stacked, each part's rows mapped to its grid."""
+    qs, ss, maps, base = [], [], [], 0
+    for q, s, m in parts:
+        qs.append(np.asarray(q))
+        ss.append(np.asarray(s, np.float32))
+        maps.append(base + (np.arange(q.shape[-2]) // block[0] if m is None else np.asarray(m)))
+        base += s.shape[-2]
+    return fp8_weight(np.concatenate(qs, axis=-2), np.concatenate(ss, axis=-2), block, np.concatenate(maps))
 
 
 def int4_weight(q, scale, zero, block: int = 128) -> Weight:
@@ -94,9 +116,10 @@ def load_weight_tile(w_ptr, s_ptr, z_ptr, rows, cols, n_rows, K, w_rs, s_rs,
     m = (r < n_rows) & (c < K)
     if FMT == 0:
         w = tl.load(w_ptr + r * w_rs + c, mask=m, other=0.0).to(tl.float32)
-    elif FMT == 1:
+    elif FMT == 1:  # z_ptr: the row map (each row's scale row)
         q = tl.load(w_ptr + r * w_rs + c, mask=m, other=0.0).to(tl.float32)
-        s = tl.load(s_ptr + (r // QBN) * s_rs + c // QBK, mask=m, other=0.0)
+        sr = tl.load(z_ptr + rows, mask=rows < n_rows, other=0)[:, None]
+        s = tl.load(s_ptr + sr * s_rs + c // QBK, mask=m, other=0.0)
         w = q * s
     else:
         byte = tl.load(w_ptr + r * w_rs + c // 2, mask=m, other=0).to(tl.int32)
@@ -114,7 +137,7 @@ def _silu(x):
 
 @triton.jit
 def gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, ids_ptr, y_ptr, N, K, x_rs, y_rs, w_rs, w_es, s_rs, s_es,
-                FMT: tl.constexpr, HAS_BIAS: tl.constexpr, SILU_OUT: tl.constexpr, SILU_IN: tl.constexpr,
+                z_es, FMT: tl.constexpr, HAS_BIAS: tl.constexpr, SILU_OUT: tl.constexpr, SILU_IN: tl.constexpr,
                 HAS_IDS: tl.constexpr, X_DIV: tl.constexpr, QBN: tl.constexpr, QBK: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_n = tl.program_id(0)
@@ -123,7 +146,7 @@ def gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, ids_ptr, y_ptr, N, K, x_rs, y
         e = tl.load(ids_ptr + row).to(tl.int64)
         w_ptr += e * w_es
         s_ptr += e * s_es
-        z_ptr += e * s_es
+        z_ptr += e * z_es
     n_rows = 2 * N if SILU_OUT else N
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
@@ -210,11 +233,11 @@ def launch_gemv(x: torch.Tensor, w, out: torch.Tensor, *, bias: torch.Tensor | N
     k = w.k
     rows = out.shape[0]
     s, z, qbn, qbk = _quant_args(w)
-    w_rs, w_es, s_rs, s_es = w.strides()
+    w_rs, w_es, s_rs, s_es, z_es = w.strides()
     bn, bk = _pow2(n, 16, block_n), _pow2(k, 16, block_k)
     grid = (triton.cdiv(n, bn), rows)
     gemv_kernel[grid](x, w.data, s, z, bias if bias is not None else x, ids if ids is not None else x, out,
-                      n, k, x.stride(0), out.stride(0), w_rs, w_es, s_rs, s_es,
+                      n, k, x.stride(0), out.stride(0), w_rs, w_es, s_rs, s_es, z_es,
                       FMT=w.fmt, HAS_BIAS=bias is not None, SILU_OUT=silu_out, SILU_IN=silu_in,
                       HAS_IDS=ids is not None, X_DIV=x_div, QBN=qbn, QBK=qbk, BLOCK_N=bn, BLOCK_K=bk)
     return out
@@ -228,7 +251,7 @@ def launch_gemm(x: torch.Tensor, w, out: torch.Tensor, *, bias: torch.Tensor | N
     w = as_weight(w)
     m, n, k = x.shape[0], out.shape[-1], w.k
     s, z, qbn, qbk = _quant_args(w)
-    w_rs, _, s_rs, _ = w.strides()
+    w_rs, _, s_rs, _, _ = w.strides()
     bm, bn, bk = _pow2(m, 16, block_m), _pow2(n, 16, block_n), _pow2(k, 16, block_k)
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     gemm_kernel[grid](x, w.data, s, z, bias if bias is not None else x, out, m, n, k, x.stride(0), out.stride(0),
