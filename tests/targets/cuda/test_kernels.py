@@ -30,7 +30,7 @@ from support import HYBRID_FAMILIES, TINY, write_checkpoint  # noqa: E402
 from strata.semantics import kernels as K  # noqa: E402
 from strata.targets.cuda.kernels import attention, elementwise, gdn, gemm, moe, norms  # noqa: E402
 
-# conftest.py sets TRITON_INTERPRET before collection; a kernel compiled for a GPU here is a setup error
+# tests/conftest.py sets TRITON_INTERPRET before any import; a kernel compiled for a GPU here is a setup error
 assert type(gemm.gemv_kernel).__name__ == "InterpretedFunction", "the kernels were imported without TRITON_INTERPRET=1"
 
 PREFILL = 5
