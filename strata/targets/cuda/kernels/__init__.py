@@ -1,0 +1,17 @@
+"""Triton kernels of the CUDA target, one module per theme, each with `launch_<name>` launchers
+that take torch tensors (rows are the blueprint's edges: 2-D, row-major, [rows, dim]).
+
+    norms        residual add + RMSNorm, per-head (q/k) RMSNorm, gated RMSNorm
+    gemm         GEMV / GEMM templates: f32, bf16, fp8 block dequant (w8a16), int4 (w4a16)
+    attention    RoPE (neox, norm, mrope, imrope, partial), KV write, flash attention
+                 (decode and prefill; contiguous or paged cache)
+    gdn          Gated DeltaNet: ba gates, conv1d update + SiLU + L2 norm, recurrence (step, chunked)
+    moe          router, softmax + top-k, routed/shared expert GEMVs, weighted blend
+    elementwise  residual add, SiLU-mul, sigmoid gate, q/gate split, embedding rows, argmax
+
+Numerics: every kernel loads its inputs, converts them to f32, computes in f32 and stores in
+the element type of the output tensor the caller passes (so a bf16 edge is a bf16 tensor).
+Where the blueprint rounds an intermediate edge of a fused group (a residual sum that is also
+an output), the kernel rounds it through that output's element type before using it, as the
+reference does.
+"""

@@ -1,0 +1,298 @@
+"""Gated DeltaNet kernels: the ba projection + gates, the causal conv1d update + SiLU + L2 norm
+(with the conv-state snapshot), and the gated delta rule (a step per token for decode, chunks of
+64 tokens for prefill, as flash-linear-attention does).
+
+Layouts (the blueprint's, after llama.cpp):
+- gates: ba = x @ [W_b; W_a].T is [b | a] per row; decay g = softplus(a + dt_bias) * A with
+  A = -exp(A_log) (the weight table's `neg_exp`), beta = sigmoid(b); softplus(x) = x above 20.
+- conv: weight [C, K], state [C, K-1] (the last K-1 inputs, oldest first); input = the first C
+  columns of the qkvz edge; out[t, c] = silu(sum_j w[c, j] * full[c, t + j]), full = [state | x^T].
+- L2 norm of each lin_k_dim-wide head of the q and k columns: x / sqrt(|x|^2 + eps_total), with
+  eps_total = lin_k_dim * eps for the op level's rms_norm form, else 1e-6.
+- recurrence: state [Hv, Dv, Dk], state[h, j, i] = S_h[i, j] (ggml's GATED_DELTA_NET); value head
+  h reads q/k head h // (Hv/Hk) when grouped, else h % Hk. Per token: S *= exp(g);
+  u = beta (v - S^T k); S += k u^T; o = S^T q / sqrt(Dk).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from strata.targets.cuda.kernels.gemm import as_weight, load_weight_tile
+
+#: The op level's L2-norm epsilon without an `eps` (strata.semantics.module_hybrid.L2NORM_EPS).
+L2NORM_EPS = 1e-6
+CHUNK = 64
+
+
+@triton.jit
+def gdn_gates_kernel(x_ptr, w_ptr, s_ptr, z_ptr, a_ptr, dt_ptr, g_ptr, beta_ptr, HV, K, x_rs, w_rs, s_rs,
+                     FMT: tl.constexpr, QBN: tl.constexpr, QBK: tl.constexpr,
+                     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One row: b, a = x @ W_b.T, x @ W_a.T (a GEMV of 2*HV outputs), then the gates."""
+    row = tl.program_id(0).to(tl.int64)
+    h = tl.arange(0, BLOCK_H)
+    hm = h < HV
+    acc_b = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc_a = tl.zeros([BLOCK_H], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + row * x_rs + ks, mask=ks < K, other=0.0).to(tl.float32)
+        wb = load_weight_tile(w_ptr, s_ptr, z_ptr, h, ks, HV, K, w_rs, s_rs, FMT, QBN, QBK)
+        # rows HV + h (the lanes h >= HV read b rows again or nothing; their results are not stored)
+        wa = load_weight_tile(w_ptr, s_ptr, z_ptr, HV + h, ks, 2 * HV, K, w_rs, s_rs, FMT, QBN, QBK)
+        acc_b += tl.sum(wb * x[None, :], axis=1)
+        acc_a += tl.sum(wa * x[None, :], axis=1)
+    z = acc_a + tl.load(dt_ptr + h, mask=hm, other=0.0).to(tl.float32)
+    sp = tl.where(z > 20.0, z, tl.log(1.0 + tl.exp(tl.minimum(z, 20.0))))
+    g = sp * tl.load(a_ptr + h, mask=hm, other=0.0).to(tl.float32)
+    tl.store(g_ptr + row * HV + h, g, mask=hm)
+    tl.store(beta_ptr + row * HV + h, 1.0 / (1.0 + tl.exp(-acc_b)), mask=hm)
+
+
+def launch_gdn_gates(x: torch.Tensor, w_ba, a: torch.Tensor, dt_bias: torch.Tensor):
+    """gdn_ba_gates_gemv_per_row (`linear` role ba + `gdn_gates`): x [n, H], W_ba [2*Hv, H] (b rows
+    first; a dense tensor or a gemm.Weight), a = A [Hv], dt_bias [Hv]
+    -> (decay g [n, Hv] f32, beta [n, Hv] f32)."""
+    w = as_weight(w_ba)
+    n, hv = x.shape[0], w.n // 2
+    g = torch.empty((n, hv), dtype=torch.float32, device=x.device)
+    beta = torch.empty_like(g)
+    s = w.scale if w.scale is not None else w.data
+    z = w.zero if w.zero is not None else w.data
+    w_rs, _, s_rs, _, _ = w.strides()
+    gdn_gates_kernel[(n,)](x, w.data, s, z, a, dt_bias, g, beta, hv, w.k, x.stride(0), w_rs, s_rs,
+                           FMT=w.fmt, QBN=w.block[0], QBK=w.block[1], BLOCK_H=triton.next_power_of_2(hv),
+                           BLOCK_K=min(64, triton.next_power_of_2(w.k)))
+    return g, beta
+
+
+@triton.jit
+def conv_l2_kernel(x_ptr, w_ptr, st_ptr, snap_ptr, y_ptr, n_rows, C, N_NORM, x_rs, y_rs, eps,
+                   KW: tl.constexpr, HAS_SNAP: tl.constexpr, DK: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Channels [pid*DK, pid*DK + DK) (one q/k head when pid < N_NORM / DK): every row's conv +
+    SiLU (+ L2 norm of the head), then the state's new K-1 columns (and the snapshot)."""
+    c = tl.program_id(0) * DK + tl.arange(0, DK)
+    cm = c < C
+    norm = tl.program_id(0) * DK < N_NORM
+    for t in range(0, n_rows):
+        acc = tl.zeros([DK], dtype=tl.float32)
+        for j in tl.static_range(KW):
+            idx = t + j + tl.zeros([DK], dtype=tl.int32)  # column of full = [state | x^T]
+            from_state = idx < KW - 1
+            sv = tl.load(st_ptr + c * (KW - 1) + idx, mask=cm & from_state, other=0.0).to(tl.float32)
+            xv = tl.load(x_ptr + (idx - (KW - 1)).to(tl.int64) * x_rs + c, mask=cm & (idx >= KW - 1),
+                         other=0.0).to(tl.float32)
+            acc += tl.load(w_ptr + c * KW + j, mask=cm, other=0.0).to(tl.float32) * tl.where(from_state, sv, xv)
+        y = acc / (1.0 + tl.exp(-acc))
+        if norm:
+            y = y / tl.sqrt(tl.sum(y * y, axis=0) + eps)
+        tl.store(y_ptr + t * y_rs + c, y, mask=cm)
+    # new state column i = full[:, n_rows + i]: gathered before any store (the program owns c)
+    i = tl.arange(0, BLOCK_S)
+    idx = n_rows + i[None, :]
+    im = cm[:, None] & (i[None, :] < KW - 1)
+    old = tl.load(st_ptr + c[:, None] * (KW - 1) + idx, mask=im & (idx < KW - 1), other=0.0)
+    new = tl.load(x_ptr + (idx - (KW - 1)).to(tl.int64) * x_rs + c[:, None], mask=im & (idx >= KW - 1), other=0.0)
+    val = tl.where(idx < KW - 1, old.to(tl.float32), new.to(tl.float32))
+    tl.store(st_ptr + c[:, None] * (KW - 1) + i[None, :], val, mask=im)
+    if HAS_SNAP:
+        tl.store(snap_ptr + c[:, None] * (KW - 1) + i[None, :], val, mask=im)
+
+
+def launch_conv_l2(qkvz: torch.Tensor, conv_w: torch.Tensor, state: torch.Tensor, *, k_heads: int, k_dim: int,
+                   eps: float | None = None, snapshot: torch.Tensor | None = None,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+    """gdn_conv_l2_*_per_row (`conv1d_update` [+ `state_snapshot`] + `l2_norm`): the first C
+    columns of qkvz [n, >=C] through the conv (weight [C, K] or [C, 1, K]; state [C*(K-1)] any
+    shape, updated in place; snapshot, if given, receives the updated state) -> [n, C] f32, the
+    first 2*k_heads*k_dim columns L2-normalised per head. eps: the l2_norm node's `eps` (None: 1e-6)."""
+    w = conv_w.reshape(conv_w.shape[0], conv_w.shape[-1])
+    c, kw = w.shape
+    n = qkvz.shape[0]
+    out = out if out is not None else torch.empty((n, c), dtype=torch.float32, device=qkvz.device)
+    eps_total = L2NORM_EPS if eps is None else k_dim * eps
+    conv_l2_kernel[(triton.cdiv(c, k_dim),)](qkvz, w, state, snapshot if snapshot is not None else state, out, n, c,
+                                             2 * k_heads * k_dim, qkvz.stride(0), out.stride(0), eps_total, KW=kw,
+                                             HAS_SNAP=snapshot is not None, DK=k_dim,
+                                             BLOCK_S=triton.next_power_of_2(max(kw - 1, 1)))
+    return out
+
+
+@triton.jit
+def gdn_step_kernel(qkv_ptr, g_ptr, b_ptr, st_ptr, o_ptr, n_rows, HK, HV, qkv_rs, o_rs, scale,
+                    DK: tl.constexpr, DV: tl.constexpr, GROUPED: tl.constexpr,
+                    BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Value head program_id(0), value columns block program_id(1): the rows one at a time."""
+    h = tl.program_id(0)
+    j = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+    i = tl.arange(0, BLOCK_K)
+    jm = j < DV
+    im = i < DK
+    if GROUPED:
+        hk = h // (HV // HK)
+    else:
+        hk = h % HK
+    sp = st_ptr + h.to(tl.int64) * DV * DK + j[:, None] * DK + i[None, :]
+    sm = jm[:, None] & im[None, :]
+    st = tl.load(sp, mask=sm, other=0.0).to(tl.float32)  # [BLOCK_V, BLOCK_K]: S^T
+    for t in range(0, n_rows):
+        base = qkv_ptr + t * qkv_rs
+        q = tl.load(base + hk * DK + i, mask=im, other=0.0).to(tl.float32)
+        k = tl.load(base + HK * DK + hk * DK + i, mask=im, other=0.0).to(tl.float32)
+        v = tl.load(base + 2 * HK * DK + h * DV + j, mask=jm, other=0.0).to(tl.float32)
+        g = tl.load(g_ptr + t * HV + h).to(tl.float32)
+        beta = tl.load(b_ptr + t * HV + h).to(tl.float32)
+        st = st * tl.exp(g)
+        u = (v - tl.sum(st * k[None, :], axis=1)) * beta
+        st = st + u[:, None] * k[None, :]
+        o = tl.sum(st * q[None, :], axis=1) * scale
+        tl.store(o_ptr + t * o_rs + h * DV + j, o, mask=jm)
+    tl.store(sp, st, mask=sm)
+
+
+@triton.jit
+def gdn_chunk_prep_kernel(qkv_ptr, g_ptr, b_ptr, w_ptr, u_ptr, qk_ptr, n_rows, n_pad, HK, HV, qkv_rs,
+                          DK: tl.constexpr, DV: tl.constexpr, GROUPED: tl.constexpr, CH: tl.constexpr,
+                          SQUARINGS: tl.constexpr, PREC: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Chunk program_id(0) of value head program_id(1), independent of the state (the chunks run in
+    parallel): with G the cumulative gate in the chunk and A[t, s] = beta_t exp(G_t - G_s) k_t.k_s
+    (s < t), T = (I + A)^-1 = prod_j (I + N^(2^j)) with N = -A nilpotent (SQUARINGS = log2(CH) - 1
+    squarings by tl.dot); stores W = T (beta exp(G) K) [CH, DK], U0 = T (beta V) [CH, DV] and
+    QK = (Q K^T) * exp(G_t - G_s) (s <= t) [CH, CH]."""
+    c0 = tl.program_id(0) * CH
+    h = tl.program_id(1)
+    hk = h // (HV // HK) if GROUPED else h % HK
+    r = tl.arange(0, CH)
+    i = tl.arange(0, BLOCK_K)
+    t = c0 + r
+    tm = t < n_rows
+    rows = qkv_ptr + t[:, None].to(tl.int64) * qkv_rs
+    g = tl.load(g_ptr + t * HV + h, mask=tm, other=0.0).to(tl.float32)
+    beta = tl.load(b_ptr + t * HV + h, mask=tm, other=0.0).to(tl.float32)
+    cum = tl.cumsum(g, axis=0)
+    on = r[:, None] >= r[None, :]
+    decay = tl.where(on, tl.exp(tl.where(on, cum[:, None] - cum[None, :], 0.0)), 0.0)
+    kk = tl.zeros([CH, CH], dtype=tl.float32)
+    qk = tl.zeros([CH, CH], dtype=tl.float32)
+    for k0 in tl.static_range(0, DK, BLOCK_K):  # K . K^T and Q . K^T over column blocks of k and q
+        km = tm[:, None] & (k0 + i < DK)[None, :]
+        k = tl.load(rows + HK * DK + hk * DK + k0 + i[None, :], mask=km, other=0.0).to(tl.float32)
+        q = tl.load(rows + hk * DK + k0 + i[None, :], mask=km, other=0.0).to(tl.float32)
+        kk = tl.dot(k, tl.trans(k), kk, input_precision=PREC)
+        qk = tl.dot(q, tl.trans(k), qk, input_precision=PREC)
+    out_rows = (h * n_pad + t[:, None]).to(tl.int64)
+    tl.store(qk_ptr + out_rows * CH + r[None, :], qk * decay)
+    nmat = tl.where(r[:, None] > r[None, :], -kk * decay * beta[:, None], 0.0)
+    inv = tl.where(r[:, None] == r[None, :], 1.0, 0.0) + nmat
+    power = nmat
+    for _ in tl.static_range(SQUARINGS):
+        power = tl.dot(power, power, input_precision=PREC)
+        inv = inv + tl.dot(inv, power, input_precision=PREC)
+    kb = beta * tl.exp(cum)
+    for k0 in tl.static_range(0, DK, BLOCK_K):
+        km = tm[:, None] & (k0 + i < DK)[None, :]
+        k = tl.load(rows + HK * DK + hk * DK + k0 + i[None, :], mask=km, other=0.0).to(tl.float32)
+        w = tl.dot(inv, k * kb[:, None], input_precision=PREC)
+        tl.store(w_ptr + out_rows * DK + k0 + i[None, :], w, mask=(k0 + i < DK)[None, :])
+    for v0 in tl.static_range(0, DV, BLOCK_V):
+        j = v0 + tl.arange(0, BLOCK_V)
+        jm = j < DV
+        v = tl.load(rows + 2 * HK * DK + h * DV + j[None, :], mask=tm[:, None] & jm[None, :], other=0.0).to(tl.float32)
+        u0 = tl.dot(inv, v * beta[:, None], input_precision=PREC)
+        tl.store(u_ptr + out_rows * DV + j[None, :], u0, mask=jm[None, :])
+
+
+@triton.jit
+def gdn_chunk_state_kernel(qkv_ptr, g_ptr, w_ptr, u_ptr, qk_ptr, st_ptr, o_ptr, n_rows, n_pad, HK, HV, qkv_rs, o_rs,
+                           scale, DK: tl.constexpr, DV: tl.constexpr, GROUPED: tl.constexpr, CH: tl.constexpr,
+                           PREC: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Value head program_id(0), value columns block program_id(1): the chunks in order. With S0
+    the state before a chunk: U = U0 - W S0; O = (exp(G) Q S0 + QK U) * scale;
+    S = exp(G_last) S0 + sum_s exp(G_last - G_s) k_s u_s^T. The state S^T [BLOCK_V, DK] is held as
+    two column halves of BLOCK_K (DK <= 2 * BLOCK_K), as flash-linear-attention splits it, so that
+    no [CH, DK] operand tile is live at once."""
+    h = tl.program_id(0)
+    hk = h // (HV // HK) if GROUPED else h % HK
+    j = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
+    i0 = tl.arange(0, BLOCK_K)
+    i1 = BLOCK_K + i0
+    r = tl.arange(0, CH)
+    jm = j < DV
+    m0 = i0 < DK
+    m1 = i1 < DK
+    sp = st_ptr + h.to(tl.int64) * DV * DK + j[:, None] * DK
+    st0 = tl.load(sp + i0[None, :], mask=jm[:, None] & m0[None, :], other=0.0).to(tl.float32)
+    st1 = tl.load(sp + i1[None, :], mask=jm[:, None] & m1[None, :], other=0.0).to(tl.float32)
+    for c0 in range(0, n_rows, CH):
+        t = c0 + r
+        tm = t < n_rows
+        g = tl.load(g_ptr + t * HV + h, mask=tm, other=0.0).to(tl.float32)
+        cum = tl.cumsum(g, axis=0)
+        g_last = tl.sum(g, axis=0)
+        rows = (h * n_pad + t[:, None]).to(tl.int64)
+        src = qkv_ptr + t[:, None].to(tl.int64) * qkv_rs
+        u = tl.load(u_ptr + rows * DV + j[None, :], mask=jm[None, :], other=0.0)
+        w = tl.load(w_ptr + rows * DK + i0[None, :], mask=m0[None, :], other=0.0)
+        u -= tl.dot(w, tl.trans(st0), input_precision=PREC)
+        w = tl.load(w_ptr + rows * DK + i1[None, :], mask=m1[None, :], other=0.0)
+        u -= tl.dot(w, tl.trans(st1), input_precision=PREC)  # [CH, BLOCK_V]
+        e = tl.exp(cum)[:, None]
+        q = tl.load(src + hk * DK + i0[None, :], mask=tm[:, None] & m0[None, :], other=0.0).to(tl.float32)
+        o = tl.dot(q * e, tl.trans(st0), input_precision=PREC)
+        q = tl.load(src + hk * DK + i1[None, :], mask=tm[:, None] & m1[None, :], other=0.0).to(tl.float32)
+        o += tl.dot(q * e, tl.trans(st1), input_precision=PREC)
+        qk = tl.load(qk_ptr + rows * CH + r[None, :])
+        o = (o + tl.dot(qk, u, input_precision=PREC)) * scale
+        tl.store(o_ptr + t[:, None].to(tl.int64) * o_rs + h * DV + j[None, :], o, mask=tm[:, None] & jm[None, :])
+        last = tl.exp(g_last - cum)[:, None]
+        ut = tl.trans(u)
+        k = tl.load(src + HK * DK + hk * DK + i0[None, :], mask=tm[:, None] & m0[None, :], other=0.0).to(tl.float32)
+        st0 = st0 * tl.exp(g_last) + tl.dot(ut, k * last, input_precision=PREC)
+        k = tl.load(src + HK * DK + hk * DK + i1[None, :], mask=tm[:, None] & m1[None, :], other=0.0).to(tl.float32)
+        st1 = st1 * tl.exp(g_last) + tl.dot(ut, k * last, input_precision=PREC)
+    tl.store(sp + i0[None, :], st0, mask=jm[:, None] & m0[None, :])
+    tl.store(sp + i1[None, :], st1, mask=jm[:, None] & m1[None, :])
+
+
+def launch_gdn_recurrence(qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor, *,
+                          k_heads: int, k_dim: int, v_heads: int, v_dim: int, grouped: bool,
+                          chunked: bool | None = None, snapshot: torch.Tensor | None = None,
+                          out: torch.Tensor | None = None, block_v: int = 32, fast_dot: bool = False,
+                          prep_block_k: int = 32) -> torch.Tensor:
+    """gdn_recurrence_*_per_row (and _ckpt with `snapshot`): qkv [n, 2*Hk*Dk + Hv*Dv] (the conv
+    group's output), g, beta [n, Hv] f32, state [Hv*Dv*Dk] f32 in place -> [n, Hv*Dv] f32.
+    chunked (default: n > 1) runs chunks of 64 tokens; else one step per token. fast_dot: the
+    chunk's products in TF32 on tensor cores (else IEEE f32)."""
+    n = qkv.shape[0]
+    out = out if out is not None else torch.empty((n, v_heads * v_dim), dtype=torch.float32, device=qkv.device)
+    chunked = n > 1 if chunked is None else chunked
+    bk = triton.next_power_of_2(k_dim)
+    if chunked:
+        bk, bv = max(16, bk), max(16, min(block_v, triton.next_power_of_2(v_dim)))  # tl.dot's smallest tile
+        n_chunks = triton.cdiv(n, CHUNK)
+        n_pad = n_chunks * CHUNK
+        f32 = dict(dtype=torch.float32, device=qkv.device)
+        w = torch.empty((v_heads, n_pad, k_dim), **f32)
+        u = torch.empty((v_heads, n_pad, v_dim), **f32)
+        qk = torch.empty((v_heads, n_pad, CHUNK), **f32)
+        prec = "tf32" if fast_dot else "ieee"
+        gdn_chunk_prep_kernel[(n_chunks, v_heads)](qkv, g, beta, w, u, qk, n, n_pad, k_heads, v_heads, qkv.stride(0),
+                                                   DK=k_dim, DV=v_dim, GROUPED=grouped, CH=CHUNK,
+                                                   SQUARINGS=CHUNK.bit_length() - 2, PREC=prec,
+                                                   BLOCK_K=max(16, min(prep_block_k, triton.next_power_of_2(k_dim))),
+                                                   BLOCK_V=bv, num_warps=8, num_stages=1)
+        gdn_chunk_state_kernel[(v_heads, triton.cdiv(v_dim, bv))](
+            qkv, g, w, u, qk, state, out, n, n_pad, k_heads, v_heads, qkv.stride(0), out.stride(0),
+            float(k_dim) ** -0.5, DK=k_dim, DV=v_dim, GROUPED=grouped, CH=CHUNK, PREC=prec,
+            BLOCK_K=max(16, triton.next_power_of_2(triton.cdiv(k_dim, 2))), BLOCK_V=bv, num_warps=8, num_stages=1)
+    else:
+        bv = min(block_v, triton.next_power_of_2(v_dim))
+        gdn_step_kernel[(v_heads, triton.cdiv(v_dim, bv))](qkv, g, beta, state, out, n, k_heads, v_heads,
+                                                          qkv.stride(0), out.stride(0), float(k_dim) ** -0.5, DK=k_dim,
+                                                          DV=v_dim, GROUPED=grouped, BLOCK_K=bk, BLOCK_V=bv)
+    if snapshot is not None:
+        snapshot.copy_(state.reshape(snapshot.shape))
+    return out
