@@ -181,15 +181,17 @@ class ParamOp(IRDLOperation):
     """A weight by name (weights never enter the IR): its value (float weights rounded to the
     result's frac, half away from zero, saturated), or, with `part`, one tensor of its int4
     form (ORT's block-wise asymmetric quantization and MatMulNBits packing, `strata.ir.int4`):
-    `int4_b` (ui8 [N, nb, block/2]), `int4_scales` (fixed [N, nb]) or `int4_zp` (ui8 [N, ceil(nb/2)]).
+    `int4_b` (ui8 [N, nb, block/2]), `int4_scales` (fixed [N, nb]) or `int4_zp` (ui8 [N, ceil(nb/2)]),
+    each with the quantization `block` (along K, the weight's last axis).
 
         %w = fixed.param "blk.0.attn_norm.weight" : tensor<32x!fixed.fp32<30>>
-        %b = fixed.param "blk.0.attn_q.weight" {part = "int4_b"} : tensor<32x1x64xui8>
+        %b = fixed.param "blk.0.attn_q.weight" {part = "int4_b", block = 128 : i64} : tensor<32x1x64xui8>
     """
 
     name = "fixed.param"
     param = attr_def(StringAttr)
     part = opt_attr_def(StringAttr)
+    block = opt_attr_def(IntegerAttr)
     result = result_def(AnyFixedOperand)
     traits = traits_def(MemoryReadEffect())
     assembly_format = "$param attr-dict `:` type($result)"
@@ -202,6 +204,15 @@ class ParamOp(IRDLOperation):
         part = self.part_name
         require(part in PARTS, f"fixed.param: part must be one of {', '.join(PARTS)}, got '{part}'")
         fixed = isinstance(_elem(self.result), FixedPointType)
+        if part == "value":
+            require(self.block is None, "fixed.param: a block is for an int4 part")
+        else:
+            block = self.block.value.data if self.block is not None else 0
+            require(block >= 2 and block % 2 == 0, f"fixed.param: part '{part}' needs an even block >= 2, got {block}")
+            if part == "int4_b":
+                shape = shape_of(self.result)
+                require(len(shape) == 3 and 2 * shape[2] == block,
+                        f"fixed.param: int4_b is [N, nb, {block // 2}] for block {block}, got {list(shape)}")
         if part in ("int4_b", "int4_zp"):
             require(_is_u8(self.result), f"fixed.param: part '{part}' is a ui8 tensor, got {self.result.type}")
         else:

@@ -97,9 +97,8 @@ def _param(op: FX.ParamOp, a: list, env: Env) -> tuple:
         else:
             if w.ndim != 2:
                 raise FixedRunError(f"fixed.param: int4 weight '{op.param.data}' must be 2-D, got {list(w.shape)}")
-            n, k = w.shape
-            nb = shape[1]
-            block = 2 * shape[2] if part == "int4_b" else _block_of(k, nb)
+            assert op.block is not None
+            block = op.block.value.data
             q, scale, zp = quantize_int4_block(w, block)
             b, zpp = pack_int4(q, zp, block)
             value = {"int4_b": b, "int4_zp": zpp}.get(part)
@@ -110,15 +109,6 @@ def _param(op: FX.ParamOp, a: list, env: Env) -> tuple:
                 raise FixedRunError(f"fixed.param: '{op.param.data}' {part} has shape {list(value.shape)}, the IR says {list(shape)}")
             env.cache[key] = value
     return (env.cache[key],)
-
-
-def _block_of(k: int, nb: int) -> int:
-    """The block of K columns in nb blocks (the smallest even block with ceil(K / block) == nb;
-    a power of two when one fits, as MatMulNBits' blocks are)."""
-    for block in (16, 32, 64, 128, 256):
-        if -(-k // block) == nb:
-            return block
-    raise FixedRunError(f"fixed.param: no int4 block splits K = {k} into {nb} blocks")
 
 
 @R(FX.EmbedOp)
