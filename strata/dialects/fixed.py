@@ -477,6 +477,28 @@ class MatmulW4A16Op(FixedOp):
 
 
 @irdl_op_definition
+class MatmulOp(FixedOp):
+    """y = x @ W^T with both fixed (a weight kept in full precision, as the w4a16 recipe keeps
+    the LM head in bf16): each product (below 2^62) pre-shifted by g = ceil(log2 K), summed in
+    64 bits, shifted to the result's frac (rounded, saturated).
+
+        %y = fixed.matmul %x, %w {node = "result_output"} : tensor<5x32x!fixed.fp32<28>>, tensor<48x32x!fixed.fp32<31>> -> tensor<5x48x!fixed.fp32<27>>
+    """
+
+    name = "fixed.matmul"
+    src = operand_def(FixedTensor)
+    weight = operand_def(FixedTensor)
+    result = result_def(FixedTensor)
+    traits = traits_def(Pure())
+    assembly_format = "$src `,` $weight attr-dict `:` type($src) `,` type($weight) `->` type($result)"
+
+    def verify_op(self) -> None:
+        x, w, r = shape_of(self.src), shape_of(self.weight), shape_of(self.result)
+        require(len(x) == 2 and len(w) == 2 and w[1] == x[1] and r == (x[0], w[0]),
+                f"fixed.matmul: x [M, K], W [N, K] and the result [M, N], got {list(x)}, {list(w)} and {list(r)}")
+
+
+@irdl_op_definition
 class AttentionOp(FixedOp):
     """Causal multi-head attention over the rows given (a prefill from position 0), grouped
     query heads (q [rows, Hq*D], k and v [rows, Hkv*D], Hq a multiple of Hkv): scores q.k in
@@ -513,9 +535,9 @@ class AttentionOp(FixedOp):
 
 
 #: The ops whose results get seed 004's w4a16 headroom (the matmul outputs).
-MATMUL_OPS: tuple[type[FixedOp], ...] = (MatmulW4A16Op,)
+MATMUL_OPS: tuple[type[FixedOp], ...] = (MatmulW4A16Op, MatmulOp)
 
 OPS = [ParamOp, EmbedOp, MulOp, AddOp, RescaleOp, RmsNormOp, SoftmaxOp, SigmoidOp, SiluOp, RopeOp,
-       DequantInt4Op, DequantInt8Op, QuantInt8Op, MatmulW4A16Op, AttentionOp]
+       DequantInt4Op, DequantInt8Op, QuantInt8Op, MatmulW4A16Op, MatmulOp, AttentionOp]
 
 Fixed = Dialect("fixed", OPS, [FixedPointType])

@@ -22,6 +22,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "smoothquant": ("strata.passes.smoothquant", "SmoothQuantPass"),
     "quantize-w4a16": ("strata.passes.quantize_w4a16", "QuantizeW4A16Pass"),
     "assign-frac-bits": ("strata.passes.assign_frac_bits", "AssignFracBitsPass"),
+    "convert-blueprint-to-fixed": ("strata.passes.convert_blueprint_to_fixed", "ConvertBlueprintToFixedPass"),
 }
 
 

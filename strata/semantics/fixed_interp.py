@@ -93,6 +93,7 @@ def _param(op: FX.ParamOp, a: list, env: Env) -> tuple:
         if part == "value":
             if w.size != int(np.prod(shape)):
                 raise FixedRunError(f"fixed.param: weight '{op.param.data}' has shape {list(w.shape)}, the IR says {list(shape)}")
+            _check_fits(op, w, frac_of(t))
             env.cache[key] = to_fixed(w.reshape(shape), frac_of(t))
         else:
             if w.ndim != 2:
@@ -103,12 +104,22 @@ def _param(op: FX.ParamOp, a: list, env: Env) -> tuple:
             b, zpp = pack_int4(q, zp, block)
             value = {"int4_b": b, "int4_zp": zpp}.get(part)
             if part == "int4_scales":
+                _check_fits(op, scale, frac_of(t))
                 value = to_fixed(scale, frac_of(t))
             assert value is not None
             if tuple(value.shape) != shape:
                 raise FixedRunError(f"fixed.param: '{op.param.data}' {part} has shape {list(value.shape)}, the IR says {list(shape)}")
             env.cache[key] = value
     return (env.cache[key],)
+
+
+def _check_fits(op: FX.ParamOp, w: np.ndarray, frac: int) -> None:
+    """A weight beyond its format's range (by more than the one LSB seed 004's rule allows at an
+    exact power of two) is an error, not a silent saturation."""
+    top = float(np.abs(w).max()) if w.size else 0.0
+    if top * 2.0 ** frac > 2.0 ** 31 + 0.5:
+        raise FixedRunError(f"fixed.param: weight '{op.param.data}' ({op.part_name}) reaches {top:g}, beyond "
+                            f"FixedPoint32<{frac}>'s range of +-{2.0 ** (31 - frac):g}")
 
 
 @R(FX.EmbedOp)
@@ -228,6 +239,11 @@ def _matmul_w4a16(op: FX.MatmulW4A16Op, a: list, env: Env) -> tuple:
     wf = op.wfrac.value.data
     w = dequant_int4_fixed(b, s, _f(op.scales), zp, x.shape[1], wf)
     return (matmul_fixed(x, _f(op.src), w, wf, _out(op)),)
+
+
+@R(FX.MatmulOp)
+def _matmul(op: FX.MatmulOp, a: list, env: Env) -> tuple:
+    return (matmul_fixed(a[0], _f(op.src), a[1], _f(op.weight), _out(op)),)
 
 
 @R(FX.DequantInt8Op)

@@ -9,14 +9,14 @@ from xdsl.dialects.builtin import TensorType, f32
 from xdsl.utils.exceptions import VerifyException
 
 from strata.dialects import parse_ir, strata_dialects
-from strata.dialects.fixed import OPS, Fixed, FixedPointType, MatmulW4A16Op, fixed_tensor, frac_of
+from strata.dialects.fixed import OPS, Fixed, FixedPointType, MatmulOp, MatmulW4A16Op, fixed_tensor, frac_of
 from strata.ir.dtypes import dtype_of, has_kind, lookup
 
 
 def test_registered_in_strata_dialects():
     assert Fixed in strata_dialects()
     assert {op.name for op in OPS} == {op.name for op in Fixed.operations}
-    assert len(OPS) == 15
+    assert len(OPS) == 16
 
 
 @pytest.mark.parametrize("frac", [0, 23, 31])
@@ -50,4 +50,4 @@ def test_parse_print_round_trip():
 def test_headroom_ops():
     from strata.dialects.fixed import MATMUL_OPS
 
-    assert MATMUL_OPS == (MatmulW4A16Op,)
+    assert MATMUL_OPS == (MatmulW4A16Op, MatmulOp)

@@ -248,6 +248,16 @@ def test_matmul_w4a16():
     assert (np.abs(from_fixed(y, fy) - orig) <= k_bound * 2.0 ** -fy + extra).all()
 
 
+def test_matmul_fixed_weights():
+    m, n, k, fx_, fw, fy = 4, 9, 100, 28, 31, 27
+    x, w = fx((m, k), fx_), fx((n, k), fw, 0.05)
+    ts = (T((m, k), fx_), T((n, k), fw))
+    (y,) = run_fixed(one_op(list(ts), f"fixed.matmul %a0, %a1 : {ts[0]}, {ts[1]} -> {T((m, n), fy)}", T((m, n), fy)), {}, [x, w])
+    ref = from_fixed(x, fx_) @ from_fixed(w, fw).T
+    # K products rounded at 2^(g - fx - fw) (g = 7), then 0.5 ulp
+    assert ulp_err(y, ref, fy).max() <= 0.5 + k * 2.0 ** (7 - 1 - fx_ - fw + fy)
+
+
 def test_matmul_w4a16_saturates():
     w, q, scale, zp, b, zpp, s = _int4(4, 128, 128, 31)
     x = np.full((1, 128), INT32_MAX, np.int64)
@@ -297,6 +307,15 @@ def test_attention_causal_gqa():
     bound = 0.5 * 2.0 ** -fy + np.abs(vr).max() * (2 * ds + 6 * n * 2.0 ** -31) + n * 2.0 ** (3 - 1 - 31 - fv)
     assert np.abs(from_fixed(y, fy) - ref).max() <= bound
     assert bound / 2.0 ** -fy < 64  # the bound stays within 6 bits of the result's resolution
+
+
+def test_param_refuses_a_weight_beyond_its_format():
+    text = 'func.func @f() -> tensor<2x!fixed.fp32<30>> {\n  %g = fixed.param "g" : tensor<2x!fixed.fp32<30>>\n  func.return %g : tensor<2x!fixed.fp32<30>>\n}'
+    fn = next(o for o in parse_ir(text).walk() if isinstance(o, func.FuncOp))
+    (g,) = run_fixed(fn, {"g": np.array([2.0, -1.0], np.float32)}, [])  # 2 = 2^1: saturates one LSB (seed 004's rule)
+    assert g[0] == INT32_MAX
+    with pytest.raises(FixedRunError, match="weight 'g' \\(value\\) reaches 2.5, beyond FixedPoint32<30>'s range of \\+-2"):
+        run_fixed(fn, {"g": np.array([2.5, -1.0], np.float32)}, [])
 
 
 def test_param_rounds_weights_and_packs_int4():

@@ -175,6 +175,15 @@ func.func @f(%a: tensor<4x!fixed.fp32<20>>, %c: tensor<4x3x!fixed.fp32<20>>, %i:
 
 // -----
 
+// fixed.matmul: x [M, K], W [N, K].
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}fixed.matmul: x [M, K], W [N, K] and the result [M, N], got [4, 3], [3, 4] and [4, 3]
+func.func @f(%a: tensor<4x!fixed.fp32<20>>, %c: tensor<4x3x!fixed.fp32<20>>, %i: tensor<3xi32>, %r: tensor<2x6x!fixed.fp32<20>>, %t: tensor<2x1x!fixed.fp32<30>>, %u: tensor<2x1x!fixed.fp32<29>>, %b: tensor<4x1x64xui8>, %s: tensor<4x1x!fixed.fp32<31>>, %s2: tensor<4x2x!fixed.fp32<31>>, %z: tensor<4x1xui8>, %x: tensor<2x128x!fixed.fp32<20>>, %q: tensor<2x6xi8>, %i2: tensor<2x6xi32>, %h: tensor<3x!fixed.fp32<20>>, %v4: tensor<2x4x!fixed.fp32<20>>, %c2: tensor<3x4x!fixed.fp32<20>>) {
+  %y = fixed.matmul %c, %c2 : tensor<4x3x!fixed.fp32<20>>, tensor<3x4x!fixed.fp32<20>> -> tensor<4x3x!fixed.fp32<20>>
+  func.return
+}
+
+// -----
+
 // fixed.matmul_w4a16: wfrac in 0..31.
 // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}fixed.matmul_w4a16: wfrac must be in 0..31, got 40
 func.func @f(%a: tensor<4x!fixed.fp32<20>>, %c: tensor<4x3x!fixed.fp32<20>>, %i: tensor<3xi32>, %r: tensor<2x6x!fixed.fp32<20>>, %t: tensor<2x1x!fixed.fp32<30>>, %u: tensor<2x1x!fixed.fp32<29>>, %b: tensor<4x1x64xui8>, %s: tensor<4x1x!fixed.fp32<31>>, %s2: tensor<4x2x!fixed.fp32<31>>, %z: tensor<4x1xui8>, %x: tensor<2x128x!fixed.fp32<20>>, %q: tensor<2x6xi8>, %i2: tensor<2x6xi32>, %h: tensor<3x!fixed.fp32<20>>, %v4: tensor<2x4x!fixed.fp32<20>>) {

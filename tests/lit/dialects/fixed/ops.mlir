@@ -36,6 +36,10 @@
 // CHECK-NEXT:    %q = fixed.matmul_w4a16 %x, %b, %s, %zp {wfrac = 31 : i64, node = "Qcur-0"} : tensor<5x32x!fixed.fp32<28>>, tensor<32x1x64xui8>, tensor<32x1x!fixed.fp32<31>>, tensor<32x1xui8> -> tensor<5x32x!fixed.fp32<25>>
 // CHECK-NEXT:    func.return
 // CHECK-NEXT:  }
+// CHECK-LABEL: func.func @matmul(
+// CHECK-NEXT:    %y = fixed.matmul %x, %w {node = "result_output"} : tensor<5x32x!fixed.fp32<28>>, tensor<48x32x!fixed.fp32<31>> -> tensor<5x48x!fixed.fp32<27>>
+// CHECK-NEXT:    func.return
+// CHECK-NEXT:  }
 // CHECK-LABEL: func.func @int8(
 // CHECK-NEXT:    %q = fixed.quant_int8 %k, %s {head_dim = 8 : i64} : tensor<5x16x!fixed.fp32<28>>, tensor<2x!fixed.fp32<31>> -> tensor<5x16xi8>
 // CHECK-NEXT:    %d = fixed.dequant_int8 %q, %s {head_dim = 8 : i64} : tensor<5x16xi8>, tensor<2x!fixed.fp32<31>> -> tensor<5x16x!fixed.fp32<28>>
@@ -75,6 +79,10 @@ func.func @rms_norm_rope(%x: tensor<5x32x!fixed.fp32<27>>, %w: tensor<32x!fixed.
 func.func @int4(%x: tensor<5x32x!fixed.fp32<28>>, %b: tensor<32x1x64xui8>, %s: tensor<32x1x!fixed.fp32<31>>, %zp: tensor<32x1xui8>) {
   %w = fixed.dequant_int4 %b, %s, %zp : tensor<32x1x64xui8>, tensor<32x1x!fixed.fp32<31>>, tensor<32x1xui8> -> tensor<32x32x!fixed.fp32<29>>
   %q = fixed.matmul_w4a16 %x, %b, %s, %zp {wfrac = 31 : i64, node = "Qcur-0"} : tensor<5x32x!fixed.fp32<28>>, tensor<32x1x64xui8>, tensor<32x1x!fixed.fp32<31>>, tensor<32x1xui8> -> tensor<5x32x!fixed.fp32<25>>
+  func.return
+}
+func.func @matmul(%x: tensor<5x32x!fixed.fp32<28>>, %w: tensor<48x32x!fixed.fp32<31>>) {
+  %y = fixed.matmul %x, %w {node = "result_output"} : tensor<5x32x!fixed.fp32<28>>, tensor<48x32x!fixed.fp32<31>> -> tensor<5x48x!fixed.fp32<27>>
   func.return
 }
 func.func @int8(%k: tensor<5x16x!fixed.fp32<28>>, %s: tensor<2x!fixed.fp32<31>>) {
