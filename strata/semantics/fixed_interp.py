@@ -36,7 +36,6 @@ from strata.ir.int4 import pack_int4, quantize_int4_block, unpack_int4
 from strata.semantics.fixed_arith import (
     I64,
     ceil_log2,
-    exp_neg,  # noqa: F401 - re-exported for tests
     from_fixed,
     isqrt,
     bit_length,
