@@ -303,7 +303,7 @@ class RmsNormOp(FixedOp):
 @irdl_op_definition
 class SoftmaxOp(_Unary):
     """Softmax of each row (the last axis): the row's max subtracted (every difference <= 0),
-    exp of those negatives in Q31 (see `fixed_interp.exp_neg`), their sum, and each exp times
+    exp of those negatives in Q31 (`strata.semantics.fixed_arith.exp_neg`: within 1.25 LSB), their sum, and each exp times
     the reciprocal of the sum (normalized to 32 bits), rounded to the result's frac.
 
         %p = fixed.softmax %s : tensor<4x6x!fixed.fp32<26>> -> tensor<4x6x!fixed.fp32<31>>
