@@ -172,6 +172,8 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
             # The blueprint level's exporters: kbp-graph/v1 JSON, Graphviz, the group table.
             for name in ("kbp-graph", "blueprint-dot", "blueprint-table"):
                 self.available_targets[name] = self.blueprint_target(name)
+            # The fixed level's range table (op, range, frac), as assign-frac-bits left it.
+            self.available_targets["fixed-range-table"] = self.fixed_range_table
             # Every code target prints its output files from op-level IR: run its pipeline
             # (`strata compile --print-pipeline`) with -p first.
             for name in TARGETS:
@@ -214,6 +216,12 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
                     out.write(inspect_table(fn))
 
             return emit
+
+        @staticmethod
+        def fixed_range_table(module: ModuleOp, out: IO[str]) -> None:
+            from strata.passes.assign_frac_bits import range_table
+
+            out.write(range_table(module))
 
         def trace_target(self, module: ModuleOp, out: IO[str]) -> None:
             from xdsl.dialects import func

@@ -23,8 +23,9 @@ def strata_dialects() -> list[Dialect]:
     from strata.dialects.module import Module
     from strata.dialects.op import Op
     from strata.dialects.blueprint import Blueprint
+    from strata.dialects.fixed import Fixed
 
-    return [Builtin, Func, Arith, Module, Op, Blueprint]
+    return [Builtin, Func, Arith, Module, Op, Blueprint, Fixed]
 
 
 def strata_context() -> Context:

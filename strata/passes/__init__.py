@@ -21,6 +21,8 @@ PASSES: dict[str, tuple[str, str]] = {
     "blueprint-collapse": ("strata.passes.blueprint_collapse", "BlueprintCollapsePass"),
     "smoothquant": ("strata.passes.smoothquant", "SmoothQuantPass"),
     "quantize-w4a16": ("strata.passes.quantize_w4a16", "QuantizeW4A16Pass"),
+    "assign-frac-bits": ("strata.passes.assign_frac_bits", "AssignFracBitsPass"),
+    "convert-blueprint-to-fixed": ("strata.passes.convert_blueprint_to_fixed", "ConvertBlueprintToFixedPass"),
 }
 
 
