@@ -540,4 +540,8 @@ MATMUL_OPS: tuple[type[FixedOp], ...] = (MatmulW4A16Op, MatmulOp)
 OPS = [ParamOp, EmbedOp, MulOp, AddOp, RescaleOp, RmsNormOp, SoftmaxOp, SigmoidOp, SiluOp, RopeOp,
        DequantInt4Op, DequantInt8Op, QuantInt8Op, MatmulW4A16Op, MatmulOp, AttentionOp]
 
+from strata.dialects.fixed_kv import KV_OPS  # noqa: E402  (the decode ops build on the ones above)
+
+OPS += KV_OPS
+
 Fixed = Dialect("fixed", OPS, [FixedPointType])

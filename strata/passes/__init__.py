@@ -23,6 +23,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "quantize-w4a16": ("strata.passes.quantize_w4a16", "QuantizeW4A16Pass"),
     "assign-frac-bits": ("strata.passes.assign_frac_bits", "AssignFracBitsPass"),
     "convert-blueprint-to-fixed": ("strata.passes.convert_blueprint_to_fixed", "ConvertBlueprintToFixedPass"),
+    "epu-pack-projections": ("strata.passes.epu_pack_projections", "EpuPackProjectionsPass"),
 }
 
 

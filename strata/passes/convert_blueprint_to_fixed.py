@@ -22,6 +22,19 @@ tensor<n x i32>, %cos, %sin: tensor<n x head_dim/2 x !fixed.fp32<30>>) -> logits
     silu_mul              fixed.silu (gate) + fixed.mul (by up)                 ffn_swiglu-L
     argmax                dropped: the function returns the logits
 
+With `ctx` > 0 (a persistent int8 KV cache of ctx positions, seed 004's decode; `strata.dialects.
+fixed_kv`) the function is `@<entry>(%tokens, %pos: tensor<1xi32>, %cos, %sin)`: the rows are
+at positions pos.., and each layer's attention becomes
+
+    k, v rows             fixed.quant_int8 (one scale per head: max|k| / 127 of the calibrated
+                          `Kcur-L` rope range, max|v| / 127 of `Vcur-L`; a fixed.const each)
+                          + fixed.cache_write into fixed.kv_state "cache_k_lL" / "cache_v_lL"
+                          [ctx, kv_heads*head_dim] i8
+    paged_attention       fixed.dequant_int8 of each whole cache (k at the frac of max|k|, v of
+                          max|v|) + fixed.cache_attention (query row i sees keys 0..pos+i)
+
+(the ranges have one range per tensor, so every head of a layer gets that tensor's scale).
+
 `node` is the op's key in the ranges file (`strata calibrate`'s `tensors`): the last tensor of
 that llama.cpp name (and op kind where the name has several: `op.mul_mat` for a projection,
 `op.rope` for its rope); the attention's output projection, unnamed at the op level, is the
@@ -47,6 +60,7 @@ import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
+    DenseArrayBase,
     FloatAttr,
     IntegerAttr,
     IntegerType,
@@ -63,11 +77,13 @@ from xdsl.passes import ModulePass
 
 from strata.dialects import blueprint as B
 from strata.dialects import fixed as FX
+from strata.dialects import fixed_kv as KV
 from strata.errors import StrataError
 from strata.ir.int4 import dequantize_int4_block, quantize_int4_block
 from strata.passes.assign_frac_bits import frac_bits, read_tensor_ranges
 
 U8 = IntegerType(8, Signedness.UNSIGNED)
+I8 = IntegerType(8)
 SILU_MIN = -0.27846454276  # min over x of x * sigmoid(x)
 
 
@@ -177,8 +193,9 @@ def _dim(b: _Builder, name: str) -> int:
     return b.dims[name]
 
 
-def convert_function(fn: func.FuncOp, tensors: Mapping[str, Any], weights: Any = None) -> func.FuncOp:
-    """The fixed function of one prefill blueprint function (see the module docstring)."""
+def convert_function(fn: func.FuncOp, tensors: Mapping[str, Any], weights: Any = None, ctx: int = 0) -> func.FuncOp:
+    """The fixed function of one prefill blueprint function (see the module docstring); with
+    `ctx` > 0 a decode step over a persistent int8 KV cache of ctx positions."""
     dims_attr = fn.attributes.get("blueprint.dims")
     dims = {k: int(v.value.data) for k, v in dims_attr.data.items()} if dims_attr is not None else {}  # type: ignore[attr-defined]
     rows_attr = fn.attributes.get("blueprint.rows")
@@ -188,9 +205,12 @@ def convert_function(fn: func.FuncOp, tensors: Mapping[str, Any], weights: Any =
                                 "(blueprint.mode = \"prefill\" with blueprint.rows)")
     rows = int(rows_attr.value.data)  # type: ignore[attr-defined]
     hd = dims.get("head_dim", 0)
-    block = Block(arg_types=[TensorType(i32, [rows]), _t((rows, hd // 2), 30), _t((rows, hd // 2), 30)])
+    if ctx and (isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < rows):
+        raise ConvertFixedError(f"convert-blueprint-to-fixed: ctx must be an integer >= the {rows} rows, got {ctx!r}")
+    pos_t = [TensorType(i32, [1])] if ctx else []
+    block = Block(arg_types=[TensorType(i32, [rows]), *pos_t, _t((rows, hd // 2), 30), _t((rows, hd // 2), 30)])
     b = _Builder(tensors, weights, block, dims, rows)
-    tokens, cos, sin = block.args
+    tokens, cos, sin = block.args[0], block.args[-2], block.args[-1]
     vals: dict[SSAValue, Any] = {fn.body.block.args[0]: tokens}
     theta: list[float] = []
     logits: list[SSAValue] = []
@@ -262,10 +282,18 @@ def convert_function(fn: func.FuncOp, tensors: Mapping[str, Any], weights: Any =
         elif isinstance(op, B.PagedAttentionOp):
             key = b.key(f"kqv_out-{L}", node=nid)
             qk = [max(map(abs, b.span(b.key(n, "op.rope", nid)))) for n in (f"Qcur-{L}", f"Kcur-{L}")]
-            out = b.add(FX.AttentionOp.create(operands=a[:3], result_types=[_t(FX.shape_of(a[0]), b.frac(key))], attributes={
-                "node": StringAttr(key), "head_dim": IntegerAttr(hd, i64),
-                "scale": FloatAttr(float(op.attributes["scale"].value.data), f64),  # type: ignore[attr-defined]
-                "sfrac": IntegerAttr(max(0, frac_bits(0.0, qk[0] * qk[1] * hd)), i64)}))
+            attrs = {"node": StringAttr(key), "head_dim": IntegerAttr(hd, i64),
+                     "scale": FloatAttr(float(op.attributes["scale"].value.data), f64),  # type: ignore[attr-defined]
+                     "sfrac": IntegerAttr(max(0, frac_bits(0.0, qk[0] * qk[1] * hd)), i64)}
+            out_t = _t(FX.shape_of(a[0]), b.frac(key))
+            if ctx:
+                vmax = max(map(abs, b.span(b.key(f"Vcur-{L}", "op.mul_mat", nid))))
+                k, v = (_cached(b, x, f"cache_{kv}_l{L}", top, ctx, hd, block.args[1])
+                        for x, kv, top in ((a[1], "k", qk[1]), (a[2], "v", vmax)))
+                out = b.add(KV.CacheAttentionOp.create(operands=[a[0], k, v, block.args[1]], result_types=[out_t],
+                                                       attributes=attrs))
+            else:
+                out = b.add(FX.AttentionOp.create(operands=a[:3], result_types=[out_t], attributes=attrs))
         elif isinstance(op, B.ResidualAddOp):
             key = b.key(("l_out-" if ".ffn." in nid else "ffn_inp-") + L, node=nid)
             out = b.add(FX.AddOp.create(operands=a[:2], result_types=[_t(FX.shape_of(a[0]), b.frac(key))],
@@ -290,15 +318,36 @@ def convert_function(fn: func.FuncOp, tensors: Mapping[str, Any], weights: Any =
     out_fn = func.FuncOp(fn.sym_name.data, func.FunctionType.from_lists(block.arg_types, [logits[0].type]), Region(block))
     out_fn.attributes["fixed.rope_theta"] = FloatAttr(theta[0] if theta else 10000.0, f64)
     out_fn.attributes["fixed.rows"] = IntegerAttr(rows, i64)
+    if ctx:
+        out_fn.attributes["fixed.ctx"] = IntegerAttr(ctx, i64)
     return out_fn
 
 
-def convert_blueprint_to_fixed(module: ModuleOp, tensors: Mapping[str, Any], weights: Any = None) -> ModuleOp:
-    """A new module with the fixed function of each blueprint function of `module`."""
+def _cached(b: _Builder, x: SSAValue, state: str, top: float, ctx: int, hd: int, pos: SSAValue) -> SSAValue:
+    """x's rows quantized to int8 into the state at pos, and the whole state read back."""
+    width = FX.shape_of(x)[1]
+    scale = max(top, 2.0 ** -24) / 127.0
+    sfrac = max(0, frac_bits(0.0, scale))
+    s = min(int(np.floor(scale * 2.0 ** sfrac + 0.5)), 2 ** 31 - 1)  # rounded half away from zero (scale > 0)
+    consts = b.add(KV.ConstOp.create(attributes={"value": DenseArrayBase.from_list(i64, [s] * (width // hd))},
+                                     result_types=[_t((width // hd,), sfrac)]))
+    hd_attr = {"head_dim": IntegerAttr(hd, i64)}
+    q8 = b.add(FX.QuantInt8Op.create(operands=[x, consts], result_types=[TensorType(I8, FX.shape_of(x))],
+                                     attributes=hd_attr))
+    cache = b.add(KV.KvStateOp.create(attributes={"state": StringAttr(state)}, result_types=[TensorType(I8, [ctx, width])]))
+    b.block.add_op(KV.CacheWriteOp.create(operands=[cache, q8, pos]))
+    return b.add(FX.DequantInt8Op.create(operands=[cache, consts], result_types=[_t((ctx, width), frac_bits(0.0, 127 * scale))],
+                                         attributes=hd_attr))
+
+
+def convert_blueprint_to_fixed(module: ModuleOp, tensors: Mapping[str, Any], weights: Any = None,
+                               ctx: int = 0) -> ModuleOp:
+    """A new module with the fixed function of each blueprint function of `module` (a decode
+    step over an int8 KV cache of `ctx` positions when ctx > 0)."""
     fns = [op for op in module.ops if isinstance(op, func.FuncOp)]
     if not fns:
         raise ConvertFixedError("convert-blueprint-to-fixed: no function")
-    return ModuleOp([convert_function(fn, tensors, weights) for fn in fns])
+    return ModuleOp([convert_function(fn, tensors, weights, ctx) for fn in fns])
 
 
 @dataclass(frozen=True)
@@ -309,11 +358,12 @@ class ConvertBlueprintToFixedPass(ModulePass):
     name = "convert-blueprint-to-fixed"
 
     ranges: str = ""
+    kv_ctx: int = 0
 
     def apply(self, ctx: Context, module: ModuleOp) -> None:  # noqa: D102
         if not self.ranges:
             raise ConvertFixedError("convert-blueprint-to-fixed: needs ranges=FILE (from `strata calibrate`)")
-        new = convert_blueprint_to_fixed(module, read_tensor_ranges(self.ranges))
+        new = convert_blueprint_to_fixed(module, read_tensor_ranges(self.ranges), ctx=self.kv_ctx)
         for op in list(module.ops):
             op.detach()
             op.erase()

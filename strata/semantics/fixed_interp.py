@@ -57,6 +57,7 @@ class FixedRunError(StrataError):
 class Env:
     weights: Any
     cache: dict[tuple, np.ndarray] = field(default_factory=dict)
+    state: dict[str, np.ndarray] = field(default_factory=dict)  # fixed.kv_state buffers, by name
 
     def weight(self, name: str) -> np.ndarray:
         try:
@@ -295,13 +296,15 @@ def _attention(op: FX.AttentionOp, a: list, env: Env) -> tuple:
 
 
 def run_fixed(fn: func.FuncOp, weights: Any, inputs: Sequence[np.ndarray], *, cache: dict | None = None,
-              observe: Callable[[Operation, tuple], None] | None = None) -> list[np.ndarray]:
+              observe: Callable[[Operation, tuple], None] | None = None,
+              state: dict | None = None) -> list[np.ndarray]:
     """Run the fixed-level function `fn` on `inputs` (fixed tensors as their integers); returns
-    the values of its `func.return`. `observe(op, results)` is called after each op."""
+    the values of its `func.return`. `observe(op, results)` is called after each op; `state`
+    holds the KV cache (`fixed.kv_state`) and persists across calls that share it."""
     args = fn.body.block.args
     if len(inputs) != len(args):
         raise FixedRunError(f"@{fn.sym_name.data}: takes {len(args)} inputs, got {len(inputs)}")
-    env = Env(weights, cache if cache is not None else {})
+    env = Env(weights, cache if cache is not None else {}, state if state is not None else {})
     values: dict[SSAValue, np.ndarray] = {}
     for v, x in zip(args, inputs):
         x = np.asarray(x)
@@ -334,6 +337,8 @@ def rope_tables(rows: int, head_dim: int, theta: float, pos: int = 0, frac: int 
     ang = (pos + np.arange(rows, dtype=np.float64))[:, None] * inv[None, :]
     return to_fixed(np.cos(ang), frac), to_fixed(np.sin(ang), frac)
 
+
+from strata.semantics import fixed_kv_interp  # noqa: E402, F401  (registers the decode ops)
 
 __all__ = ["FIXED_INTERPRETER", "FixedRunError", "run_fixed", "rope_tables", "rms_norm_fixed", "matmul_fixed",
            "dequant_int4_fixed", "from_fixed", "to_fixed"]
