@@ -146,6 +146,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from strata.pipeline import compile_model, target_pipeline
 
     model = _model(args)
+    if args.target == "epu":  # staged and reads the weights: calibrate -> ... -> cpp (strata.epu)
+        from strata.epu import cmd_compile_epu
+
+        return cmd_compile_epu(args, model)
     if args.print_pipeline:
         print(target_pipeline(args.target, model, _knobs(args)))
         return 0
@@ -425,6 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the output directory (created; a previous strata output there is replaced)")
     p.add_argument("--print-pipeline", action="store_true",
                    help="print the target's pass pipeline (runnable by strata-opt -p) and stop")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="a knob of a staged target (epu: alpha, headroom, block, ctx, calib_prompts, calib_len, calib_seed)")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="compile (or reuse) and generate greedily")

@@ -49,9 +49,8 @@ import numpy as np
 from strata.errors import StrataError
 from strata.pipeline import Model, blueprint_of, blueprint_pipeline, run_pipeline
 from strata.stage import locked, sha256_file, versions
+from strata.targets.epu import KNOBS
 
-KNOBS: dict[str, Any] = {"alpha": 0.5, "headroom": 2, "block": 128, "ctx": None, "calib_prompts": 8,
-                         "calib_len": 16, "calib_seed": 0}
 STAGES = ("calibrate", "smoothquant", "w4a16", "fixed", "cpp")
 STAGE_JSON = "STAGE.json"
 TOP = "EPU.json"
@@ -352,3 +351,35 @@ def score_epu(model: Model, out: str | Path, prompt: Sequence[int]) -> dict[str,
 
     _, logits, frac = run_epu(out, prompt, 1)
     return logit_metrics(logits[0].astype(np.float64) * 2.0 ** -frac, ort_logits(model, out, prompt))
+
+
+def parse_knobs(items: Sequence[str] | None) -> dict[str, Any]:
+    """`--set KEY=VALUE` pairs as knobs (numbers parsed; a one-line error naming a bad one)."""
+    knobs: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or key not in KNOBS:
+            raise EpuError(f"--set {item!r}: expected KEY=VALUE with KEY one of {', '.join(KNOBS)}")
+        try:
+            knobs[key] = float(value) if key == "alpha" else int(value, 10)
+        except ValueError:
+            raise EpuError(f"--set {item!r}: {value!r} is not a number") from None
+    return knobs
+
+
+def cmd_compile_epu(args: Any, model: Model) -> int:
+    """`strata compile MODEL --target epu -o OUT [--set KEY=VALUE ...]`."""
+    knobs = parse_knobs(getattr(args, "set", None))
+    if getattr(args, "ctx", None) is not None:
+        knobs.setdefault("ctx", args.ctx)
+    if args.print_pipeline:
+        print(pipeline_text(resolve(model, knobs)))
+        return 0
+    if args.output is None:
+        raise EpuError("compile: give -o OUT (the output directory), or --print-pipeline")
+    t0 = time.perf_counter()
+    out, rebuilt = compile_epu(model, args.output, knobs)
+    print(f"strata: compiled {args.model} for epu in {time.perf_counter() - t0:.2f} s (rebuilt: "
+          f"{', '.join(rebuilt) or 'nothing'})", file=sys.stderr)
+    print(out)
+    return 0

@@ -51,3 +51,4 @@ def target(name: str) -> Target:
     if name not in TARGETS:
         raise StrataError(f"target '{name}' is not available (available: {', '.join(TARGETS)})")
     return TARGETS[name]()
+TARGETS["epu"] = lambda: __import__("strata.targets.epu", fromlist=["epu_target"]).epu_target()  # seed 004 (staged: strata.epu)
