@@ -383,3 +383,37 @@ def cmd_compile_epu(args: Any, model: Model) -> int:
           f"{', '.join(rebuilt) or 'nothing'})", file=sys.stderr)
     print(out)
     return 0
+
+
+def interpret_epu(model: Model, out: str | Path, prompt: Sequence[int], n_new: int) -> tuple[list[int], np.ndarray, int]:
+    """What `run_epu` computes, by the fixed interpreter on the fixed stage's IR (the same loop:
+    one step per prompt token, then the argmax fed back): (ids, logits integers, frac)."""
+    from xdsl.dialects import func
+
+    from strata.dialects import strata_context
+    from strata.dialects.fixed import frac_of
+    from strata.ir.text import parse_ir
+    from strata.semantics.fixed_interp import rope_tables, run_fixed
+
+    path = Path(out) / "fixed" / "fixed.mlir"
+    fn = next(op for op in parse_ir(path.read_text(encoding="utf-8"), str(path), strata_context()).walk()
+              if isinstance(op, func.FuncOp))
+    half = fn.function_type.inputs.data[2].get_shape()[1]  # type: ignore[attr-defined]
+    theta = float(fn.attributes["fixed.rope_theta"].value.data)  # type: ignore[attr-defined]
+    weights = smoothed_store(model, Path(out))
+    state: dict = {}
+    cache: dict = {}
+    ids: list[int] = []
+    rows = []
+    token = int(prompt[0])
+    for pos in range(len(prompt) + n_new - 1):
+        if pos < len(prompt):
+            token = int(prompt[pos])
+        cos, sin = rope_tables(1, 2 * half, theta, pos)
+        (y,) = run_fixed(fn, weights, [np.array([token], np.int32), np.array([pos], np.int32), cos, sin],
+                         state=state, cache=cache)
+        if pos >= len(prompt) - 1:
+            rows.append(y[0])
+            token = int(np.argmax(y[0]))
+            ids.append(token)
+    return ids, np.array(rows, np.int64), frac_of(fn.function_type.outputs.data[0])
