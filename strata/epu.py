@@ -21,7 +21,8 @@ reaches:
     fixed        fixed.mlir: the decode step at the fixed level (convert-blueprint-to-fixed with
                  an int8 KV cache of ctx positions, assign-frac-bits{headroom},
                  epu-pack-projections) and range_table.txt (seed 004's table)
-    cpp          model.h, main.cpp, epu_runtime.h, Makefile, weights.bin (strata.targets.epu)
+    cpp          model.h, main.cpp, epu_runtime.h, Makefile, weights.bin (strata.targets.epu) and
+                 cost.txt (an estimate per custom op: MACs, DDR bytes, cycles; strata.targets.epu.cost)
 
     knobs   calib_prompts calib_len calib_seed -> calibrate; alpha -> smoothquant;
             block -> w4a16; headroom, ctx -> fixed
@@ -208,6 +209,7 @@ def compile_epu(model: Model, out: str | Path, knobs: Mapping[str, Any] | None =
     from strata.ir.weights import write_safetensors
     from strata.passes import smoothquant as SQ
     from strata.passes.assign_frac_bits import range_table
+    from strata.targets.epu.cost import cost_table
     from strata.targets.epu.emit import emit_epu
     from strata.w4a16 import Plan, W4A16Weights, plan_model, write_w4a16
 
@@ -265,6 +267,7 @@ def compile_epu(model: Model, out: str | Path, knobs: Mapping[str, Any] | None =
             fx = parse_ir(text, str(out / "fixed" / "fixed.mlir"), strata_context())
             for name, data in emit_epu(fx, smoothed_store(model, out, store), model.name).items():
                 (d / name).write_bytes(data)
+            (d / "cost.txt").write_text(cost_table(fx), encoding="utf-8")  # an estimate, labelled so
 
         cpp = stage(out, "cpp", {**base, "fixed": fxd, "smoothquant": sq}, b_cpp, rebuilt)
         top = {"format": "strata-epu/v1", "model": model.name, "knobs": k,
@@ -381,6 +384,7 @@ def cmd_compile_epu(args: Any, model: Model) -> int:
     out, rebuilt = compile_epu(model, args.output, knobs)
     print(f"strata: compiled {args.model} for epu in {time.perf_counter() - t0:.2f} s (rebuilt: "
           f"{', '.join(rebuilt) or 'nothing'})", file=sys.stderr)
+    print("strata: " + (out / "cpp" / "cost.txt").read_text(encoding="utf-8").splitlines()[0], file=sys.stderr)
     print(out)
     return 0
 
