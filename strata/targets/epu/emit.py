@@ -300,6 +300,14 @@ def _w4a16(em: EpuEmitter, op: FX.MatmulW4A16Op) -> None:
     em.w.line(f"  nn_custom::w4a16PackedProj<{n}, {f}, {fx}>({em.name(op.src)}, {m}, w, y); }}")
 
 
+@H(FX.RopeOp)
+def _rope(em: EpuEmitter, op: FX.RopeOp) -> None:
+    rows, width = shape_of(op.src)
+    y = em.buffer(op.result)
+    em.w.line(f"epu::rope<{frac_of(op.src)}, {frac_of(op.cos)}, {frac_of(op.result)}>({em.name(op.src)}, {rows}, {width}, "
+              f"{op.head_dim.value.data}, {em.name(op.cos)}, {em.name(op.sin)}, {y});")
+
+
 @H(FX.MatmulOp)
 def _matmul(em: EpuEmitter, op: FX.MatmulOp) -> None:
     (m, k), n = shape_of(op.src), shape_of(op.weight)[0]

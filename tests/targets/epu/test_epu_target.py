@@ -103,3 +103,15 @@ def test_driver_refuses_bad_input(built):
     assert r.returncode == 2 and "not this model's weights.bin" in r.stderr
     r = subprocess.run([exe, weights, "1,2,3", "40", str(out / "build" / "x.bin")], capture_output=True, text=True)
     assert r.returncode == 2 and "exceed the KV cache of 32" in r.stderr
+
+
+def test_the_printers_gaps_are_known():
+    """Ops with no handler of their own: the prefill attention and standalone softmax and int4
+    dequantization (the decode step has none), and the KV-cache parts, which only occur inside
+    qwenMultiheadAttentionFx32RoPE (the match prints them)."""
+    from strata.dialects.fixed import Fixed
+    from strata.targets.epu.emit import EPU_EMITTER
+
+    assert sorted(EPU_EMITTER.missing(Fixed)) == sorted(
+        f"'fixed.{n}'" for n in ("softmax", "dequant_int4", "dequant_int8", "quant_int8", "attention", "kv_state",
+                                 "cache_write"))
