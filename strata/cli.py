@@ -197,6 +197,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         from strata.cli_onnx import run_via_onnxruntime
 
         return run_via_onnxruntime(args)
+    if args.target == "epu":  # the staged compile, g++ and the device-side loop (strata.epu)
+        from strata.epu import cmd_run_epu
+
+        return cmd_run_epu(args)
     from strata.outputs import check_output_path, write_output
     from strata.pipeline import cached_compile, resolve_knobs
     from strata.stage import StageError
@@ -370,6 +374,8 @@ def _add_target_args(p: argparse.ArgumentParser) -> None:
                    help="context size in tokens: the KV cache holds this many "
                         "(default: min(max_position_embeddings, 4096))")
     p.add_argument("--no-flash-attn", action="store_true", help="unfused MUL_MAT/SOFT_MAX attention")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="a knob of a staged target (epu: alpha, headroom, block, ctx, calib_prompts, calib_len, calib_seed)")
 
 
 def _add_blueprint_args(p: argparse.ArgumentParser) -> None:
@@ -429,8 +435,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the output directory (created; a previous strata output there is replaced)")
     p.add_argument("--print-pipeline", action="store_true",
                    help="print the target's pass pipeline (runnable by strata-opt -p) and stop")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="a knob of a staged target (epu: alpha, headroom, block, ctx, calib_prompts, calib_len, calib_seed)")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="compile (or reuse) and generate greedily")

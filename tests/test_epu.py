@@ -109,6 +109,17 @@ def test_cli(tiny_model, tmp_path):
     assert r.returncode == 0 and "convert-blueprint-to-fixed{ranges=RANGES kv_ctx=16}" in r.stdout
     r = run_tool("compile", str(model.root), "--target", "epu", "-o", str(tmp_path / "p"), "--set", "headroom=x")
     assert r.returncode == 1 and "'x' is not a number" in r.stderr and "Traceback" not in r.stderr
+    if shutil.which("g++") is None:
+        return
+    r = run_tool("run", str(model.root), "--target", "epu", "--prompt-ids", "3,17,5", "--max-new-tokens", "3",
+                 "--set", "ctx=16", "--cache-dir", str(tmp_path / "c"), "--dump-logits", str(tmp_path / "l.npy"))
+    assert r.returncode == 0, r.stderr
+    ids = [int(t) for t in r.stdout.strip().splitlines()[-1].removeprefix("ids=").split(",")]
+    logits = np.load(tmp_path / "l.npy")
+    assert logits.shape == (3, 48) and ids == [int(np.argmax(row)) for row in logits]
+    r = run_tool("run", str(model.root), "--target", "epu", "--prompt-ids", "3,17,5", "--max-new-tokens", "20",
+                 "--set", "ctx=16", "--cache-dir", str(tmp_path / "c"))
+    assert r.returncode == 1 and "exceed the KV cache of 16" in r.stderr
 
 
 def test_interpreter_loop_matches_itself(tiny_model):
