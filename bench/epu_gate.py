@@ -21,9 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from strata.dialects import parse_ir  # noqa: E402
 from strata.epu import build_epu, compile_epu, ort_logits, run_epu  # noqa: E402
 from strata.models.checkpoint import save_random_checkpoint  # noqa: E402
 from strata.pipeline import load_config, load_model  # noqa: E402
+from strata.targets.epu.cost import QCU, step_cost  # noqa: E402
 from strata.verify.metrics import logit_metrics  # noqa: E402
 
 
@@ -57,6 +59,13 @@ def main() -> int:
     _, logits, frac = run_epu(out, prompt, 1)
     run_s = time.perf_counter() - t0
     m = logit_metrics(logits[0] * 2.0 ** -frac, ort_logits(model, out, prompt))
+    cost = step_cost(parse_ir((out / "fixed" / "fixed.mlir").read_text()), pos=len(prompt))
+    per_layer = [r for r in cost.rows if not r[0].startswith(("embed", "result_", "w4a16NBitsMatMul result_"))]
+    layer_cycles = sum(r[3] for r in per_layer) / args.layers
+    full = cost.cycles + (32 - args.layers) * layer_cycles
+    print(f"cost ESTIMATE (roofline, {QCU.name}): {args.layers} layers {cost.cycles / 1e6:.2f} M cycles; "
+          f"scaled to 32 layers {full / 1e6:.2f} M cycles, {QCU.clock_hz / full:.0f} tokens/s "
+          f"(seed 004's ISS measured 32.6 M cycles, 46 tokens/s)")
     print(f"{len(prompt)}-token prompt: {len(prompt)} device steps in {run_s:.1f} s; logits FixedPoint32<{frac}>")
     print(f"rank_of_ort_argmax={m['rank_of_ort_argmax']} rel_rmse_affine={m['rel_rmse_affine']:.4f} "
           f"topk_overlap={m['topk_overlap']:.2f} compile_s={compile_s:.1f} build_s={build_s:.1f} run_s={run_s:.1f}")

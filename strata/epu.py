@@ -177,26 +177,27 @@ def smoothed_store(model: Model, out: Path, store: Any = None) -> _Overlay:
     return _Overlay(store if store is not None else model.open_weights(quiet=True), changed)
 
 
-def _int4_head(module) -> None:
-    """Seed 004's lm_head is int4 (w4a16NBitsMatMul), as the ORT graph's: the recipe keeps it bf16."""
+def _int4_head(module, int4: set[str]) -> None:
+    """Seed 004's lm_head is int4 (w4a16NBitsMatMul) where the w4a16 stage made its weight int4, as
+    the ORT graph's (the recipe keeps it bf16); a head tied to the embedding table stays fixed.matmul."""
     from strata.dialects import blueprint as B
 
     ops = list(module.walk())
-    int4 = next((op.attributes["precision"] for op in ops if isinstance(op, B.LinearOp) and "precision" in op.attributes
+    fmt = next((op.attributes["precision"] for op in ops if isinstance(op, B.LinearOp) and "precision" in op.attributes
                  and (op.attributes["precision"].fields().get("weight") is not None)  # type: ignore[attr-defined]
                  and op.attributes["precision"].fields()["weight"].elem.data == "int4"), None)  # type: ignore[attr-defined]
     for op in ops:
-        if isinstance(op, B.LmHeadOp) and int4 is not None:
-            op.attributes["precision"] = int4
+        if isinstance(op, B.LmHeadOp) and fmt is not None and op.param.data in int4:
+            op.attributes["precision"] = fmt
 
 
-def fixed_module(model: Model, ranges: Path, weights: Any, headroom: int, ctx: int):
-    """The fixed-level decode step (the fixed stage's IR)."""
+def fixed_module(model: Model, ranges: Path, weights: Any, headroom: int, ctx: int, int4: set[str]):
+    """The fixed-level decode step (the fixed stage's IR); `int4`: the weights the w4a16 stage made int4."""
     from strata.passes.assign_frac_bits import read_tensor_ranges
     from strata.passes.convert_blueprint_to_fixed import convert_blueprint_to_fixed
 
     bp = blueprint_of(model, "prefill", 1, "w4a16", collapse=False)
-    _int4_head(bp)
+    _int4_head(bp, int4)
     fx = convert_blueprint_to_fixed(bp, read_tensor_ranges(ranges), weights=weights, ctx=ctx)
     spec = json.dumps(str(ranges))
     return run_pipeline(fx, f"assign-frac-bits{{headroom={headroom} ranges={spec}}},epu-pack-projections")
@@ -253,7 +254,9 @@ def compile_epu(model: Model, out: str | Path, knobs: Mapping[str, Any] | None =
         wq = stage(out, "w4a16", {**base, "smoothquant": sq, "block": k["block"], "calibrate": cal}, b_w4a16, rebuilt)
 
         def b_fixed(d: Path) -> None:
-            fx = fixed_module(model, out / "w4a16" / "ranges.json", smoothed_store(model, out, store), k["headroom"], k["ctx"])
+            int4 = set(W4A16Weights.open(out / "w4a16" / "q").weights)
+            fx = fixed_module(model, out / "w4a16" / "ranges.json", smoothed_store(model, out, store), k["headroom"],
+                              k["ctx"], int4)
             (d / "fixed.mlir").write_text(print_ir(fx), encoding="utf-8")
             (d / "range_table.txt").write_text(range_table(fx), encoding="utf-8")
 
