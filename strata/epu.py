@@ -52,7 +52,6 @@ from strata.pipeline import Model, blueprint_of, blueprint_pipeline, run_pipelin
 from strata.stage import locked, sha256_file, versions
 from strata.targets.epu import KNOBS
 
-STAGES = ("calibrate", "smoothquant", "w4a16", "fixed", "cpp")
 STAGE_JSON = "STAGE.json"
 TOP = "EPU.json"
 DEFAULT_CTX = 256
@@ -219,7 +218,11 @@ def compile_epu(model: Model, out: str | Path, knobs: Mapping[str, Any] | None =
     _check_out(out)
     store = model.open_weights(quiet=True)
     config = model.root / "config.json"
-    base = {"config_sha256": sha256_file(config) if config.is_file() else None, "weights": store.fingerprint(),
+    # The weights are baked into every stage (ranges, int4, weights.bin): their bytes are hashed,
+    # not only the safetensors headers the cpu target's manifest records.
+    _say(f"[epu] hashing the weights of {model.root}")
+    weights = [{"file": f.path.name, "sha256": sha256_file(f.path)} for f in store.files]
+    base = {"config_sha256": sha256_file(config) if config.is_file() else None, "weights": weights,
             "strata_sources_sha256": versions()["strata_sources_sha256"]}
     rebuilt: list[str] = []
     with locked(out):

@@ -30,6 +30,7 @@ def _outputs(out):
 
 def test_a_knob_rebuilds_only_the_stages_it_reaches(tiny_model):
     model, root = tiny_model
+    model = load_model(shutil.copytree(model.root, root / "tiny-mutable"))  # its weights change below
     out = root / "staged"
     _, rebuilt = compile_epu(model, out, {"ctx": 16})
     assert rebuilt == DOWNSTREAM
@@ -48,6 +49,11 @@ def test_a_knob_rebuilds_only_the_stages_it_reaches(tiny_model):
     assert compile_epu(model, out, {"ctx": 16, "headroom": 3, "alpha": 0.6, "calib_seed": 1})[1] == ["fixed"]
     top = json.loads((out / "EPU.json").read_text())
     assert top["knobs"]["headroom"] == 3 and set(top["stages"]) == set(DOWNSTREAM)
+    # new weight values of the same names and shapes: every stage is rebuilt (the bytes are hashed)
+    other = load_model(write_checkpoint(TINY["llama"], root / "tiny-other", seed=5))
+    shutil.copy(other.root / "model.safetensors", model.root / "model.safetensors")
+    model = load_model(model.root)
+    assert compile_epu(model, out, {"ctx": 16, "headroom": 3, "alpha": 0.6, "calib_seed": 1})[1] == DOWNSTREAM
 
 
 def test_gate_against_onnx_runtime(tiny_model):
