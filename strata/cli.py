@@ -1,7 +1,8 @@
 """The `strata` driver: inspect, ir, trace, compile and run a model.
 
 MODEL is a directory holding an HF `config.json` (and safetensors for compile and
-run), or the path of the config file itself. User errors print one line and exit 1.
+run), or the path of the config file itself, or a llama.cpp GGUF file. User errors print
+one line and exit 1.
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = model.open_weights()
     check_finite(store, list(model.params()), args.allow_nonfinite)
     default_cache = args.cache_dir is None
-    cache = model.root / ".strata-cache" / args.target if default_cache else Path(args.cache_dir)
+    cache = model.cache_root / args.target if default_cache else Path(args.cache_dir)
 
     t0 = time.perf_counter()
     try:
@@ -314,7 +315,8 @@ def bounded_int(low: int, high: int = MAX_INT):
     return parse
 
 
-MODEL_HELP = "the model: a directory holding an HF config.json and its safetensors (or the config.json itself)"
+MODEL_HELP = ("the model: a directory holding an HF config.json and its safetensors (or the config.json itself), "
+              "or a llama.cpp GGUF file")
 
 
 def _add_model(p: argparse.ArgumentParser) -> None:
