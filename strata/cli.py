@@ -57,9 +57,10 @@ def _provenance(model, args: argparse.Namespace) -> dict:
     except PackageNotFoundError:  # run from a source tree
         strata_version = "source"
     config = (model.root / "config.json").read_bytes() if (model.root / "config.json").is_file() else b""
+    config_sha256 = model.gguf.header_sha256 if model.gguf is not None else hashlib.sha256(config).hexdigest()
     command = (f"strata blueprint {model.name} --mode {args.mode} --rows {args.rows} --recipe {args.recipe} "
                f"--kv {args.kv}")
-    return {"kind": "strata", "model": model.name, "config_sha256": hashlib.sha256(config).hexdigest(),
+    return {"kind": "strata", "model": model.name, "config_sha256": config_sha256,
             "recipe": args.recipe, "mode": args.mode, "rows": args.rows, "kv": args.kv, "strata": strata_version,
             "commands": [command]}
 

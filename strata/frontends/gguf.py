@@ -429,6 +429,10 @@ class GgufWeights:
         """The GGUF tensor that IR tensor `name` is read from (the first, when several)."""
         return self._plans[name].sources[0] if name in self._plans else name
 
+    def sources(self, name: str) -> tuple[str, ...]:
+        """The GGUF tensors that IR tensor `name` is made from."""
+        return self._plans[name].sources if name in self._plans else (name,)
+
     def info(self, name: str) -> tuple[tuple[int, ...], str]:
         plan = self._plans[name]
         return tuple(self.get(name).shape), self.g.dtype_name(plan.sources[0]) if plan.as_stored else "f32"

@@ -116,6 +116,26 @@ def test_f32_generates_as_the_checkpoint(case: Case) -> None:
     assert diff <= 1e-4
 
 
+def test_q8_0_tensors_are_the_checkpoints_rounded(case: Case) -> None:
+    """Each Q8_0 tensor, read back, is the checkpoint's rounded to Q8_0 by the gguf package (the
+    converter's quantizer): the reader adds no error of its own. (Rounding commutes with what
+    the store undoes here: row permutations, and a column permutation within one 32-block.)"""
+    store = load_model(gguf_path(case.family, "q8_0")).open_weights()
+    ours = case.hf.open_weights(quiet=True)
+    Q8_0 = gguf.GGMLQuantizationType.Q8_0
+    quantized = 0
+    for name in case.hf.params():
+        types = {store.g.tensors[s].tensor_type.name for s in store.sources(name)}
+        want = np.asarray(ours.get(name), dtype=np.float32)
+        if types == {"Q8_0"}:
+            want = gguf.quants.dequantize(gguf.quants.quantize(want, Q8_0), Q8_0).reshape(want.shape)
+            np.testing.assert_array_equal(store.get(name), want, err_msg=name)
+            quantized += 1
+        else:
+            np.testing.assert_allclose(store.get(name), want, rtol=0, atol=2e-7, err_msg=name)
+    assert quantized >= 8
+
+
 def test_q8_0_top1_agrees(case: Case) -> None:
     store = load_model(gguf_path(case.family, "q8_0")).open_weights()
     instance = case.compiled.Model(store)
