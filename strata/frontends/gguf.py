@@ -14,7 +14,8 @@ keeping Q8_0 and Q4_0 as blueprint precisions, they are block formats, is future
 strictly as a checkpoint directory. What GGUF does not carry is what llama.cpp assumes:
 tied embeddings when there is no `output.weight`, q/k/v biases when `blk.0.attn_q.bias` is
 there, sparse layers where `blk.N.ffn_gate_inp.weight` is, and renormalised top-k expert
-weights (llama.cpp's MoE graphs always renormalise).
+weights (llama.cpp's MoE graphs always renormalise). Llama 3's RoPE scaling is stored only as
+its frequency factors (`rope_freqs.weight`): its parameters are fitted to them (`llama3_scaling`).
 
 **The tensors.** The op level addresses weights by llama.cpp's names, but with the checkpoint's
 (HF's) values: where llama.cpp's converter changes a tensor, the op level's `op.param` says how
@@ -224,9 +225,11 @@ def hf_config_dict(g: GgufFile) -> dict[str, Any]:
     if arch not in ARCHITECTURES:
         raise GgufError(f"{g.path}: unknown GGUF architecture {arch!r} (strata reads: {', '.join(ARCHITECTURES)})")
     k = lambda key: f"{arch}.{key}"  # noqa: E731
-    if g.value(k("rope.scaling.type"), "none") not in ("none", None) or "rope_freqs.weight" in g.tensors:
-        raise GgufError(f"{g.path}: RoPE scaling ('{k('rope.scaling.type')}' or tensor 'rope_freqs.weight') "
-                        "is not supported for GGUF files yet")
+    if g.value(k("rope.scaling.type"), "none") not in ("none", None):
+        raise GgufError(f"{g.path}: metadata key '{k('rope.scaling.type')}' is "
+                        f"{_show(g.value(k('rope.scaling.type')))}; strata reads llama3 scaling (rope_freqs) only")
+    if "rope_freqs.weight" in g.tensors and arch != "llama":
+        raise GgufError(f"{g.path}: tensor 'rope_freqs.weight' (RoPE scaling) is read for llama only, not {arch}")
     if "token_embd.weight" not in g.tensors:
         raise GgufError(f"{g.path}: tensor 'token_embd.weight' is missing")
     hidden, heads = g.integer(k("embedding_length")), g.integer(k("attention.head_count"))
@@ -258,6 +261,8 @@ def hf_config_dict(g: GgufFile) -> dict[str, Any]:
                             f"(head dim {head_dim}) is not supported for {arch}")
         d["intermediate_size"] = g.integer(k("feed_forward_length"))
         d["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
+        if "rope_freqs.weight" in g.tensors:
+            d["rope_parameters"] = {"rope_theta": theta, **llama3_scaling(g, theta, head_dim)}
         if arch == "llama":
             d["attention_bias"] = "blk.0.attn_q.bias" in g.tensors
         return d
@@ -299,6 +304,43 @@ def hf_config_dict(g: GgufFile) -> dict[str, Any]:
                  linear_value_head_dim=g.integer(k("ssm.inner_size")) // v_heads,
                  linear_conv_kernel_dim=g.integer(k("ssm.conv_kernel")))
     return d
+
+
+#: The original context a llama3 RoPE scaling read from `rope_freqs` is given (the converter's
+#: default): the factors depend only on original / low_freq_factor and original / high_freq_factor.
+LLAMA3_ORIGINAL_CTX = 8192
+
+
+def llama3_scaling(g: GgufFile, theta: float, head_dim: int) -> dict[str, Any]:
+    """The llama3 RoPE scaling (transformers' rope_parameters) whose frequency factors are the
+    GGUF's `rope_freqs.weight`: llama.cpp's converter stores only the factors (1 for high
+    frequencies, `factor` for low ones, 1 / ((1 - s) / factor + s) between, s linear in
+    1 / wavelength), so the parameters are fitted to them and the fit is checked."""
+    from strata.passes.convert_module_to_op.attention import llama3_freq_factors
+
+    name = "rope_freqs.weight"
+    f = np.asarray(g.load(name), dtype=np.float64).reshape(-1)
+    if f.shape != (head_dim // 2,) or not np.isfinite(f).all() or (f <= 0).any():
+        raise GgufError(f"{g.path}: tensor '{name}' must hold {head_dim // 2} positive factors (one per rotated pair)")
+    factor = float(f[-1])  # the lowest frequency is scaled by the whole factor
+    wavelen = 2 * math.pi * theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    mid = (f > 1 + 1e-6) & (f < factor * (1 - 1e-6))
+    why = None
+    if factor <= 1 or mid.sum() < 2:
+        why = "fewer than two frequencies between the unscaled and the fully scaled ones"
+    else:
+        s = (1 / f[mid] - 1 / factor) / (1 - 1 / factor)  # = original / wavelen / span - low / span
+        (a, b), *_ = np.linalg.lstsq(np.stack([1 / wavelen[mid], -np.ones(int(mid.sum()))], axis=1), s, rcond=None)
+        span = LLAMA3_ORIGINAL_CTX / a if a > 0 else -1.0
+        rs = {"rope_type": "llama3", "factor": factor, "low_freq_factor": float(b * span),
+              "high_freq_factor": float(b * span + span), "original_max_position_embeddings": LLAMA3_ORIGINAL_CTX}
+        if span <= 0 or rs["low_freq_factor"] <= 0:
+            why = "no llama3 parameters give them"
+        elif not np.allclose(llama3_freq_factors(theta, head_dim, rs), f, rtol=1e-5, atol=0):
+            why = "they are not llama3's (the fitted parameters do not give them back)"
+        else:
+            return rs
+    raise GgufError(f"{g.path}: tensor '{name}' cannot be read as llama3 RoPE scaling: {why}")
 
 
 def read_gguf_config(path: str | Path, g: GgufFile | None = None) -> Any:
@@ -358,7 +400,8 @@ class GgufWeights:
         self._plans = {name: self._plan(name, name in centred) for name in params}
         used = {s for plan in self._plans.values() for s in plan.sources}
         #: Stored tensors the model does not use, sorted.
-        self.unused = sorted(n for n in g.tensors if n not in used)
+        # rope_freqs.weight was read into the config (its llama3 RoPE scaling).
+        self.unused = sorted(n for n in g.tensors if n not in used and n != "rope_freqs.weight")
 
     # -- the undoing of the converter -----------------------------------------------------
 

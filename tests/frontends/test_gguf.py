@@ -93,7 +93,18 @@ def case(request, tmp_path_factory) -> Case:
 def test_metadata_gives_the_config(case: Case, kind: str) -> None:
     g = load_model(gguf_path(case.family, kind))
     assert g.config.name == f"{case.family}-{kind}"
-    assert dataclasses.replace(g.config, name=case.hf.config.name) == case.hf.config
+    ours, theirs = dataclasses.replace(g.config, name=case.hf.config.name), case.hf.config
+    if getattr(theirs, "rope_scaling", None) is not None:
+        # GGUF keeps llama3 scaling as its factors (rope_freqs): the fitted parameters give them
+        from strata.passes.convert_module_to_op.attention import llama3_freq_factors
+
+        def factors(c):
+            return llama3_freq_factors(c.rope_theta, c.head_dim, dataclasses.asdict(c.rope_scaling))
+
+        assert ours.rope_scaling is not None
+        np.testing.assert_allclose(factors(ours), factors(theirs), rtol=1e-6)
+        ours, theirs = (dataclasses.replace(c, rope_scaling=None) for c in (ours, theirs))
+    assert ours == theirs
 
 
 def test_f32_tensors_are_the_checkpoints(case: Case) -> None:
@@ -285,9 +296,9 @@ def test_cli_runs_a_gguf(tmp_path) -> None:
     assert manifest["inputs"]["config"]["file"] == "qwen35-q8_0.gguf"
 
 
-def rewrite(src: Path, dst: Path, arch: str | None = None, qtype=None) -> Path:
+def rewrite(src: Path, dst: Path, arch: str | None = None, qtype=None, change=None) -> Path:
     """`src` written again by the gguf package: under architecture `arch`, or with its 2-D
-    weights in `qtype`."""
+    weights in `qtype`, or with the tensors of `change` (name -> array) replaced."""
     r = gguf.GGUFReader(src)
     old_arch = r.fields["general.architecture"].contents()
     w = gguf.GGUFWriter(dst, arch or old_arch)
@@ -300,7 +311,7 @@ def rewrite(src: Path, dst: Path, arch: str | None = None, qtype=None) -> Path:
         else:
             w.add_key_value(new_key, field.contents(), field.types[0])
     for t in r.tensors:
-        data = np.array(t.data)
+        data = np.array((change or {}).get(t.name, t.data))
         if qtype is not None and data.ndim == 2 and data.shape[-1] % 32 == 0:
             w.add_tensor(t.name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
         else:
@@ -342,6 +353,12 @@ def test_unknown_architecture(tmp_path) -> None:
 def test_unsupported_quant_type(tmp_path) -> None:
     path = rewrite(gguf_path("llama", "f32"), tmp_path / "q5.gguf", qtype=gguf.GGMLQuantizationType.Q5_0)
     one_line_error(path, "has type Q5_0", "Q8_0, Q4_0")
+
+
+def test_rope_freqs_that_are_not_llama3(tmp_path) -> None:
+    factors = np.linspace(1.0, 3.0, 16, dtype=np.float32) ** 2  # smooth all the way: no llama3 shape
+    path = rewrite(gguf_path("llama3rope", "f32"), tmp_path / "r.gguf", change={"rope_freqs.weight": factors})
+    one_line_error(path, "'rope_freqs.weight' cannot be read as llama3 RoPE scaling")
 
 
 def test_missing_tensor(tmp_path) -> None:

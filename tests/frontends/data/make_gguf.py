@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from strata.frontends.hf_config import LlamaConfig
+from strata.frontends.hf_config import LlamaConfig, RopeScaling
 from strata.models.checkpoint import save_random_checkpoint
 from strata.models.qwen35 import Qwen35Config
 
@@ -73,6 +73,9 @@ MIN_DISTINCT, MIN_MARGIN = 8, 0.03
 #: family -> (config, the first seed tried: see pick_seed)
 FIXTURES = {
     "llama": (_LLAMA, 11),
+    # Llama 3's RoPE scaling: 16 rotated pairs, 3 of them between the unscaled and the scaled
+    "llama3rope": (dataclasses.replace(_LLAMA, name="llama3rope", num_heads=2, num_kv_heads=1, head_dim=32,
+                                       rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 64)), 18),
     "qwen2": (dataclasses.replace(_LLAMA, arch="Qwen2ForCausalLM", name="qwen2", attention_bias=True,
                                   tie_word_embeddings=True, rms_norm_eps=1e-6, rope_theta=1e6), 12),
     "qwen3": (dataclasses.replace(_LLAMA, arch="Qwen3ForCausalLM", name="qwen3", qk_norm=True, head_dim=16,
