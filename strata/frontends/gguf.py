@@ -131,6 +131,8 @@ class GgufFile:
                 raise GgufError(f"{self.path}: tensor '{t.name}' has type {t.tensor_type.name}; "
                                 f"strata reads {', '.join(TYPES)}")
         self.arch = self.text("general.architecture")
+        #: The indices of the multi-token-prediction layers (set as the config is read).
+        self.mtp_layers: range = range(0)
         #: What compiled code depends on: the metadata and tensor infos (not the tensor data).
         self.header_sha256 = hashlib.sha256(np.asarray(reader.data[:reader.data_offset])).hexdigest()
 
@@ -233,7 +235,10 @@ def hf_config_dict(g: GgufFile) -> dict[str, Any]:
     if "token_embd.weight" not in g.tensors:
         raise GgufError(f"{g.path}: tensor 'token_embd.weight' is missing")
     hidden, heads = g.integer(k("embedding_length")), g.integer(k("attention.head_count"))
-    layers = g.integer(k("block_count"))
+    # block_count counts the multi-token-prediction layers too (the hybrids' converter appends them)
+    mtp = g.integer(k("nextn_predict_layers"), 0)
+    layers = g.integer(k("block_count")) - mtp
+    g.mtp_layers = range(layers, layers + mtp)
     if not heads or not hidden or not layers:
         raise GgufError(f"{g.path}: metadata keys '{k('embedding_length')}', '{k('attention.head_count')}' and "
                         f"'{k('block_count')}' must be positive")
@@ -400,8 +405,10 @@ class GgufWeights:
         self._plans = {name: self._plan(name, name in centred) for name in params}
         used = {s for plan in self._plans.values() for s in plan.sources}
         #: Stored tensors the model does not use, sorted.
-        # rope_freqs.weight was read into the config (its llama3 RoPE scaling).
-        self.unused = sorted(n for n in g.tensors if n not in used and n != "rope_freqs.weight")
+        # rope_freqs.weight was read into the config (its llama3 RoPE scaling); the multi-token-
+        # prediction layers' tensors are not the language model's, as HF's mtp.* are not.
+        known = {"rope_freqs.weight"} | {n for n in g.tensors for i in g.mtp_layers if n.startswith(f"blk.{i}.")}
+        self.unused = sorted(n for n in g.tensors if n not in used and n not in known)
 
     # -- the undoing of the converter -----------------------------------------------------
 

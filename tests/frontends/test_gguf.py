@@ -296,17 +296,22 @@ def test_cli_runs_a_gguf(tmp_path) -> None:
     assert manifest["inputs"]["config"]["file"] == "qwen35-q8_0.gguf"
 
 
-def rewrite(src: Path, dst: Path, arch: str | None = None, qtype=None, change=None) -> Path:
+def rewrite(src: Path, dst: Path, arch: str | None = None, qtype=None, change=None, fields=None, add=None) -> Path:
     """`src` written again by the gguf package: under architecture `arch`, or with its 2-D
-    weights in `qtype`, or with the tensors of `change` (name -> array) replaced."""
+    weights in `qtype`, or with the tensors of `change` (name -> array) replaced, the metadata of
+    `fields` (key -> (value, type[, sub_type])) set, the tensors of `add` added."""
     r = gguf.GGUFReader(src)
     old_arch = r.fields["general.architecture"].contents()
     w = gguf.GGUFWriter(dst, arch or old_arch)
+    fields = dict(fields or {})
     for key, field in r.fields.items():
         if key.startswith("GGUF.") or key == "general.architecture":
             continue
         new_key = key.replace(f"{old_arch}.", f"{arch}.", 1) if arch else key
-        if field.types[0] == gguf.GGUFValueType.ARRAY:
+        if key in fields:
+            value, *types = fields.pop(key)
+            w.add_key_value(new_key, value, types[0], **({"sub_type": types[1]} if len(types) > 1 else {}))
+        elif field.types[0] == gguf.GGUFValueType.ARRAY:
             w.add_key_value(new_key, field.contents(), field.types[0], sub_type=field.types[-1])
         else:
             w.add_key_value(new_key, field.contents(), field.types[0])
@@ -316,6 +321,10 @@ def rewrite(src: Path, dst: Path, arch: str | None = None, qtype=None, change=No
             w.add_tensor(t.name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
         else:
             w.add_tensor(t.name, data)
+    for key, (value, *types) in fields.items():
+        w.add_key_value(key, value, types[0], **({"sub_type": types[1]} if len(types) > 1 else {}))
+    for name, data in (add or {}).items():
+        w.add_tensor(name, data)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -353,6 +362,21 @@ def test_unknown_architecture(tmp_path) -> None:
 def test_unsupported_quant_type(tmp_path) -> None:
     path = rewrite(gguf_path("llama", "f32"), tmp_path / "q5.gguf", qtype=gguf.GGMLQuantizationType.Q5_0)
     one_line_error(path, "has type Q5_0", "Q8_0, Q4_0")
+
+
+def test_mtp_layers_are_not_the_language_model(tmp_path, capsys) -> None:
+    """A hybrid converted with its multi-token-prediction layer: block_count counts it,
+    nextn_predict_layers says how many there are; the model is the one without it."""
+    src = gguf_path("qwen35", "f32")
+    T = gguf.GGUFValueType
+    path = rewrite(src, tmp_path / "mtp.gguf", fields={
+        "qwen35.block_count": (3, T.UINT32), "qwen35.nextn_predict_layers": (1, T.UINT32),
+        "qwen35.attention.recurrent_layers": ([True, False, False], T.ARRAY, T.BOOL)},
+        add={"blk.2.nextn.eh_proj.weight": np.zeros((32, 64), np.float32),
+             "blk.2.attn_norm.weight": np.ones(32, np.float32)})
+    with_mtp, plain = load_model(path), load_model(src)
+    assert dataclasses.replace(with_mtp.config, name=plain.config.name) == plain.config
+    assert with_mtp.open_weights().unused == []
 
 
 def test_rope_freqs_that_are_not_llama3(tmp_path) -> None:
