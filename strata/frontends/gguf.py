@@ -239,9 +239,9 @@ def hf_config_dict(g: GgufFile) -> dict[str, Any]:
     mtp = g.integer(k("nextn_predict_layers"), 0)
     layers = g.integer(k("block_count")) - mtp
     g.mtp_layers = range(layers, layers + mtp)
-    if not heads or not hidden or not layers:
+    if not heads or not hidden or layers <= 0:
         raise GgufError(f"{g.path}: metadata keys '{k('embedding_length')}', '{k('attention.head_count')}' and "
-                        f"'{k('block_count')}' must be positive")
+                        f"'{k('block_count')}' (less '{k('nextn_predict_layers')}') must be positive")
     head_dim = g.integer(k("attention.key_length"), hidden // heads)
     file_type = g.integer("general.file_type", 0)
     d: dict[str, Any] = {
