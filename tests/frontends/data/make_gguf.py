@@ -13,8 +13,11 @@ Each family's seed is the first from its start whose model is a fair test of top
 llama.cpp's qwen3moe converter and graph require (GGUF keeps neither `mlp_only_layers` nor
 `norm_topk_prob`).
 
-Q4_0 (`<family>-q4_0.gguf`, llama only) is llama.cpp's F32 file rewritten with the `gguf`
-package's writer, its 2-D weights quantized by `gguf.quants.quantize` (no llama-quantize build).
+Q4_0 (`<family>-q4_0.gguf`, llama only) is the F32 file through llama.cpp's `llama-quantize
+F32 OUT Q4_0` when `$LLAMA_CPP/build/bin/llama-quantize` is built (the committed file; it keeps
+output.weight in Q8_0, its rows being too short for Q6_K), else the F32 file rewritten with the
+`gguf` package's writer, its 2-D weights quantized by `gguf.quants.quantize` (whose Q4_0 blocks
+are byte for byte llama-quantize's, as measured on this fixture).
 
 The exact commands (not run in CI; llama.cpp's source is the vendored copy in the
 `llama-cpp-python==0.3.36` sdist, unpacked outside the repo):
@@ -24,6 +27,11 @@ The exact commands (not run in CI; llama.cpp's source is the vendored copy in th
     pip install gguf sentencepiece tokenizers transformers torch   # the converter's imports
     LLAMA_CPP=/tmp/llcpp/llama_cpp_python-0.3.36/vendor/llama.cpp \\
         PYTHONPATH=. python tests/frontends/data/make_gguf.py [FAMILY ...]
+
+    # optional, ~10 min on 2 cores: llama-quantize for the Q4_0 file
+    cmake -S $LLAMA_CPP -B $LLAMA_CPP/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+        -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF
+    cmake --build $LLAMA_CPP/build -j2 --target llama-quantize
 
 which, per family, runs
     python ../shared/tools/llamacpp-oracle/tok.py HF_DIR
@@ -144,7 +152,11 @@ def make(family: str, work: Path) -> dict:
         run(sys.executable, str(ORACLE / "convert.py"), str(hf), "--outtype", outtype,
             "--outfile", str(DATA / f"{family}-{outtype}.gguf"), *(["--no-mtp"] if family in NO_MTP else []), env=env)
     if family in Q4_0_FAMILIES:
-        requantize(DATA / f"{family}-f32.gguf", DATA / f"{family}-q4_0.gguf")
+        quantize = Path(os.environ.get("LLAMA_CPP", "/nonexistent")) / "build" / "bin" / "llama-quantize"
+        if quantize.is_file():
+            run(str(quantize), str(DATA / f"{family}-f32.gguf"), str(DATA / f"{family}-q4_0.gguf"), "Q4_0")
+        else:
+            requantize(DATA / f"{family}-f32.gguf", DATA / f"{family}-q4_0.gguf")
     return {"seed": seed, "std": std, "prompt": PROMPT, "steps": STEPS,
             "config": json.loads((hf / "config.json").read_text())}
 
