@@ -5,8 +5,10 @@
 
 The file is parsed by the `gguf` package's `GGUFReader` and quantized tensors are dequantized by
 `gguf.quants.dequantize` (an optional dependency, imported only here). Types read: F32, F16 and
-BF16 (zero-copy views), Q8_0, Q4_0 and Q6_K (dequantized once to f32 on first use and kept;
-keeping Q8_0 and Q4_0 as blueprint precisions, they are block formats, is future work).
+BF16 (zero-copy views), Q8_0, Q4_0 and Q6_K (dequantized once to f32 on first use and kept,
+for the op level and the CPU target). At the blueprint level Q8_0 and Q4_0 are weight formats
+(`int8/block32`, `int4/block32`; the recipes `q8_0`, `q4_0`), which round a GGUF of that type
+to itself (`strata.ir.ggml_blocks`).
 
 **The metadata.** `general.architecture` names the family (`ARCHITECTURES`); its keys
 (`{arch}.block_count`, `embedding_length`, `attention.head_count`, ...) are mapped to an HF

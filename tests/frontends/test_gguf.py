@@ -179,6 +179,28 @@ def test_rope_permutation_is_undone(shape) -> None:
         assert not np.array_equal(permute(w, heads), w)
 
 
+@pytest.mark.parametrize("kind", ["q8_0", "q4_0"])
+def test_block_formats_are_blueprint_precisions(tmp_path, kind: str) -> None:
+    """The recipes q8_0 / q4_0 give the weights the formats int8/block32 / int4/block32 (ggml's
+    Q8_0 / Q4_0, strata.ir.ggml_blocks): on a GGUF of that type they round nothing, every
+    blueprint edge is the f32 recipe's exactly (the format describes the file's weights), while
+    on the f32 checkpoint they do round."""
+    from strata.ir.text import print_ir
+    from strata.pipeline import blueprint_of
+    from strata.verify.blueprint import node_errors
+
+    fmt = {"q8_0": "#blueprint.format<int8, block = [32]>", "q4_0": "#blueprint.format<int4, block = [32]>"}[kind]
+    families = [f for f in FAMILIES if gguf_path(f, kind).is_file()]
+    assert families
+    for family in families:
+        model = load_model(gguf_path(family, kind))
+        assert fmt in print_ir(blueprint_of(model, "decode", 1, kind)), family
+        rows = node_errors(model, kind, PROMPT, model.open_weights())
+        assert rows and max(r.max_abs for r in rows) == 0.0, family
+    hf = load_model(hf_checkpoint("llama", tmp_path / "hf"))
+    assert max(r.max_abs for r in node_errors(hf, kind, PROMPT, hf.open_weights(quiet=True))) > 1e-3
+
+
 # ---------------------------------------------------------------------------------------------
 # F16 and BF16
 
