@@ -406,10 +406,10 @@ class GgufWeights:
         self._cache: dict[str, np.ndarray] = {}
         self._plans = {name: self._plan(name, name in centred) for name in params}
         used = {s for plan in self._plans.values() for s in plan.sources}
-        #: Stored tensors the model does not use, sorted.
         # rope_freqs.weight was read into the config (its llama3 RoPE scaling); the multi-token-
         # prediction layers' tensors are not the language model's, as HF's mtp.* are not.
         known = {"rope_freqs.weight"} | {n for n in g.tensors for i in g.mtp_layers if n.startswith(f"blk.{i}.")}
+        #: Stored tensors the model does not use, sorted.
         self.unused = sorted(n for n in g.tensors if n not in used and n not in known)
 
     # -- the undoing of the converter -----------------------------------------------------
