@@ -1,7 +1,8 @@
 """The `strata` driver: inspect, ir, trace, compile and run a model.
 
 MODEL is a directory holding an HF `config.json` (and safetensors for compile and
-run), or the path of the config file itself. User errors print one line and exit 1.
+run), or the path of the config file itself, or a llama.cpp GGUF file. User errors print
+one line and exit 1.
 """
 
 from __future__ import annotations
@@ -56,9 +57,10 @@ def _provenance(model, args: argparse.Namespace) -> dict:
     except PackageNotFoundError:  # run from a source tree
         strata_version = "source"
     config = (model.root / "config.json").read_bytes() if (model.root / "config.json").is_file() else b""
+    config_sha256 = model.gguf.header_sha256 if model.gguf is not None else hashlib.sha256(config).hexdigest()
     command = (f"strata blueprint {model.name} --mode {args.mode} --rows {args.rows} --recipe {args.recipe} "
                f"--kv {args.kv}")
-    return {"kind": "strata", "model": model.name, "config_sha256": hashlib.sha256(config).hexdigest(),
+    return {"kind": "strata", "model": model.name, "config_sha256": config_sha256,
             "recipe": args.recipe, "mode": args.mode, "rows": args.rows, "kv": args.kv, "strata": strata_version,
             "commands": [command]}
 
@@ -209,7 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = model.open_weights()
     check_finite(store, list(model.params()), args.allow_nonfinite)
     default_cache = args.cache_dir is None
-    cache = model.root / ".strata-cache" / args.target if default_cache else Path(args.cache_dir)
+    cache = model.cache_root / args.target if default_cache else Path(args.cache_dir)
 
     t0 = time.perf_counter()
     try:
@@ -341,7 +343,8 @@ def bounded_int(low: int, high: int = MAX_INT):
     return parse
 
 
-MODEL_HELP = "the model: a directory holding an HF config.json and its safetensors (or the config.json itself)"
+MODEL_HELP = ("the model: a directory holding an HF config.json and its safetensors (or the config.json itself), "
+              "or a llama.cpp GGUF file")
 
 
 def _add_model(p: argparse.ArgumentParser) -> None:
