@@ -66,7 +66,7 @@ def _provenance(model, args: argparse.Namespace) -> dict:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    if args.level == "blueprint":
+    if getattr(args, "level", "module") == "blueprint":
         from strata.exporters.blueprint_table import inspect_table
 
         sys.stdout.write(inspect_table(_blueprint(args)[1]))
