@@ -51,8 +51,9 @@ def _cuda() -> Target:
 
     # Default recipe bf16 (every family): the weights and activations of the checkpoints' own
     # type; fp8-bf16head (fp8 block weights, bf16 head), w4a16 and f32 (exact, for the
-    # interpreter) are the others.
-    return Target("cuda", pipeline, emit_cuda, {"ctx": None, "recipe": "bf16", "kv": "paged"},
+    # interpreter) are the others. KV cache contiguous by default (one sequence; the paged
+    # decode attention spills on sm_90 at Qwen3-8B's head size), kv=paged for pages of 16 rows.
+    return Target("cuda", pipeline, emit_cuda, {"ctx": None, "recipe": "bf16", "kv": "contiguous"},
                   ("kernels.py", "model.py"))
 
 

@@ -170,18 +170,20 @@ def resource_usage(cubin: bytes) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"(REG|SHARED|LOCAL|STACK):(\d+)", line)}
 
 
-def compile_spec(spec: Spec, out_dir: Path | None = None) -> AotResult:
+def compile_spec(spec: Spec, out_dir: Path | None = None, fn=None, arch: tuple[int, int] = (90, 32)) -> AotResult:
+    """Compile `spec` (its kernel from the library, or `fn`, a generated kernels.py's) for
+    GPUTarget("cuda", *arch)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from strata.targets.cuda.kernel_table import kernel
 
-    fn = kernel(spec.kernel)
+    fn = fn if fn is not None else kernel(spec.kernel)
     if not hasattr(fn, "params"):
         raise RuntimeError("TRITON_INTERPRET is set: the kernels are interpreted functions and cannot be compiled")
     src = ASTSource(fn=fn, signature=signature(fn, spec), constexprs=dict(spec.constexprs))
-    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+    ck = triton.compile(src, target=GPUTarget("cuda", *arch),
                         options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
     use = resource_usage(ck.asm["cubin"])
     shared = int(ck.metadata.shared) + use.get("SHARED", 0)

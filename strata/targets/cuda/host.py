@@ -75,6 +75,13 @@ def _fmt(op) -> tuple[str, tuple[int, int]]:
     return elem, (1, 1)
 
 
+def _act(op) -> str | None:
+    """The element type of a node's activation format, if it has one."""
+    p = op.attributes.get("precision")
+    f = p.fields().get("activation") if p is not None else None
+    return f.elem.data if f is not None else None
+
+
 def _parts(op) -> tuple[str, ...]:
     return (op.param.data,) + tuple(c.data for c in (op.concat.data if op.concat else ()))
 
@@ -211,6 +218,8 @@ class _Printer:
         r = silu.results[0] if silu is not None else op.results[0]
         if silu is not None:
             extra += ", silu_out=True"
+        if _act(op) in ("bf16", "f16") and str(op.operands[0].type.element) == "f32":
+            extra += ", dot_bf16=self.bf16_dot"  # an f32 edge into a bf16-activation GEMM
         self.emit(f"{self.name(r)} = K.launch_linear({self.x(op.operands[0])}, {w}{extra}, out={self.new(r)})",
                   "launch_linear")
 

@@ -175,6 +175,8 @@ class Runtime:
             raise ModelError("no CUDA device: run under TRITON_INTERPRET=1 on the CPU (strata run --interpret)")
         self.device = torch.device(device)
         self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda"
+        #: a GEMM whose node takes bf16 activations multiplies in bf16 (not under the interpreter)
+        self.bf16_dot = not self.interpret
         self._get = weights.get if hasattr(weights, "get") else weights if callable(weights) else weights.__getitem__
         cache: dict = {}
         self.w = [self._prepare(spec, cache) for spec in self.WEIGHTS]
