@@ -61,6 +61,7 @@ def _model_part(fns: list[func.FuncOp], tables: Tables, model_name: str) -> list
            f"    RECIPE = {sanitize_label(recipe)!r}",
            f"    N_CTX = {min(kv_rows) if kv_rows else 2 ** 31 - 1}",
            f"    VOCAB = {dims.get('vocab', 0)}",
+           f"    TOP_K = {dims.get('top_k', 0)}",
            "    WEIGHTS = ("]
     out += [f"        {spec!r}," for spec in tables.weights]
     out += ["    )", "    CONVERT = {"]

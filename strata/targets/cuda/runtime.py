@@ -151,6 +151,7 @@ class Runtime:
     RECIPE = ""
     N_CTX = 0
     VOCAB = 0
+    TOP_K = 0  # routed experts per token (0: no experts)
     #: node weights: (kind, parts, format, block); kind linear (a kernels.Weight), dense
     #: (the format's values as a float tensor) or raw (f32, as stored and converted)
     WEIGHTS: tuple = ()
