@@ -58,6 +58,20 @@ def test_greedy_matches_cpu_target(ckpts, tmp_path, fam):
     assert float(np.abs(got - want).max()) <= 1e-4 * max(1.0, float(np.abs(want).max()))
 
 
+def test_long_prompt(ckpts, tmp_path):
+    """12 prompt rows: the prefill's projections take the tiled GEMM (more than GEMV_MAX_ROWS),
+    biases included."""
+    fam = "qwen2"
+    prompt = [5, 9, 1, 2, 7, 3, 3, 8, 1, 0, 4, 6]
+    model = load_model(ckpts[fam])
+    store = model.open_weights(quiet=True)
+    want_ids, want = generate(load_compiled(compile_model(model, "cpu", tmp_path / "cpu", {"ctx": 32})), store,
+                              prompt, 3)
+    ids, got = load_model_py(_cuda(ckpts[fam], tmp_path / "cuda")).Model(store).generate(prompt, 3)
+    assert ids == want_ids
+    assert float(np.abs(got - want).max()) <= 1e-4 * max(1.0, float(np.abs(want).max()))
+
+
 def _blueprint_greedy(module, store, steps: int):
     """Greedy ids and logits of the blueprint interpreter on `module` (the target's lowering),
     activations unrounded (f32), weights quantized as each node's format says."""
