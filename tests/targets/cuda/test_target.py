@@ -126,6 +126,25 @@ def test_paged_kv_layout(ckpts, tmp_path):
     assert a[0] == b[0] and np.allclose(a[1], b[1], atol=1e-5)
 
 
+@pytest.mark.parametrize("fam", ["qwen3_5"])  # gated attention, M-RoPE positions, GDN state
+def test_decode_with_the_position_on_the_device(ckpts, tmp_path, fam):
+    """The decode step as the CUDA graph runs it (the position an int32 device scalar read by
+    the kernels, the rope positions a buffer) gives what the eager step gives."""
+    import torch
+
+    store = load_model(ckpts[fam]).open_weights(quiet=True)
+    m = load_model_py(_cuda(ckpts[fam], tmp_path / "c")).Model(store)
+    tok, _ = m.prefill(PROMPT, 0)
+    saved = {k: v.clone() for k, v in m.state.items()}
+    pos = len(PROMPT)
+    eager = m.decode(tok, pos)
+    for k, v in saved.items():
+        m.state[k].copy_(v)
+    graph = m._decode(m._ids(tok), 1, torch.tensor([pos], dtype=torch.int32), m._rope_positions(pos, 1))
+    assert torch.equal(graph["next"], eager[0])
+    assert torch.allclose(graph["logits"], eager[1], atol=1e-6)
+
+
 def test_generated_files_import_nothing_from_strata(ckpts, tmp_path):
     """kernels.py and model.py import only numpy, torch and triton; run with strata not
     importable (python -I, `strata` blocked), they give what they give in-process."""
