@@ -141,12 +141,21 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _knobs(args: argparse.Namespace) -> dict:
+    from strata.cli_cuda import cuda_knobs, refuse_cuda_flags
+
+    if getattr(args, "target", "cpu") == "cuda":
+        return cuda_knobs(args)
+    refuse_cuda_flags(args)
     return {"ctx": args.ctx, "flash_attn": not args.no_flash_attn}
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from strata.pipeline import compile_model, target_pipeline
 
+    if args.target == "cuda":
+        from strata.cli_cuda import compile_cuda
+
+        return compile_cuda(args)
     model = _model(args)
     if args.print_pipeline:
         print(target_pipeline(args.target, model, _knobs(args)))
@@ -195,6 +204,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         from strata.cli_onnx import run_via_onnxruntime
 
         return run_via_onnxruntime(args)
+    if args.target == "cuda":
+        from strata.cli_cuda import run_cuda
+
+        return run_cuda(args)
     from strata.outputs import check_output_path, write_output
     from strata.pipeline import cached_compile, resolve_knobs
     from strata.stage import StageError
@@ -384,6 +397,8 @@ def _add_blueprint_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from strata.cli_cuda import add_cuda_args
+
     parser = argparse.ArgumentParser(prog="strata", description="Strata: a multi-level compiler for LLM inference")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -428,6 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the output directory (created; a previous strata output there is replaced)")
     p.add_argument("--print-pipeline", action="store_true",
                    help="print the target's pass pipeline (runnable by strata-opt -p) and stop")
+    add_cuda_args(p, run=False)
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="compile (or reuse) and generate greedily")
@@ -444,6 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run even if a weight holds NaN or infinity (warns instead of refusing)")
     p.add_argument("--via", choices=["onnxruntime"], default=None,
                    help="generate through this runtime instead of the compiled target (exports to ONNX first)")
+    add_cuda_args(p, run=True)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("import", help="read a model in another format as the module level (.mlir)")
