@@ -309,8 +309,9 @@ def _rope_node(op, a: list, env: Env) -> tuple:
     hd = env.dim("head_dim")
 
     def rot(x: np.ndarray) -> np.ndarray:
+        factors = attrs["freq_factors"].get_values() if "freq_factors" in attrs else None
         y = K.rope(np.asarray(x, np.float32).reshape(n, -1, hd), pos, int(attrs["n_dims"].value.data), mode,
-                   float(attrs["freq_base"].value.data), float(attrs["freq_scale"].value.data), None, sections)
+                   float(attrs["freq_base"].value.data), float(attrs["freq_scale"].value.data), factors, sections)
         return y.reshape(n, -1)
 
     return (rot(a[0]), rot(a[1]))

@@ -40,8 +40,8 @@ class Tables:
             self.weights.append(spec)
         return f"W[{self.weights.index(spec)}]"
 
-    def rope(self, n_dims: int, base: float, scale: float) -> int:
-        spec = (n_dims, base, scale)
+    def rope(self, n_dims: int, base: float, scale: float, factors: tuple[float, ...] | None = None) -> int:
+        spec = (n_dims, base, scale, factors)
         if spec not in self.ropes:
             self.ropes.append(spec)
         return self.ropes.index(spec)
@@ -374,7 +374,8 @@ class _Printer:
         if mode not in ("neox", "norm", "mrope", "imrope"):
             raise CodegenError(f"rope mode '{sanitize_label(mode)}' has no kernel")
         n_dims = int(a["n_dims"].value.data)
-        ri = self.t.rope(n_dims, _attr_float(op, "freq_base"), _attr_float(op, "freq_scale", 1.0))
+        factors = tuple(float(v) for v in a["freq_factors"].get_values()) if "freq_factors" in a else None
+        ri = self.t.rope(n_dims, _attr_float(op, "freq_base"), _attr_float(op, "freq_scale", 1.0), factors)
         self.t.rope_modes.add(mode)
         sections = tuple(int(s) for s in a["sections"].get_values()) if "sections" in a else (0, 0, 0, 0)
         for x, r in zip(op.operands, op.results):

@@ -161,7 +161,7 @@ class Runtime:
     STATE: dict = {}
     RECURRENT: tuple = ()
     PAGED: tuple = ()
-    #: (n_dims, freq_base, freq_scale) of each rope
+    #: (n_dims, freq_base, freq_scale, freq_factors or None) of each rope
     ROPES: tuple = ()
     ROPE_MODES: tuple = ()
 

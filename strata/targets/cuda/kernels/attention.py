@@ -67,9 +67,13 @@ def rope_kernel(x_ptr, y_ptr, pos_ptr, inv_ptr, n_rows, x_rs, y_rs,
         tl.store(yb + t, tl.load(xb + t, mask=tm), mask=tm)
 
 
-def rope_inv_freq(n_dims: int, freq_base: float, freq_scale: float = 1.0, device=None) -> torch.Tensor:
-    """freq_scale * freq_base^(-2i/n_dims), i < n_dims/2, computed in f64, f32 (cache it per layer)."""
+def rope_inv_freq(n_dims: int, freq_base: float, freq_scale: float = 1.0, freq_factors=None,
+                  device=None) -> torch.Tensor:
+    """freq_scale * freq_base^(-2i/n_dims) / freq_factors[i] (llama3 scaling; absent: 1), i < n_dims/2,
+    computed in f64, f32 (cache it per layer)."""
     inv = float(freq_scale) * float(freq_base) ** (-np.arange(n_dims // 2, dtype=np.float64) * 2.0 / n_dims)
+    if freq_factors is not None:
+        inv = inv / np.asarray(freq_factors, dtype=np.float64)[: n_dims // 2]
     return torch.from_numpy(inv.astype(np.float32)).to(device)
 
 
