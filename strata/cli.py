@@ -1,7 +1,8 @@
 """The `strata` driver: inspect, ir, trace, compile and run a model.
 
 MODEL is a directory holding an HF `config.json` (and safetensors for compile and
-run), or the path of the config file itself. User errors print one line and exit 1.
+run), or the path of the config file itself, or a llama.cpp GGUF file. User errors print
+one line and exit 1.
 """
 
 from __future__ import annotations
@@ -56,15 +57,16 @@ def _provenance(model, args: argparse.Namespace) -> dict:
     except PackageNotFoundError:  # run from a source tree
         strata_version = "source"
     config = (model.root / "config.json").read_bytes() if (model.root / "config.json").is_file() else b""
+    config_sha256 = model.gguf.header_sha256 if model.gguf is not None else hashlib.sha256(config).hexdigest()
     command = (f"strata blueprint {model.name} --mode {args.mode} --rows {args.rows} --recipe {args.recipe} "
                f"--kv {args.kv}")
-    return {"kind": "strata", "model": model.name, "config_sha256": hashlib.sha256(config).hexdigest(),
+    return {"kind": "strata", "model": model.name, "config_sha256": config_sha256,
             "recipe": args.recipe, "mode": args.mode, "rows": args.rows, "kv": args.kv, "strata": strata_version,
             "commands": [command]}
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    if args.level == "blueprint":
+    if getattr(args, "level", "module") == "blueprint":
         from strata.exporters.blueprint_table import inspect_table
 
         sys.stdout.write(inspect_table(_blueprint(args)[1]))
@@ -139,12 +141,21 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _knobs(args: argparse.Namespace) -> dict:
+    from strata.cli_cuda import cuda_knobs, refuse_cuda_flags
+
+    if getattr(args, "target", "cpu") == "cuda":
+        return cuda_knobs(args)
+    refuse_cuda_flags(args)
     return {"ctx": args.ctx, "flash_attn": not args.no_flash_attn}
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from strata.pipeline import compile_model, target_pipeline
 
+    if args.target == "cuda":
+        from strata.cli_cuda import compile_cuda
+
+        return compile_cuda(args)
     model = _model(args)
     if args.target == "epu":  # staged and reads the weights: calibrate -> ... -> cpp (strata.epu)
         from strata.epu import cmd_compile_epu
@@ -197,6 +208,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         from strata.cli_onnx import run_via_onnxruntime
 
         return run_via_onnxruntime(args)
+    if args.target == "cuda":
+        from strata.cli_cuda import run_cuda
+
+        return run_cuda(args)
     if args.target == "epu":  # the staged compile, g++ and the device-side loop (strata.epu)
         from strata.epu import cmd_run_epu
 
@@ -217,7 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = model.open_weights()
     check_finite(store, list(model.params()), args.allow_nonfinite)
     default_cache = args.cache_dir is None
-    cache = model.root / ".strata-cache" / args.target if default_cache else Path(args.cache_dir)
+    cache = model.cache_root / args.target if default_cache else Path(args.cache_dir)
 
     t0 = time.perf_counter()
     try:
@@ -349,7 +364,8 @@ def bounded_int(low: int, high: int = MAX_INT):
     return parse
 
 
-MODEL_HELP = "the model: a directory holding an HF config.json and its safetensors (or the config.json itself)"
+MODEL_HELP = ("the model: a directory holding an HF config.json and its safetensors (or the config.json itself), "
+              "or a llama.cpp GGUF file")
 
 
 def _add_model(p: argparse.ArgumentParser) -> None:
@@ -391,6 +407,8 @@ def _add_blueprint_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from strata.cli_cuda import add_cuda_args
+
     parser = argparse.ArgumentParser(prog="strata", description="Strata: a multi-level compiler for LLM inference")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -435,6 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the output directory (created; a previous strata output there is replaced)")
     p.add_argument("--print-pipeline", action="store_true",
                    help="print the target's pass pipeline (runnable by strata-opt -p) and stop")
+    add_cuda_args(p, run=False)
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="compile (or reuse) and generate greedily")
@@ -451,6 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run even if a weight holds NaN or infinity (warns instead of refusing)")
     p.add_argument("--via", choices=["onnxruntime"], default=None,
                    help="generate through this runtime instead of the compiled target (exports to ONNX first)")
+    add_cuda_args(p, run=True)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("import", help="read a model in another format as the module level (.mlir)")

@@ -67,6 +67,8 @@ class Model:
     module: ModuleOp
     #: The block size of an fp8 block-quantized checkpoint (its quantization_config), else None.
     fp8_block: tuple[int, int] | None = None
+    #: The GGUF file the model was read from (`strata.frontends.gguf.GgufFile`), else None.
+    gguf: Any = None
     _params: dict[str, TensorInstance] | None = field(default=None, repr=False)
     _tensors: list[TensorInstance] | None = field(default=None, repr=False)
 
@@ -106,14 +108,40 @@ class Model:
 
     def open_weights(self, check: bool = True, quiet: bool = False) -> WeightStore:
         """The model's weight store, addressed by IR names; checked against the params."""
-        names, ignore, composites = self.weight_names()
-        store = WeightStore.open(self.root, names, ignore, composites, fp8_block=self.fp8_block)
+        expected = {name: (t.shape, t.dtype) for name, t in self.params().items()}
+        if self.gguf is not None:
+            from strata.frontends.gguf import GgufWeights
+
+            store = GgufWeights(self.gguf, self.config, expected, self.centred_norms())
+        else:
+            names, ignore, composites = self.weight_names()
+            store = WeightStore.open(self.root, names, ignore, composites, fp8_block=self.fp8_block)
         if check:
-            store.check({name: (t.shape, t.dtype) for name, t in self.params().items()})
+            store.check(expected)
         if store.unused and not quiet:
             shown = ", ".join(f"'{n}'" for n in store.unused[:3]) + (", ..." if len(store.unused) > 3 else "")
             warn(f"{store.label}: {len(store.unused)} stored tensor(s) are not used by this model ({shown})")
         return store
+
+
+    @property
+    def cache_root(self) -> Path:
+        """Where `strata run` keeps compiled stages by default: `.strata-cache` next to the
+        checkpoint, one folder per GGUF file (files that share a folder do not share a cache)."""
+        cache = self.root / ".strata-cache"
+        return cache / self.gguf.path.name if self.gguf is not None else cache
+
+    def centred_norms(self) -> set[str]:
+        """The zero-centred norm weights (used as 1 + w: the op level's `plus_one`)."""
+        return {inst.params["weight"].ggml for inst in instantiate(self.model_op).walk()
+                if inst.attr("weight_offset") is not None and "weight" in inst.params}
+
+    def config_fingerprint(self) -> dict[str, str]:
+        """The file that gave the config and its sha256 (a GGUF's: of its metadata and tensor infos)."""
+        if self.gguf is not None:
+            return {"file": self.gguf.path.name, "header_sha256": self.gguf.header_sha256}
+        config = self.root / "config.json"
+        return {"file": config.name, "sha256": sha256_file(config)}
 
 
 #: The quantization_config fields read, and the one format and block size supported.
@@ -172,14 +200,17 @@ def load_config(path: str | Path):
 
 
 def load_model(path: str | Path, max_seq: int | None = None) -> Model:
-    """Read the config at `path` and build the module level (once)."""
+    """Read the config at `path` (a model directory, its config.json, or a GGUF file) and build
+    the module level (once)."""
+    from strata.frontends.gguf import GgufFile, is_gguf, read_gguf_config
     from strata.models import build_module
 
-    config = load_config(path)
+    gguf = GgufFile(path) if is_gguf(path) else None
+    config = read_gguf_config(path, gguf) if gguf is not None else load_config(path)
     module = build_module(config, max_seq=max_seq)
     module.verify()
     root = model_root(path)
-    return Model(root, config, module, fp8_block=fp8_block_of(root))
+    return Model(root, config, module, fp8_block=None if gguf else fp8_block_of(root), gguf=gguf)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,9 +350,8 @@ def _size(n: int) -> str:
 
 def stage_inputs(model: Model, store: WeightStore, tgt: Target, knobs: Mapping[str, Any]) -> dict[str, Any]:
     """The inputs section of a stage's manifest: everything that decides its outputs."""
-    config = model.root / "config.json"
     return {
-        "config": {"file": config.name, "sha256": sha256_file(config)},
+        "config": model.config_fingerprint(),
         "weights": store.fingerprint(),
         "pipeline": tgt.pipeline(knobs),
         "knobs": dict(knobs),

@@ -139,7 +139,9 @@ def is_stage(out: Path, files: set[str] | frozenset[str] = frozenset()) -> bool:
     except (OSError, ValueError, RecursionError):
         pass
     try:
-        return all(e.is_file() and not e.is_symlink() and e.name in own for e in out.iterdir())
+        # a directory inside is a stage of its own (the CUDA target's aot/), replaced with it
+        return all((e.is_file() and not e.is_symlink() and e.name in own)
+                   or (e.is_dir() and not e.is_symlink() and is_stage(e)) for e in out.iterdir())
     except OSError:
         return False
 

@@ -131,3 +131,13 @@ def model_at(directory: Path) -> Model:
 def run_tool(*args: str, tool: str = "strata.cli", **kw) -> subprocess.CompletedProcess:
     """`python -m strata.cli ARGS` (or strata.opt), capturing text output."""
     return subprocess.run([sys.executable, "-m", tool, *args], capture_output=True, text=True, **kw)
+
+
+def seed_file(number: str) -> Path:
+    """`../shared/seeds/<number>_*.txt`; the calling test is skipped, naming it, when it is absent."""
+    import pytest
+
+    found = sorted(SEEDS.glob(f"{number}_*.txt")) if SEEDS.is_dir() else []
+    if not found:
+        pytest.skip(f"seed {number} is not beside the checkout ({SEEDS})")
+    return found[0]

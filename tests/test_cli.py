@@ -76,3 +76,12 @@ def test_ir_decode_needs_no_token_count():
     r = run("ir", str(EXAMPLES / "qwen3-8b"), "--level", "op", "--entry", "decode", "--start", "7", "--ctx", "4096")
     assert r.returncode == 0, r.stderr
     assert "func.func @decode() -> tensor<1x151936xf32>" in r.stdout
+
+
+def test_demo_runs_end_to_end(tmp_path):
+    """`strata demo` (what `make demo` runs): inspect, trace, compile and generate on the default model."""
+    r = run("demo", "--root", str(tmp_path / "models"))
+    assert r.returncode == 0, r.stderr
+    for step in ("== strata inspect", "== strata trace", "== strata run"):
+        assert step in r.stdout
+    assert r.stdout.strip().splitlines()[-1].startswith("ids=")

@@ -51,9 +51,16 @@ def families() -> list[Family]:
 
 def read_config(path: Any) -> Any:
     """The config at `path` (a model directory or its config.json), read by its family."""
-    from strata.frontends.hf_config import ConfigError, architecture_of, read_config_file
+    from strata.frontends.hf_config import read_config_file
 
     data, file, name = read_config_file(path)
+    return read_config_dict(data, file, name)
+
+
+def read_config_dict(data: Any, file: str, name: str) -> Any:
+    """A parsed config.json (`file` labels errors), read by its family as model `name`."""
+    from strata.frontends.hf_config import ConfigError, architecture_of
+
     arch = architecture_of(data, file)
     for fam in families():
         if arch in fam.architectures:

@@ -11,6 +11,7 @@ Precision, from a node's `precision` attribute (absent: f32 throughout, no round
 - `weight`: `fp8` with a block -> quantized with `strata.ir.fp8.quantize_fp8_block` and
   dequantized (per expert for 3-D expert weights); `int4` with a 1-D block and `asymmetric` ->
   ONNX Runtime's block-wise asymmetric 4-bit formula along the last axis (`strata.ir.int4`);
+  `int8` and `int4` symmetric with block [32] -> ggml's Q8_0 and Q4_0 (`strata.ir.ggml_blocks`);
   `bf16` / `f16` -> rounded through that type. Each quantized weight is cached per (name, format).
 - `activation`: the node's float inputs are rounded through it (bf16 via ml_dtypes).
 - `output`: the node's float results are rounded through it.
@@ -54,7 +55,7 @@ from xdsl.ir import Operation, SSAValue
 from strata.dialects import blueprint as B
 from strata.dialects.blueprint.attrs import FormatAttr
 from strata.errors import StrataError
-from strata.ir import fp8
+from strata.ir import fp8, ggml_blocks
 from strata.ir.int4 import dequantize_int4_block, quantize_int4_block, roundf  # noqa: F401 - re-exported
 from strata.ir.impls import Implementations
 from strata.semantics import kernels as K
@@ -106,12 +107,18 @@ def quantize_weight(w: np.ndarray, f: FormatAttr | None) -> np.ndarray:
             return fp8.dequantize_fp8_block(*fp8.quantize_fp8_block(w, blk), blk)
         flat = w.reshape(-1, *w.shape[-2:])
         return np.stack([fp8.dequantize_fp8_block(*fp8.quantize_fp8_block(m, blk), blk) for m in flat]).reshape(w.shape)
+    if elem in ("int8", "int4") and not f.is_asymmetric and block == (ggml_blocks.BLOCK,):
+        if w.shape[-1] % ggml_blocks.BLOCK:
+            raise BlueprintRunError(f"{elem}/block{ggml_blocks.BLOCK}: input dim {w.shape[-1]} is not a multiple of it")
+        return ggml_blocks.round_blocks(w, elem)
     if elem == "int4":
         if not f.is_asymmetric:
-            raise BlueprintRunError("int4 weights are emulated asymmetric only (ONNX Runtime's formula)")
+            raise BlueprintRunError(f"symmetric int4 weights are emulated with block [{ggml_blocks.BLOCK}] only (Q4_0)")
         blk = block[0] if block else 128
         return dequantize_int4_block(*quantize_int4_block(w, blk), blk)
-    raise BlueprintRunError(f"weight format '{elem}' is not emulated (fp8, int4 asymmetric, bf16, f16, f32 are)")
+    raise BlueprintRunError(f"weight format '{elem}' is not emulated (fp8, int4 asymmetric, int8 and int4 with "
+                            f"block [{ggml_blocks.BLOCK}], bf16, f16, f32 are)")
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,8 +309,9 @@ def _rope_node(op, a: list, env: Env) -> tuple:
     hd = env.dim("head_dim")
 
     def rot(x: np.ndarray) -> np.ndarray:
+        factors = attrs["freq_factors"].get_values() if "freq_factors" in attrs else None
         y = K.rope(np.asarray(x, np.float32).reshape(n, -1, hd), pos, int(attrs["n_dims"].value.data), mode,
-                   float(attrs["freq_base"].value.data), float(attrs["freq_scale"].value.data), None, sections)
+                   float(attrs["freq_base"].value.data), float(attrs["freq_scale"].value.data), factors, sections)
         return y.reshape(n, -1)
 
     return (rot(a[0]), rot(a[1]))

@@ -41,8 +41,25 @@ def _cpu() -> Target:
     return Target("cpu", pipeline, emit, {"ctx": None, "flash_attn": True, "kv_pad": 256}, ("model.py",))
 
 
+def _cuda() -> Target:
+    from strata.targets.cuda.emit import emit_cuda
+
+    def pipeline(k: Mapping[str, Any]) -> str:
+        return (f"convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} kv_pad=1}},"
+                f"convert-op-to-blueprint{{mode=auto}},blueprint-assign-precision{{recipe={k['recipe']}}},"
+                f"blueprint-place-state{{kv={k['kv']} embed=device sample=device}},blueprint-fuse")
+
+    # Default recipe bf16 (every family): the weights and activations of the checkpoints' own
+    # type; fp8-bf16head (fp8 block weights, bf16 head), w4a16 and f32 (exact, for the
+    # interpreter) are the others. KV cache contiguous by default (one sequence; the paged
+    # decode attention spills on sm_90 at Qwen3-8B's head size), kv=paged for pages of 16 rows.
+    return Target("cuda", pipeline, emit_cuda, {"ctx": None, "recipe": "bf16", "kv": "contiguous"},
+                  ("kernels.py", "model.py"))
+
+
 #: target name -> its definition, made on first use.
-TARGETS: dict[str, Callable[[], Target]] = {"cpu": _cpu}
+TARGETS: dict[str, Callable[[], Target]] = {"cpu": _cpu, "cuda": _cuda}
+TARGETS["epu"] = lambda: __import__("strata.targets.epu", fromlist=["epu_target"]).epu_target()  # seed 004 (staged: strata.epu)
 
 
 def target(name: str) -> Target:
@@ -51,4 +68,3 @@ def target(name: str) -> Target:
     if name not in TARGETS:
         raise StrataError(f"target '{name}' is not available (available: {', '.join(TARGETS)})")
     return TARGETS[name]()
-TARGETS["epu"] = lambda: __import__("strata.targets.epu", fromlist=["epu_target"]).epu_target()  # seed 004 (staged: strata.epu)

@@ -9,7 +9,7 @@ import dataclasses
 import json
 
 import pytest
-from support import EXAMPLES, HYBRID_FAMILIES, SEEDS, TINY, module_of, run_tool
+from support import EXAMPLES, HYBRID_FAMILIES, TINY, module_of, run_tool, seed_file
 from xdsl.dialects import func
 
 from strata.exporters.kbp_graph import export_kbp_graph
@@ -34,7 +34,7 @@ def _export(module_or_model, mode="decode", rows=1, recipe="fp8-bf16head"):
 
 @pytest.fixture(scope="module")
 def seed():
-    (path,) = SEEDS.glob("001_*.txt")
+    path = seed_file("001")
     return json.loads(path.read_text())
 
 

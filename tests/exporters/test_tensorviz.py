@@ -14,13 +14,13 @@ from strata.frontends.tensorviz import import_tensorviz
 from strata.ir.text import print_ir
 from strata.models import build_module
 from strata.models.checkpoint import save_random_checkpoint
-from support import HYBRID_FAMILIES, SEEDS, TINY, run_tool
+from support import HYBRID_FAMILIES, TINY, run_tool, seed_file
 from tensorviz_schema import check
 
 
 @pytest.fixture(scope="module")
 def seed_path():
-    (path,) = SEEDS.glob("002_*.txt")
+    path = seed_file("002")
     return path
 
 

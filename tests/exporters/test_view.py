@@ -18,7 +18,7 @@ from strata.frontends.tensorviz import import_tensorviz
 from strata.models import build_module
 from strata.models.checkpoint import save_random_checkpoint
 from strata.pipeline import blueprint_of, entry_pipeline, load_model, run_pipeline
-from support import EXAMPLES, SEEDS, TINY, run_tool
+from support import EXAMPLES, TINY, run_tool, seed_file
 
 DOT = shutil.which("dot")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -26,7 +26,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 @pytest.fixture(scope="module")
 def seed_module():
-    (path,) = SEEDS.glob("002_*.txt")
+    path = seed_file("002")
     return import_tensorviz(path)[1]
 
 

@@ -15,12 +15,12 @@ from strata.frontends.tensorviz import INPUT_ATTR, TensorvizError, hf_config_of,
 from strata.ir.text import print_ir
 from strata.models import build_module
 from strata.pipeline import load_model
-from support import SEEDS, TINY, run_tool
+from support import TINY, run_tool, seed_file
 
 
 @pytest.fixture(scope="module")
 def seed_path():
-    (path,) = SEEDS.glob("002_*.txt")
+    path = seed_file("002")
     return path
 
 

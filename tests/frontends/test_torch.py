@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support import EXAMPLES, SEEDS
+from support import EXAMPLES, seed_file
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -61,7 +61,7 @@ def test_seed_tinyllama_compiled_matches_module(tmp_path):
 
 def test_seed_tinyllama_shape_is_seed_002s():
     """vocab, dim and ffn as seed 002 gives them; 4 heads as its walkthrough says."""
-    seed = json.loads(next(SEEDS.glob("002_*.txt")).read_text())
+    seed = json.loads(seed_file("002").read_text())
     nodes = {n["node_id"]: n["params"] for n in seed["document"]["semantic"]["nodes"]}
     cfg = capture_model(EX.seeded_tinyllama(), (torch.tensor([PROMPT]),)).config
     assert (cfg.vocab_size, cfg.hidden_size) == (nodes["embedding"]["num_embeddings"], nodes["embedding"]["embedding_dim"])

@@ -39,12 +39,12 @@ def nodes(module: ModuleOp) -> list[NodeOp]:
     return [op for op in module.walk() if isinstance(op, NodeOp)]
 
 
-def test_recipes_are_the_four():
-    assert recipe_names() == ["bf16", "f32", "fp8-bf16head", "w4a16"]
+def test_recipes_are_the_six():
+    assert recipe_names() == ["bf16", "f32", "fp8-bf16head", "q4_0", "q8_0", "w4a16"]
     assert strata_passes()["blueprint-assign-precision"]() is BlueprintAssignPrecisionPass
 
 
-@pytest.mark.parametrize("recipe", ["bf16", "f32", "fp8-bf16head", "w4a16"])
+@pytest.mark.parametrize("recipe", ["bf16", "f32", "fp8-bf16head", "w4a16", "q8_0", "q4_0"])
 def test_only_precision_and_steps_change(recipe):
     before, after = run(recipe)
     ops_b, ops_a = list(before.walk()), list(after.walk())
@@ -167,7 +167,7 @@ def test_unknown_recipe_lists_the_recipes():
     with pytest.raises(RecipeError) as e:
         BlueprintAssignPrecisionPass(recipe="fp4").apply(strata_context(), read_ir(MODULE))
     assert str(e.value) == ("blueprint-assign-precision: unknown recipe 'fp4' "
-                            "(known: bf16, f32, fp8-bf16head, w4a16)")
+                            "(known: bf16, f32, fp8-bf16head, q4_0, q8_0, w4a16)")
 
 
 GOOD_RULE = {"op": "embed", "precision": {"output": "bf16"}, "steps": ["gather bf16"]}

@@ -282,6 +282,11 @@ def attention(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> 
         k = _norm_heads(em, blk, "k_norm", p["attn_k_norm.weight"], k, "kn", "kv_heads*head_dim")
     rope = {key: q_rope.attributes[key] for key in ("mode", "n_dims", "freq_base", "freq_scale", "sections")
             if key in q_rope.attributes}
+    if q_rope.freq_factors is not None:  # llama3 scaling: each pair's frequency divided by its factor
+        table = root(q_rope.freq_factors).owner
+        if not isinstance(table, O.ConstantOp):
+            raise ConversionError(f"convert-op-to-blueprint: {blk}'s rope frequency factors are not a constant")
+        rope["freq_factors"] = DenseArrayBase.from_list(f64, [float(v) for v in table.value.get_values()])
     qr, kr = em.node(B.RopeOp, blk, "rope", [q, k], [("qr", "n", "q_heads*head_dim", None),
                                                       ("kr", "n", "kv_heads*head_dim", None)], **rope)
     k_write = g.reach(k_rope.results[0], O.SetRowsOp, "KV cache write (op.set_rows) of K", depth=4)

@@ -71,7 +71,7 @@ _I4 = {"x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*fp32", "z_ptr": "*u8", "y_pt
 _GEMV = dict(HAS_BIAS=False, SILU_OUT=False, SILU_IN=False, HAS_IDS=False, X_DIV=1, QBN=1, QBK=1,
              BLOCK_N=16, BLOCK_K=256)
 _GEMM = dict(HAS_BIAS=False, SILU_OUT=False, DOT_BF16=True, QBN=1, QBK=1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64)
-_ATT = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf16", "bt_ptr": "*i32"}
+_ATT = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf16", "bt_ptr": "*i32", "pos_ptr": "*i32"}
 
 SPECS: tuple[Spec, ...] = (
     # Qwen3-8B, bf16: hidden 4096, 32 q heads / 8 KV heads of 128, intermediate 12288, vocab 151936
@@ -85,12 +85,14 @@ SPECS: tuple[Spec, ...] = (
     Spec("q8b.rope_neox", "attention.rope_kernel",
          dict(HEAD_DIM=128, N_DIMS=128, MODE=0, S0=0, S1=0, S2=0, S3=0, BLOCK_H=64, BLOCK_T=1),
          {"x_ptr": "*bf16", "y_ptr": "*bf16", "pos_ptr": "*i32"}),
-    Spec("q8b.kv_write", "attention.kv_write_kernel", dict(PAGED=False, PAGE=16, BLOCK=1024),
-         {"k_ptr": "*bf16", "v_ptr": "*bf16", "kc_ptr": "*bf16", "vc_ptr": "*bf16", "bt_ptr": "*i32"}),
+    Spec("q8b.kv_write", "attention.kv_write_kernel", dict(PAGED=False, PAGE=16, BLOCK=1024, POS_DEV=True),
+         {"k_ptr": "*bf16", "v_ptr": "*bf16", "kc_ptr": "*bf16", "vc_ptr": "*bf16", "bt_ptr": "*i32", "pos_ptr": "*i32"}),
     Spec("q8b.attention_decode", "attention.attention_kernel",
-         dict(GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=32, PAGED=False, PAGE=16, DOT_BF16=True), _ATT),
+         dict(GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=32, PAGED=False, PAGE=16, DOT_BF16=True,
+              POS_DEV=True), _ATT),
     Spec("q8b.attention_prefill", "attention.attention_kernel",
-         dict(GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, PAGED=False, PAGE=16, DOT_BF16=True), _ATT,
+         dict(GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, PAGED=False, PAGE=16, DOT_BF16=True,
+              POS_DEV=False), _ATT,
          num_warps=8),
     Spec("q8b.residual_add", "elementwise.binary_kernel", dict(OP=0, BLOCK=1024),
          {"a_ptr": "*bf16", "b_ptr": "*bf16", "y_ptr": "*bf16"}),
@@ -103,6 +105,14 @@ SPECS: tuple[Spec, ...] = (
     Spec("q36.gemm_fp8", "gemm.gemm_kernel", dict(_GEMM, FMT=1, QBN=128, QBK=128), _FP8, num_warps=8, num_stages=3),
     Spec("q36.gemv_int4", "gemm.gemv_kernel", dict(_GEMV, FMT=2, QBN=1, QBK=128), _I4),
     Spec("q36.gemm_int4", "gemm.gemm_kernel", dict(_GEMM, FMT=2, QBN=1, QBK=128), _I4, num_warps=8, num_stages=3),
+    Spec("q36.gemv_fp8_gate_up_silu", "gemm.gemv_kernel", dict(_GEMV, FMT=1, QBN=128, QBK=128, SILU_OUT=True,
+                                                                BLOCK_N=8), _FP8),
+    Spec("q36.gemv_int4_gate_up_silu", "gemm.gemv_kernel", dict(_GEMV, FMT=2, QBN=1, QBK=128, SILU_OUT=True,
+                                                                 BLOCK_N=8), _I4),
+    Spec("q36.gemm_fp8_gate_up_silu", "gemm.gemm_kernel", dict(_GEMM, FMT=1, QBN=128, QBK=128, SILU_OUT=True,
+                                                               BLOCK_N=32), _FP8, num_warps=8, num_stages=3),
+    Spec("q36.gemm_int4_gate_up_silu", "gemm.gemm_kernel", dict(_GEMM, FMT=2, QBN=1, QBK=128, SILU_OUT=True,
+                                                                BLOCK_N=32), _I4, num_warps=8, num_stages=3),
     Spec("q36.expert_gate_up_fp8", "gemm.gemv_kernel", dict(_GEMV, FMT=1, QBN=128, QBK=128, HAS_IDS=True, X_DIV=8),
          _FP8),
     Spec("q36.expert_silu_down_fp8", "gemm.gemv_kernel", dict(_GEMV, FMT=1, QBN=128, QBK=128, HAS_IDS=True,
@@ -126,9 +136,11 @@ SPECS: tuple[Spec, ...] = (
          dict(HEAD_DIM=256, N_DIMS=64, MODE=3, S0=11, S1=11, S2=10, S3=0, BLOCK_H=32, BLOCK_T=256),
          {"x_ptr": "*bf16", "y_ptr": "*bf16", "pos_ptr": "*i32"}),
     Spec("q36.attention_decode_paged", "attention.attention_kernel",
-         dict(GROUP=8, HEAD_DIM=256, BLOCK_D=256, BLOCK_M=16, BLOCK_N=32, PAGED=True, PAGE=16, DOT_BF16=True), _ATT),
+         dict(GROUP=8, HEAD_DIM=256, BLOCK_D=256, BLOCK_M=16, BLOCK_N=32, PAGED=True, PAGE=16, DOT_BF16=True,
+              POS_DEV=True), _ATT),
     Spec("q36.attention_prefill", "attention.attention_kernel",
-         dict(GROUP=8, HEAD_DIM=256, BLOCK_D=256, BLOCK_M=64, BLOCK_N=32, PAGED=False, PAGE=16, DOT_BF16=True), _ATT,
+         dict(GROUP=8, HEAD_DIM=256, BLOCK_D=256, BLOCK_M=64, BLOCK_N=32, PAGED=False, PAGE=16, DOT_BF16=True,
+              POS_DEV=False), _ATT,
          num_warps=8),
     Spec("q36.sigmoid_gate_mul", "elementwise.binary_kernel", dict(OP=1, BLOCK=1024),
          {"a_ptr": "*bf16", "b_ptr": "*bf16", "y_ptr": "*bf16"}),
@@ -166,18 +178,20 @@ def resource_usage(cubin: bytes) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"(REG|SHARED|LOCAL|STACK):(\d+)", line)}
 
 
-def compile_spec(spec: Spec, out_dir: Path | None = None) -> AotResult:
+def compile_spec(spec: Spec, out_dir: Path | None = None, fn=None, arch: tuple[int, int] = (90, 32)) -> AotResult:
+    """Compile `spec` (its kernel from the library, or `fn`, a generated kernels.py's) for
+    GPUTarget("cuda", *arch)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from strata.targets.cuda.kernel_table import kernel
 
-    fn = kernel(spec.kernel)
+    fn = fn if fn is not None else kernel(spec.kernel)
     if not hasattr(fn, "params"):
         raise RuntimeError("TRITON_INTERPRET is set: the kernels are interpreted functions and cannot be compiled")
     src = ASTSource(fn=fn, signature=signature(fn, spec), constexprs=dict(spec.constexprs))
-    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+    ck = triton.compile(src, target=GPUTarget("cuda", *arch),
                         options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
     use = resource_usage(ck.asm["cubin"])
     shared = int(ck.metadata.shared) + use.get("SHARED", 0)

@@ -18,9 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 #: The name tables of rules.json ("tables"): a placeholder {table:key} is one of these spellings.
+#: `w8i`/`int8` are ggml's Q8_0 weights (a GGUF's): the GEMM templates take them dequantized by
+#: the host, as every weight the templates have no in-kernel dequant for.
 TABLES: dict[str, tuple[str, ...]] = {
-    "gemm": ("w8a16", "w4a16", "bf16", "f16", "f32"),
-    "elem": ("fp8", "int4", "bf16", "f16", "f32"),
+    "gemm": ("w8a16", "w4a16", "w8i", "bf16", "f16", "f32"),
+    "elem": ("fp8", "int4", "int8", "bf16", "f16", "f32"),
     "kv": ("paged_attention", "contiguous_attention"),
 }
 #: Free placeholders: argmax_{where}.

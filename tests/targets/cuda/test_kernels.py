@@ -448,3 +448,23 @@ def test_moe_experts(ckpts, fam, recipe, elem):
     else:
         got = moe.launch_blend(t(ins[blend.operands[0]]), t(ins[blend.operands[1]]))
     close(got, want)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_position_on_the_device(paged):
+    """kv_write and attention with the position as an int32 device scalar (what a CUDA graph
+    replays; POS_DEV) give what they give with the position as an argument."""
+    rng = np.random.default_rng(11)
+    ctx, hd, kvh = 48, 16, 2
+    table = t(np.random.default_rng(2).permutation(ctx // 8).astype(np.int32)) if paged else None
+    for pos in (0, 19):
+        caches = [t(rng.standard_normal((ctx, kvh * hd)).astype(np.float32)) for _ in range(2)]
+        q, k, v = (t(rng.standard_normal((1, w)).astype(np.float32)) for w in (4 * hd, kvh * hd, kvh * hd))
+        got = []
+        for p in (pos, torch.tensor([pos], dtype=torch.int32)):
+            kc, vc = (c.clone() for c in caches)
+            attention.launch_kv_write(k, v, kc, vc, p, block_table=table, page=8)
+            got.append((kc, attention.launch_attention(q, kc, vc, p, 0.25, head_dim=hd, kv_heads=kvh,
+                                                       block_table=table, page=8, block_n=16)))
+        assert torch.equal(got[0][0], got[1][0])
+        close(got[1][1], got[0][1].numpy())

@@ -67,9 +67,13 @@ def rope_kernel(x_ptr, y_ptr, pos_ptr, inv_ptr, n_rows, x_rs, y_rs,
         tl.store(yb + t, tl.load(xb + t, mask=tm), mask=tm)
 
 
-def rope_inv_freq(n_dims: int, freq_base: float, freq_scale: float = 1.0, device=None) -> torch.Tensor:
-    """freq_scale * freq_base^(-2i/n_dims), i < n_dims/2, computed in f64, f32 (cache it per layer)."""
+def rope_inv_freq(n_dims: int, freq_base: float, freq_scale: float = 1.0, freq_factors=None,
+                  device=None) -> torch.Tensor:
+    """freq_scale * freq_base^(-2i/n_dims) / freq_factors[i] (llama3 scaling; absent: 1), i < n_dims/2,
+    computed in f64, f32 (cache it per layer)."""
     inv = float(freq_scale) * float(freq_base) ** (-np.arange(n_dims // 2, dtype=np.float64) * 2.0 / n_dims)
+    if freq_factors is not None:
+        inv = inv / np.asarray(freq_factors, dtype=np.float64)[: n_dims // 2]
     return torch.from_numpy(inv.astype(np.float32)).to(device)
 
 
@@ -96,8 +100,10 @@ def launch_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor
 
 
 @triton.jit
-def kv_write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, bt_ptr, pos, width, k_rs, v_rs, c_rs,
-                    PAGED: tl.constexpr, PAGE: tl.constexpr, BLOCK: tl.constexpr):
+def kv_write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, bt_ptr, pos_ptr, pos, width, k_rs, v_rs, c_rs,
+                    PAGED: tl.constexpr, PAGE: tl.constexpr, BLOCK: tl.constexpr, POS_DEV: tl.constexpr):
+    if POS_DEV:  # the position read on the device (a CUDA graph replays with a new one)
+        pos = tl.load(pos_ptr)
     i = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = cols < width
@@ -113,18 +119,24 @@ def kv_write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, bt_ptr, pos, width, k_rs, v_rs
 def launch_kv_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: int, *,
                     block_table: torch.Tensor | None = None, page: int = 16) -> None:
     """`kv_write` (kv_write_*): k, v [n, kv_heads*head_dim] to cache rows pos .. pos+n-1 (paged
-    through block_table, int32 [pages], when given)."""
+    through block_table, int32 [pages], when given). pos: an int, or an int32 [1] device tensor
+    read by the kernel (for CUDA graphs)."""
     n, width = k.shape
     bl = min(1024, triton.next_power_of_2(width))
+    dev = torch.is_tensor(pos)
     kv_write_kernel[(n, triton.cdiv(width, bl))](k, v, k_cache, v_cache, block_table if block_table is not None else k,
-                                                 pos, width, k.stride(0), v.stride(0), k_cache.stride(0),
-                                                 PAGED=block_table is not None, PAGE=page, BLOCK=bl)
+                                                 pos if dev else k, 0 if dev else pos, width, k.stride(0), v.stride(0),
+                                                 k_cache.stride(0), PAGED=block_table is not None, PAGE=page, BLOCK=bl,
+                                                 POS_DEV=dev)
 
 
 @triton.jit
-def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, bt_ptr, n_q, pos, q_rs, kv_rs, o_rs, scale,
+def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, bt_ptr, pos_ptr, n_q, pos, q_rs, kv_rs, o_rs, scale,
                      GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr, DOT_BF16: tl.constexpr):
+                     BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr, DOT_BF16: tl.constexpr,
+                     POS_DEV: tl.constexpr):
+    if POS_DEV:  # the position read on the device (a CUDA graph replays with a new one)
+        pos = tl.load(pos_ptr)
     pid_m = tl.program_id(0)
     kvh = tl.program_id(1)
     m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -178,20 +190,24 @@ def launch_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     """`paged_attention` (paged_attention_* / contiguous_attention_*): q [n, q_heads*head_dim] at
     positions pos .. pos+n-1 against cache rows [0, pos+n) -> [n, q_heads*head_dim]. The k/v of
     the new rows must be written first (launch_kv_write). Tiles as aot.SPECS checks them on sm_90:
-    key blocks of 32 rows for decode or head_dim > 128 (64 otherwise), 8 warps for 64-row blocks."""
+    key blocks of 32 rows for decode or head_dim > 128 (64 otherwise), 8 warps for 64-row blocks.
+    pos: an int, or an int32 [1] device tensor read by the kernel (for CUDA graphs; the key
+    block is then not narrowed to the context)."""
     n, w = q.shape
     group = w // head_dim // kv_heads
     out = out if out is not None else torch.empty_like(q)
     bm = max(16, min(block_m, triton.next_power_of_2(n * group)))
     if block_n is None:
         block_n = 32 if n * group <= 16 or head_dim > 128 else 64
-    bn = max(16, min(block_n, triton.next_power_of_2(pos + n)))
+    dev = torch.is_tensor(pos)
+    bn = max(16, block_n if dev else min(block_n, triton.next_power_of_2(pos + n)))
     grid = (triton.cdiv(n * group, bm), kv_heads)
-    attention_kernel[grid](q, k_cache, v_cache, out, block_table if block_table is not None else q, n, pos,
+    attention_kernel[grid](q, k_cache, v_cache, out, block_table if block_table is not None else q,
+                           pos if dev else q, n, 0 if dev else pos,
                            q.stride(0), k_cache.stride(0), out.stride(0), float(scale), GROUP=group, HEAD_DIM=head_dim,
                            BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=bm, BLOCK_N=bn,
                            PAGED=block_table is not None, PAGE=page, DOT_BF16=q.dtype == torch.bfloat16,
-                           num_warps=8 if bm >= 64 else 4)
+                           POS_DEV=dev, num_warps=8 if bm >= 64 else 4)
     return out
 
 

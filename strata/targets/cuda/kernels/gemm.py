@@ -261,13 +261,19 @@ def launch_gemm(x: torch.Tensor, w, out: torch.Tensor, *, bias: torch.Tensor | N
 
 
 def launch_linear(x: torch.Tensor, w, *, bias: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                  silu_out: bool = False, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+                  silu_out: bool = False, out_dtype: torch.dtype | None = None,
+                  dot_bf16: bool | None = None) -> torch.Tensor:
     """`linear` / `lm_head` / `router` (and `ffn_gate_up_silu_*` with silu_out): x [M, K] -> [M, N]
-    (N = W's rows, or half of them with silu_out). GEMV up to GEMV_MAX_ROWS rows, else GEMM."""
+    (N = W's rows, or half of them with silu_out). GEMV up to GEMV_MAX_ROWS rows, else GEMM.
+    dot_bf16: the GEMM's products in bf16 (the node's activation format; default: x is bf16)."""
     w = as_weight(w)
     n = w.n // 2 if silu_out else w.n
     if out is None:
         out = torch.empty((x.shape[0], n), dtype=out_dtype or x.dtype, device=x.device)
+    # gate and up tiles of a quantized weight dequantized together: half as wide (aot.SPECS
+    # *_gate_up_silu: 16 x 256 GEMV and 64 x 64 GEMM tiles spill on sm_90)
+    narrow = silu_out and w.fmt != DENSE
     if x.shape[0] <= GEMV_MAX_ROWS:
-        return launch_gemv(x, w, out, bias=bias, silu_out=silu_out)
-    return launch_gemm(x, w, out, bias=bias, silu_out=silu_out, dot_bf16=x.dtype == torch.bfloat16)
+        return launch_gemv(x, w, out, bias=bias, silu_out=silu_out, block_n=8 if narrow else 16)
+    dot_bf16 = x.dtype == torch.bfloat16 if dot_bf16 is None else dot_bf16
+    return launch_gemm(x, w, out, bias=bias, silu_out=silu_out, dot_bf16=dot_bf16, block_n=32 if narrow else 64)

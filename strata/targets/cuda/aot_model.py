@@ -1,0 +1,154 @@
+"""Ahead-of-time compilation of a compiled model's own kernels (`strata compile --aot sm_90a`).
+
+The generated `model.py` runs a prefill of `rows` tokens and a CUDA-graph decode step on
+torch's `meta` device (shapes only: no weights, no GPU), with every @triton.jit kernel of its
+`kernels.py` replaced by a recorder: each launch gives the kernel, its constexprs, its pointer
+element types and warps/stages, exactly as the model launches it. Each distinct launch is then
+compiled from `kernels.py` itself for Hopper with
+`triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))` (`aot.compile_spec`), and
+its registers, shared memory and spills are read from the cubin.
+
+Weights are meta tensors of the params' shapes, so a config without safetensors compiles too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from strata.errors import StrataError
+from strata.targets.cuda.aot import AotResult, Spec, compile_spec
+
+ARCHS = {"sm_90a": (90, 32)}
+_PTR = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16", "float8_e4m3fn": "*fp8e4nv",
+        "int32": "*i32", "int64": "*i64", "uint8": "*u8"}
+
+
+class AotError(StrataError):
+    """AOT compilation that cannot run (Triton missing or interpreted, an unknown architecture)."""
+
+
+def _load(path: Path, tag: str):
+    name = f"strata_aot_{tag}_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+class _Recorder:
+    def __init__(self, name: str, fn, seen: dict):
+        self.name, self.fn, self.seen = name, fn, seen
+
+    def __getitem__(self, grid):
+        return self._launch
+
+    def _launch(self, *args, **kwargs):
+        import torch
+
+        warps, stages = int(kwargs.pop("num_warps", 4)), int(kwargs.pop("num_stages", 3))
+        params = self.fn.params
+        values = dict(zip((p.name for p in params), args)) | kwargs
+        constexprs, ptrs = {}, {}
+        for p in params:
+            v = values.get(p.name)
+            if p.is_constexpr:
+                constexprs[p.name] = v
+            elif torch.is_tensor(v):
+                ptrs[p.name] = _PTR[str(v.dtype).removeprefix("torch.")]
+        key = (self.name, tuple(sorted(constexprs.items())), tuple(sorted(ptrs.items())), warps, stages)
+        if key not in self.seen:
+            n = sum(k[0] == self.name for k in self.seen)
+            self.seen[key] = Spec(f"{self.name}.{n}", self.name, constexprs, ptrs, warps, stages)
+
+
+def record_launches(out_dir: str | Path, params: Mapping[str, tuple[int, ...]], rows: int = 512) -> list[Spec]:
+    """The distinct kernel launches of the model in `out_dir`: a prefill of `rows` tokens and a
+    decode step as the CUDA graph runs it (the position on the device), on the meta device."""
+    import torch
+
+    out_dir = Path(out_dir)
+    model = _load(out_dir / "model.py", "model")
+    kernels = model._load_kernels()
+    seen: dict = {}
+    originals = {}
+    for name, fn in vars(kernels).items():
+        if type(fn).__name__ == "JITFunction":
+            originals[name] = fn
+    if not originals:
+        raise AotError("the kernels are interpreted (TRITON_INTERPRET is set): unset it to compile them")
+    for name, fn in originals.items():
+        setattr(kernels, name, _Recorder(name, fn, seen))
+    try:
+        def weight(name: str):
+            if name not in params:
+                raise KeyError(name)
+            return torch.empty(tuple(params[name]), dtype=torch.float32, device="meta")
+
+        m = model.Model(weight, device="meta", interpret=False)
+        rows = max(1, min(int(rows), int(m.N_CTX) - 1))
+        m.prefill(torch.zeros((rows, 1), dtype=torch.int32, device="meta"), 0)
+        pos = torch.zeros((1,), dtype=torch.int32, device="meta")
+        m._decode(torch.zeros((1, 1), dtype=torch.int32, device="meta"), 1, pos, m._rope_positions(rows, 1))
+    finally:
+        for name, fn in originals.items():
+            setattr(kernels, name, fn)
+    return list(seen.values())
+
+
+def _compile_one(kernels_path: str, spec: Spec, out: str | None, arch: str) -> AotResult:
+    module = _load(Path(kernels_path), "kernels")
+    try:
+        return compile_spec(spec, Path(out) if out else None, fn=getattr(module, spec.kernel), arch=ARCHS[arch])
+    except Exception as e:  # noqa: BLE001 - a failed compile is a reported result
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return AotResult(spec.name, spec.kernel, 0, 0, 0, "", False, [f"compile failed: {msg}"])
+
+
+def compile_model_kernels(out_dir: str | Path, params: Mapping[str, tuple[int, ...]], *, arch: str = "sm_90a",
+                          aot_dir: str | Path | None = None, rows: int = 512,
+                          jobs: int | None = None) -> list[AotResult]:
+    """Record the model's launches and compile each for `arch`; PTX and cubin into `aot_dir`."""
+    if arch not in ARCHS:
+        raise AotError(f"unknown architecture '{arch}' (known: {', '.join(ARCHS)})")
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise AotError("TRITON_INTERPRET is set: unset it to compile the kernels ahead of time")
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        raise AotError("--aot needs triton (pip install 'strata[cuda]')") from None
+    specs = record_launches(out_dir, params, rows)
+    kpath = str(Path(out_dir) / "kernels.py")
+    out = str(aot_dir) if aot_dir is not None else None
+    jobs = jobs or max(1, min(8, os.cpu_count() or 1))
+    if jobs == 1:
+        return [_compile_one(kpath, s, out, arch) for s in specs]
+    with ProcessPoolExecutor(jobs) as pool:
+        return list(pool.map(_compile_one, [kpath] * len(specs), specs, [out] * len(specs), [arch] * len(specs)))
+
+
+def report(results: list[AotResult]) -> str:
+    lines = []
+    for r in results:
+        status = "ok" if r.ok else "; ".join(r.problems)
+        lines.append(f"{r.name:28} {r.target:7} regs {r.regs:3}  shared {r.shared:6}  local {r.local:5}  {status}")
+    return "\n".join(lines) + "\n"
+
+
+def verdict(results: list[AotResult], allow_spills: bool) -> str | None:
+    """None when every kernel fits (spills allowed if `allow_spills`), else the one-line reason."""
+    bad = []
+    for r in results:
+        problems = [p for p in r.problems if not (allow_spills and "spills" in p)]
+        if problems:
+            bad.append(f"{r.name} ({problems[0]})")
+    if not bad:
+        return None
+    hint = "" if allow_spills or not all("spills" in b for b in bad) else "; --allow-spills accepts spills"
+    return f"{len(bad)} kernel(s) exceed the H200's limits: {', '.join(bad)}{hint}"

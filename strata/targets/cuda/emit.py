@@ -1,0 +1,100 @@
+"""The CUDA target's printer: the blueprint level (both entries, grouped) -> `kernels.py` and
+`model.py`.
+
+* `kernels.py`: the Triton kernel templates the groups need (`kernel_source`), self-contained.
+* `model.py`: the host runtime (`runtime.py`'s source, verbatim) and the generated `Model`:
+  its tables (weights with their formats, conversions, state buffers, ropes) and one method
+  per entry, the launch sequence of its groups (`host.entry_code`).
+
+Neither file imports strata. Every model-supplied name reaches the code as a checked literal
+(`literal_name`: weight and state names) or a sanitized comment (`sanitize_label`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from strata.targets.codegen import CodegenError, sanitize_label
+from strata.targets.cuda.host import Tables, checked, entry_code
+from strata.targets.cuda.kernel_source import kernel_source
+
+RUNTIME = Path(__file__).resolve().with_name("runtime.py")
+
+
+def _functions(module: ModuleOp) -> list[func.FuncOp]:
+    fns = [op for op in module.body.block.ops if isinstance(op, func.FuncOp)]
+    if not fns:
+        raise CodegenError("the module holds no function to compile")
+    return fns
+
+
+def _convert_table(fns: list[func.FuncOp]) -> dict:
+    table: dict = {}
+    for fn in fns:
+        w = fn.attributes.get("blueprint.weights")
+        for name, info in (w.data.items() if w is not None else ()):
+            d = info.data
+            source = d["source"].data if "source" in d else name
+            kind = d["convert"].data if "convert" in d else None
+            args = tuple(int(a) for a in d["convert_args"].get_values()) if "convert_args" in d else ()
+            if kind is not None and kind not in ("plus_one", "neg_exp", "squeeze", "ungroup_rows"):
+                raise CodegenError(f"weight '{sanitize_label(name)}': conversion '{sanitize_label(kind)}' is unknown")
+            table[checked(name, "weight name")] = (checked(source, "weight name"), kind, args)
+    return table
+
+
+def _model_part(fns: list[func.FuncOp], tables: Tables, model_name: str) -> list[str]:
+    methods = [ln for fn in fns for ln in ["", *entry_code(fn, tables)]]
+    first = fns[0]
+    recipe = first.attributes["blueprint.recipe"].data if "blueprint.recipe" in first.attributes else "?"
+    dims = {k: int(v.value.data) for k, v in first.attributes["blueprint.dims"].data.items()}
+    kv_rows = [shape[0] for name, (shape, _) in tables.state.items() if name not in tables.recurrent
+               and not name.endswith(".snapshot")]
+    out = ["", "", "# " + "-" * 93, f"# Generated for {sanitize_label(model_name)}", "", "",
+           "class Model(Runtime):",
+           f'    """{sanitize_label(model_name)}, recipe {sanitize_label(recipe)}: Model(weights[, device, '
+           'interpret, cuda_graph])."""', "",
+           f"    MODEL_NAME = {sanitize_label(model_name)!r}",
+           f"    RECIPE = {sanitize_label(recipe)!r}",
+           f"    N_CTX = {min(kv_rows) if kv_rows else 2 ** 31 - 1}",
+           f"    VOCAB = {dims.get('vocab', 0)}",
+           f"    TOP_K = {dims.get('top_k', 0)}",
+           "    WEIGHTS = ("]
+    out += [f"        {spec!r}," for spec in tables.weights]
+    out += ["    )", "    CONVERT = {"]
+    out += [f"        {k!r}: {v!r}," for k, v in sorted(tables.convert.items())]
+    out += ["    }", "    STATE = {"]
+    out += [f"        {k!r}: {v!r}," for k, v in sorted(tables.state.items())]
+    out += ["    }",
+            f"    RECURRENT = {tuple(sorted(tables.recurrent))!r}",
+            f"    PAGED = {tuple(sorted(tables.paged))!r}",
+            f"    ROPES = {tuple(tables.ropes)!r}",
+            f"    ROPE_MODES = {tuple(sorted(tables.rope_modes))!r}"]
+    out += ["    " + ln if ln else "" for ln in methods]
+    return out
+
+
+def emit_cuda(module: ModuleOp, model_name: str | None) -> dict[str, str]:
+    """{"kernels.py": ..., "model.py": ...} of a module at the blueprint level."""
+    name = model_name or "model"
+    fns = _functions(module)
+    tables = Tables()
+    tables.convert = _convert_table(fns)
+    model_part = _model_part(fns, tables, name)
+    recipe = fns[0].attributes["blueprint.recipe"].data if "blueprint.recipe" in fns[0].attributes else "?"
+    kernels, jit = kernel_source(tables.launchers, name, recipe)
+    runtime = RUNTIME.read_text(encoding="utf-8")
+    head = (f'"""{sanitize_label(name)} compiled by strata for CUDA (Triton), recipe {sanitize_label(recipe)}: '
+            "the host program (generated: do not edit).\n\n"
+            "    from model import Model          # this file; kernels.py must stay beside it\n"
+            "    m = Model(weights)               # llama.cpp tensor names -> arrays or tensors\n"
+            "    ids, logits = m.generate([1, 2, 3], 16)\n\n"
+            f"Kernels used: {', '.join(jit)}.\n"
+            '"""\n')
+    # the runtime's own docstring is kept below the header as a comment-free module body
+    body = runtime.split('"""', 2)[2].lstrip("\n")
+    model = head + "\n" + body.rstrip("\n") + "\n" + "\n".join(model_part) + "\n\n\nK = _load_kernels()\n"
+    return {"kernels.py": kernels, "model.py": model}
