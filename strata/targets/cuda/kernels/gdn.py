@@ -25,6 +25,8 @@ from strata.targets.cuda.kernels.gemm import as_weight, load_weight_tile
 #: The op level's L2-norm epsilon without an `eps` (strata.semantics.module_hybrid.L2NORM_EPS).
 L2NORM_EPS = 1e-6
 CHUNK = 64
+#: The chunk kernels' products read operands this many columns at a time (tl.dot's smallest K).
+CHUNK_DOT_K = 16
 
 
 @triton.jit
@@ -154,14 +156,32 @@ def gdn_step_kernel(qkv_ptr, g_ptr, b_ptr, st_ptr, o_ptr, n_rows, HK, HV, qkv_rs
 
 
 @triton.jit
-def gdn_chunk_prep_kernel(qkv_ptr, g_ptr, b_ptr, w_ptr, u_ptr, qk_ptr, n_rows, n_pad, HK, HV, qkv_rs,
+def _mm_global(a_ptr, a_rs, b_ptr, b_rs, acc, M: tl.constexpr, N: tl.constexpr, KD: tl.constexpr,
+               KS: tl.constexpr, PREC: tl.constexpr):
+    """acc + A @ B with A [M, KD] (row stride a_rs) and B [KD, N] (row stride b_rs) read from
+    global memory KS columns / rows at a time, so that only [M, KS] and [KS, N] operand tiles are
+    live (tl.dot in IEEE f32 holds a thread's whole operand rows in registers)."""
+    m = tl.arange(0, M)
+    n = tl.arange(0, N)
+    s = tl.arange(0, KS)
+    for k0 in range(0, KD, KS):
+        a = tl.load(a_ptr + m[:, None] * a_rs + (k0 + s)[None, :])
+        b = tl.load(b_ptr + (k0 + s)[:, None] * b_rs + n[None, :])
+        acc = tl.dot(a, b, acc, input_precision=PREC)
+    return acc
+
+
+@triton.jit
+def gdn_chunk_prep_kernel(qkv_ptr, g_ptr, b_ptr, w_ptr, u_ptr, qk_ptr, scr_ptr, n_rows, n_pad, HK, HV, qkv_rs,
                           DK: tl.constexpr, DV: tl.constexpr, GROUPED: tl.constexpr, CH: tl.constexpr,
-                          SQUARINGS: tl.constexpr, PREC: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+                          SQUARINGS: tl.constexpr, PREC: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+                          KS: tl.constexpr):
     """Chunk program_id(0) of value head program_id(1), independent of the state (the chunks run in
     parallel): with G the cumulative gate in the chunk and A[t, s] = beta_t exp(G_t - G_s) k_t.k_s
     (s < t), T = (I + A)^-1 = prod_j (I + N^(2^j)) with N = -A nilpotent (SQUARINGS = log2(CH) - 1
-    squarings by tl.dot); stores W = T (beta exp(G) K) [CH, DK], U0 = T (beta V) [CH, DV] and
-    QK = (Q K^T) * exp(G_t - G_s) (s <= t) [CH, CH]."""
+    squarings); stores W = T (beta exp(G) K) [CH, DK], U0 = T (beta V) [CH, DV] and
+    QK = (Q K^T) * exp(G_t - G_s) (s <= t) [CH, CH]. The [CH, CH] products go through the program's
+    scratch rows scr [CH, 2 CH] (T | N^(2^j)), KS columns at a time (no spills on sm_90)."""
     c0 = tl.program_id(0) * CH
     h = tl.program_id(1)
     hk = h // (HV // HK) if GROUPED else h % HK
@@ -177,7 +197,7 @@ def gdn_chunk_prep_kernel(qkv_ptr, g_ptr, b_ptr, w_ptr, u_ptr, qk_ptr, n_rows, n
     decay = tl.where(on, tl.exp(tl.where(on, cum[:, None] - cum[None, :], 0.0)), 0.0)
     kk = tl.zeros([CH, CH], dtype=tl.float32)
     qk = tl.zeros([CH, CH], dtype=tl.float32)
-    for k0 in tl.static_range(0, DK, BLOCK_K):  # K . K^T and Q . K^T over column blocks of k and q
+    for k0 in range(0, DK, BLOCK_K):  # K . K^T and Q . K^T over column blocks of k and q
         km = tm[:, None] & (k0 + i < DK)[None, :]
         k = tl.load(rows + HK * DK + hk * DK + k0 + i[None, :], mask=km, other=0.0).to(tl.float32)
         q = tl.load(rows + hk * DK + k0 + i[None, :], mask=km, other=0.0).to(tl.float32)
@@ -188,44 +208,65 @@ def gdn_chunk_prep_kernel(qkv_ptr, g_ptr, b_ptr, w_ptr, u_ptr, qk_ptr, n_rows, n
     nmat = tl.where(r[:, None] > r[None, :], -kk * decay * beta[:, None], 0.0)
     inv = tl.where(r[:, None] == r[None, :], 1.0, 0.0) + nmat
     power = nmat
-    for _ in tl.static_range(SQUARINGS):
-        power = tl.dot(power, power, input_precision=PREC)
-        inv = inv + tl.dot(inv, power, input_precision=PREC)
-    kb = beta * tl.exp(cum)
-    for k0 in tl.static_range(0, DK, BLOCK_K):
-        km = tm[:, None] & (k0 + i < DK)[None, :]
-        k = tl.load(rows + HK * DK + hk * DK + k0 + i[None, :], mask=km, other=0.0).to(tl.float32)
-        w = tl.dot(inv, k * kb[:, None], input_precision=PREC)
+    scr = scr_ptr + (h * n_pad + c0).to(tl.int64) * (2 * CH)  # this program's [CH, 2 CH]
+    sp = scr + r[:, None] * (2 * CH) + r[None, :]
+    tl.store(sp + CH, power)
+    for _ in tl.static_range(SQUARINGS):  # power = power^2; inv += inv @ power
+        tl.debug_barrier()
+        power = _mm_global(scr + CH, 2 * CH, scr + CH, 2 * CH, tl.zeros([CH, CH], dtype=tl.float32), CH, CH, CH,
+                           KS, PREC)
+        tl.debug_barrier()
+        tl.store(sp, inv)
+        tl.store(sp + CH, power)
+        tl.debug_barrier()
+        inv = _mm_global(scr, 2 * CH, scr + CH, 2 * CH, inv, CH, CH, CH, KS, PREC)
+    tl.debug_barrier()
+    # T diag(beta exp(G)) | T diag(beta): W and U0 are these times K and V
+    tl.store(sp, inv * (beta * tl.exp(cum))[None, :])
+    tl.store(sp + CH, inv * beta[None, :])
+    tl.debug_barrier()
+    for k0 in range(0, DK, BLOCK_K):
+        # K rows of the chunk, columns k0 + i; rows past n_rows are 0 in K (masked out of T's columns)
+        w = tl.zeros([CH, BLOCK_K], dtype=tl.float32)
+        s = tl.arange(0, KS)
+        for s0 in range(0, CH, KS):
+            a = tl.load(scr + r[:, None] * (2 * CH) + (s0 + s)[None, :])
+            ts = c0 + s0 + s
+            kb = tl.load(qkv_ptr + ts[:, None].to(tl.int64) * qkv_rs + HK * DK + hk * DK + k0 + i[None, :],
+                         mask=(ts < n_rows)[:, None] & (k0 + i < DK)[None, :], other=0.0).to(tl.float32)
+            w = tl.dot(a, kb, w, input_precision=PREC)
         tl.store(w_ptr + out_rows * DK + k0 + i[None, :], w, mask=(k0 + i < DK)[None, :])
-    for v0 in tl.static_range(0, DV, BLOCK_V):
+    for v0 in range(0, DV, BLOCK_V):
         j = v0 + tl.arange(0, BLOCK_V)
         jm = j < DV
-        v = tl.load(rows + 2 * HK * DK + h * DV + j[None, :], mask=tm[:, None] & jm[None, :], other=0.0).to(tl.float32)
-        u0 = tl.dot(inv, v * beta[:, None], input_precision=PREC)
+        u0 = tl.zeros([CH, BLOCK_V], dtype=tl.float32)
+        s = tl.arange(0, KS)
+        for s0 in range(0, CH, KS):
+            a = tl.load(scr + CH + r[:, None] * (2 * CH) + (s0 + s)[None, :])
+            ts = c0 + s0 + s
+            vb = tl.load(qkv_ptr + ts[:, None].to(tl.int64) * qkv_rs + 2 * HK * DK + h * DV + j[None, :],
+                         mask=(ts < n_rows)[:, None] & jm[None, :], other=0.0).to(tl.float32)
+            u0 = tl.dot(a, vb, u0, input_precision=PREC)
         tl.store(u_ptr + out_rows * DV + j[None, :], u0, mask=jm[None, :])
 
 
 @triton.jit
 def gdn_chunk_state_kernel(qkv_ptr, g_ptr, w_ptr, u_ptr, qk_ptr, st_ptr, o_ptr, n_rows, n_pad, HK, HV, qkv_rs, o_rs,
                            scale, DK: tl.constexpr, DV: tl.constexpr, GROUPED: tl.constexpr, CH: tl.constexpr,
-                           PREC: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+                           PREC: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, KS: tl.constexpr):
     """Value head program_id(0), value columns block program_id(1): the chunks in order. With S0
     the state before a chunk: U = U0 - W S0; O = (exp(G) Q S0 + QK U) * scale;
-    S = exp(G_last) S0 + sum_s exp(G_last - G_s) k_s u_s^T. The state S^T [BLOCK_V, DK] is held as
-    two column halves of BLOCK_K (DK <= 2 * BLOCK_K), as flash-linear-attention splits it, so that
-    no [CH, DK] operand tile is live at once."""
+    S = exp(G_last) S0 + sum_s exp(G_last - G_s) k_s u_s^T. The program's state rows S^T
+    [BLOCK_V, DK] stay in st (global memory), U replaces U0 in u, then exp(G_last - G) U does: every
+    product reads its operands KS columns at a time there (no [CH, DK] operand tile is live)."""
     h = tl.program_id(0)
     hk = h // (HV // HK) if GROUPED else h % HK
     j = tl.program_id(1) * BLOCK_V + tl.arange(0, BLOCK_V)
-    i0 = tl.arange(0, BLOCK_K)
-    i1 = BLOCK_K + i0
     r = tl.arange(0, CH)
+    s = tl.arange(0, KS)
+    ib = tl.arange(0, BLOCK_K)
     jm = j < DV
-    m0 = i0 < DK
-    m1 = i1 < DK
-    sp = st_ptr + h.to(tl.int64) * DV * DK + j[:, None] * DK
-    st0 = tl.load(sp + i0[None, :], mask=jm[:, None] & m0[None, :], other=0.0).to(tl.float32)
-    st1 = tl.load(sp + i1[None, :], mask=jm[:, None] & m1[None, :], other=0.0).to(tl.float32)
+    sp = st_ptr + h.to(tl.int64) * DV * DK + j[None, :] * DK  # S0 [i, j] = S^T[j, i]
     for c0 in range(0, n_rows, CH):
         t = c0 + r
         tm = t < n_rows
@@ -234,27 +275,43 @@ def gdn_chunk_state_kernel(qkv_ptr, g_ptr, w_ptr, u_ptr, qk_ptr, st_ptr, o_ptr, 
         g_last = tl.sum(g, axis=0)
         rows = (h * n_pad + t[:, None]).to(tl.int64)
         src = qkv_ptr + t[:, None].to(tl.int64) * qkv_rs
-        u = tl.load(u_ptr + rows * DV + j[None, :], mask=jm[None, :], other=0.0)
-        w = tl.load(w_ptr + rows * DK + i0[None, :], mask=m0[None, :], other=0.0)
-        u -= tl.dot(w, tl.trans(st0), input_precision=PREC)
-        w = tl.load(w_ptr + rows * DK + i1[None, :], mask=m1[None, :], other=0.0)
-        u -= tl.dot(w, tl.trans(st1), input_precision=PREC)  # [CH, BLOCK_V]
+        up = u_ptr + rows * DV + j[None, :]
         e = tl.exp(cum)[:, None]
-        q = tl.load(src + hk * DK + i0[None, :], mask=tm[:, None] & m0[None, :], other=0.0).to(tl.float32)
-        o = tl.dot(q * e, tl.trans(st0), input_precision=PREC)
-        q = tl.load(src + hk * DK + i1[None, :], mask=tm[:, None] & m1[None, :], other=0.0).to(tl.float32)
-        o += tl.dot(q * e, tl.trans(st1), input_precision=PREC)
-        qk = tl.load(qk_ptr + rows * CH + r[None, :])
-        o = (o + tl.dot(qk, u, input_precision=PREC)) * scale
-        tl.store(o_ptr + t[:, None].to(tl.int64) * o_rs + h * DV + j[None, :], o, mask=tm[:, None] & jm[None, :])
-        last = tl.exp(g_last - cum)[:, None]
-        ut = tl.trans(u)
-        k = tl.load(src + HK * DK + hk * DK + i0[None, :], mask=tm[:, None] & m0[None, :], other=0.0).to(tl.float32)
-        st0 = st0 * tl.exp(g_last) + tl.dot(ut, k * last, input_precision=PREC)
-        k = tl.load(src + HK * DK + hk * DK + i1[None, :], mask=tm[:, None] & m1[None, :], other=0.0).to(tl.float32)
-        st1 = st1 * tl.exp(g_last) + tl.dot(ut, k * last, input_precision=PREC)
-    tl.store(sp + i0[None, :], st0, mask=jm[:, None] & m0[None, :])
-    tl.store(sp + i1[None, :], st1, mask=jm[:, None] & m1[None, :])
+        u = tl.load(up, mask=jm[None, :], other=0.0)
+        o = tl.zeros([CH, BLOCK_V], dtype=tl.float32)
+        for k0 in range(0, DK, KS):  # U = U0 - W S0; O = exp(G) Q S0
+            im = (k0 + s) < DK
+            s0 = tl.load(sp + (k0 + s)[:, None], mask=im[:, None] & jm[None, :], other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + rows * DK + (k0 + s)[None, :], mask=im[None, :], other=0.0)
+            u -= tl.dot(w, s0, input_precision=PREC)
+            q = tl.load(src + hk * DK + (k0 + s)[None, :], mask=tm[:, None] & im[None, :], other=0.0).to(tl.float32)
+            o = tl.dot(q * e, s0, o, input_precision=PREC)
+        tl.debug_barrier()  # every thread has read U0
+        tl.store(up, u, mask=jm[None, :])
+        tl.debug_barrier()
+        for t0 in range(0, CH, KS):  # O += QK U
+            qk = tl.load(qk_ptr + rows * CH + (t0 + s)[None, :])
+            ub = tl.load(u_ptr + (h * n_pad + c0 + t0 + s[:, None]).to(tl.int64) * DV + j[None, :],
+                         mask=jm[None, :], other=0.0)
+            o = tl.dot(qk, ub, o, input_precision=PREC)
+        tl.store(o_ptr + t[:, None].to(tl.int64) * o_rs + h * DV + j[None, :], o * scale,
+                 mask=tm[:, None] & jm[None, :])
+        tl.debug_barrier()  # every thread has read U
+        tl.store(up, u * tl.exp(g_last - cum)[:, None], mask=jm[None, :])
+        tl.debug_barrier()
+        for k0 in range(0, DK, BLOCK_K):  # S = exp(G_last) S0 + K^T (exp(G_last - G) U), columns k0 + ib
+            im = (k0 + ib) < DK
+            sm = im[:, None] & jm[None, :]
+            acc = tl.load(sp + (k0 + ib)[:, None], mask=sm, other=0.0).to(tl.float32) * tl.exp(g_last)
+            for t0 in range(0, CH, KS):
+                ts = c0 + t0 + s
+                kt = tl.load(qkv_ptr + ts[None, :].to(tl.int64) * qkv_rs + HK * DK + hk * DK + (k0 + ib)[:, None],
+                             mask=(ts < n_rows)[None, :] & im[:, None], other=0.0).to(tl.float32)
+                ub = tl.load(u_ptr + (h * n_pad + ts[:, None]).to(tl.int64) * DV + j[None, :],
+                             mask=jm[None, :], other=0.0)
+                acc = tl.dot(kt, ub, acc, input_precision=PREC)
+            tl.store(sp + (k0 + ib)[:, None], acc, mask=sm)
+        tl.debug_barrier()  # the state is written before the next chunk reads it
 
 
 def launch_gdn_recurrence(qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor, *,
@@ -278,16 +335,18 @@ def launch_gdn_recurrence(qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
         w = torch.empty((v_heads, n_pad, k_dim), **f32)
         u = torch.empty((v_heads, n_pad, v_dim), **f32)
         qk = torch.empty((v_heads, n_pad, CHUNK), **f32)
+        scr = torch.empty((v_heads, n_pad, 2 * CHUNK), **f32)  # the prep kernel's [CH, CH] products
         prec = "tf32" if fast_dot else "ieee"
-        gdn_chunk_prep_kernel[(n_chunks, v_heads)](qkv, g, beta, w, u, qk, n, n_pad, k_heads, v_heads, qkv.stride(0),
-                                                   DK=k_dim, DV=v_dim, GROUPED=grouped, CH=CHUNK,
+        gdn_chunk_prep_kernel[(n_chunks, v_heads)](qkv, g, beta, w, u, qk, scr, n, n_pad, k_heads, v_heads,
+                                                   qkv.stride(0), DK=k_dim, DV=v_dim, GROUPED=grouped, CH=CHUNK,
                                                    SQUARINGS=CHUNK.bit_length() - 2, PREC=prec,
                                                    BLOCK_K=max(16, min(prep_block_k, triton.next_power_of_2(k_dim))),
-                                                   BLOCK_V=bv, num_warps=8, num_stages=1)
+                                                   BLOCK_V=bv, KS=CHUNK_DOT_K, num_warps=8, num_stages=1)
         gdn_chunk_state_kernel[(v_heads, triton.cdiv(v_dim, bv))](
             qkv, g, w, u, qk, state, out, n, n_pad, k_heads, v_heads, qkv.stride(0), out.stride(0),
             float(k_dim) ** -0.5, DK=k_dim, DV=v_dim, GROUPED=grouped, CH=CHUNK, PREC=prec,
-            BLOCK_K=max(16, triton.next_power_of_2(triton.cdiv(k_dim, 2))), BLOCK_V=bv, num_warps=8, num_stages=1)
+            BLOCK_K=max(16, triton.next_power_of_2(triton.cdiv(k_dim, 2))), BLOCK_V=bv, KS=CHUNK_DOT_K, num_warps=8,
+            num_stages=1)
     else:
         bv = min(block_v, triton.next_power_of_2(v_dim))
         gdn_step_kernel[(v_heads, triton.cdiv(v_dim, bv))](qkv, g, beta, state, out, n, k_heads, v_heads,
