@@ -248,7 +248,16 @@ def cmd_run(args: argparse.Namespace) -> int:
              f"compiled {model.root} for {args.target} into {out} in {time.perf_counter() - t0:.2f} s")
     module = load_compiled(out)
 
-    n = args.max_new_tokens
+    ids, logits = generate_with_progress(prompt, args.max_new_tokens,
+                                         lambda on_token: generate(module, store, prompt, args.max_new_tokens,
+                                                                   on_token=on_token))
+    report_result(ids, logits, args.dump_logits)
+    return 0
+
+
+def generate_with_progress(prompt, n: int, run, runtime: str = ""):
+    """`run(on_token)` -> (ids, logits), with prefill and decode speeds on stderr and a progress
+    line on a terminal."""
     tty = sys.stderr.isatty()
     clock = {"start": time.perf_counter(), "first": None}
 
@@ -262,26 +271,32 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"\rstrata: generated {i + 1}/{n} tokens", end="", file=sys.stderr, flush=True)
 
     clock["start"] = time.perf_counter()
-    ids, logits = generate(module, store, prompt, n, on_token=on_token)
+    ids, logits = run(on_token)
     end = time.perf_counter()
     if tty and n:
         print(file=sys.stderr)
     if n > 1 and clock["first"] is not None:
         dt = end - clock["first"]
         _say(f"decode: {n - 1} tokens in {dt:.3f} s ({(n - 1) / max(dt, 1e-9):.1f} tokens/s)")
-    _say(f"generated {n} tokens in {end - clock['start']:.3f} s")
-    # The ids first: whatever happens to the logits file, the result is not lost.
-    print("ids=" + ",".join(str(t) for t in ids), flush=True)
-    if args.dump_logits:
+    _say(f"generated {n} tokens in {end - clock['start']:.3f} s" + (f" ({runtime})" if runtime else ""))
+    return ids, logits
+
+
+def report_result(ids, logits, dump_logits: str | None) -> None:
+    """What every `strata run` prints: the ids last on stdout (first, so that whatever happens to
+    the logits file the result is not lost), then the float32 logits to --dump-logits if asked."""
+    print("ids=" + ",".join(str(int(t)) for t in ids), flush=True)
+    if dump_logits:
         import io
 
         import numpy as np
 
+        from strata.outputs import write_output
+
         buf = io.BytesIO()
-        np.save(buf, logits.astype(np.float32), allow_pickle=False)
-        write_output(args.dump_logits, buf.getvalue())
-        _say(f"logits {list(logits.shape)} float32 saved to {args.dump_logits}")
-    return 0
+        np.save(buf, np.asarray(logits).astype(np.float32), allow_pickle=False)
+        write_output(dump_logits, buf.getvalue())
+        _say(f"logits {list(np.shape(logits))} float32 saved to {dump_logits}")
 
 
 def cmd_import(args: argparse.Namespace) -> int:

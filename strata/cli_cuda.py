@@ -135,8 +135,8 @@ def _check_gpu() -> None:
 def run_cuda(args: argparse.Namespace) -> int:
     """`strata run --target cuda`: what `strata run` prints (ids last, --dump-logits), from the
     generated model.py on the GPU, or under Triton's interpreter with --interpret."""
-    from strata.cli import check_finite, parse_prompt_ids
-    from strata.outputs import check_output_path, write_output
+    from strata.cli import check_finite, parse_prompt_ids, report_result
+    from strata.outputs import check_output_path
     from strata.pipeline import cached_compile, load_model, resolve_knobs
     from strata.stage import StageError
     from strata.targets import target
@@ -175,14 +175,5 @@ def run_cuda(args: argparse.Namespace) -> int:
     ids, logits = m.generate(prompt, args.max_new_tokens)
     _say(f"generated {args.max_new_tokens} tokens in {time.perf_counter() - t0:.3f} s"
          + (" (Triton interpreter)" if interpret else ""))
-    print("ids=" + ",".join(str(t) for t in ids), flush=True)
-    if args.dump_logits:
-        import io
-
-        import numpy as np
-
-        buf = io.BytesIO()
-        np.save(buf, logits.astype(np.float32), allow_pickle=False)
-        write_output(args.dump_logits, buf.getvalue())
-        _say(f"logits {list(logits.shape)} float32 saved to {args.dump_logits}")
+    report_result(ids, logits, args.dump_logits)
     return 0

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from strata.cli import _knobs, _model, _say, check_finite, parse_prompt_ids
+from strata.cli import _knobs, _model, _say, check_finite, generate_with_progress, parse_prompt_ids, report_result
 from strata.errors import StrataError
 
 # ---------------------------------------------------------------------------------------------
@@ -57,7 +57,7 @@ def run_via_onnxruntime(args: argparse.Namespace) -> int:
     """`strata run --via onnxruntime`: export the prefill (the prompt's length) and the decode,
     and generate with onnxruntime, printing what `strata run` prints."""
     from strata.exporters.onnx_run import OrtEntry, generate_ort
-    from strata.outputs import check_output_path, write_output
+    from strata.outputs import check_output_path
     from strata.pipeline import resolve_knobs
     from strata.targets import target
     from strata.targets.cpu.driver import check_request
@@ -76,35 +76,7 @@ def run_via_onnxruntime(args: argparse.Namespace) -> int:
     decode = OrtEntry(_export_onnx(model, store, "decode", 1, knobs)) if n > 1 else prefill
     _say(f"exported {model.root} to ONNX and loaded it in onnxruntime in {time.perf_counter() - t0:.2f} s")
 
-    tty = sys.stderr.isatty()
-    clock = {"start": time.perf_counter(), "first": None}
-
-    def on_token(i: int, token: int) -> None:
-        now = time.perf_counter()
-        if i == 0:
-            clock["first"] = now
-            _say(f"prefill: {len(prompt)} tokens in {now - clock['start']:.3f} s "
-                 f"({len(prompt) / max(now - clock['start'], 1e-9):.1f} tokens/s)")
-        if tty:
-            print(f"\rstrata: generated {i + 1}/{n} tokens", end="", file=sys.stderr, flush=True)
-
-    clock["start"] = time.perf_counter()
-    ids, logits = generate_ort(prefill, decode, prompt, n, on_token=on_token)
-    end = time.perf_counter()
-    if tty and n:
-        print(file=sys.stderr)
-    if n > 1 and clock["first"] is not None:
-        dt = end - clock["first"]
-        _say(f"decode: {n - 1} tokens in {dt:.3f} s ({(n - 1) / max(dt, 1e-9):.1f} tokens/s)")
-    _say(f"generated {n} tokens in {end - clock['start']:.3f} s (onnxruntime)")
-    print("ids=" + ",".join(str(t) for t in ids), flush=True)
-    if args.dump_logits:
-        import io
-
-        import numpy as np
-
-        buf = io.BytesIO()
-        np.save(buf, logits.astype(np.float32), allow_pickle=False)
-        write_output(args.dump_logits, buf.getvalue())
-        _say(f"logits {list(logits.shape)} float32 saved to {args.dump_logits}")
+    ids, logits = generate_with_progress(prompt, n, lambda on_token: generate_ort(prefill, decode, prompt, n,
+                                                                                  on_token=on_token), "onnxruntime")
+    report_result(ids, logits, args.dump_logits)
     return 0

@@ -432,21 +432,15 @@ def interpret_epu(model: Model, out: str | Path, prompt: Sequence[int], n_new: i
 def cmd_run_epu(args: Any) -> int:
     """`strata run MODEL --target epu --prompt-ids ...`: compile (or reuse) the stages in the cache
     directory, build with g++, run the driver; prints `ids=...` last (as the cpu target does)."""
-    from strata.outputs import check_output_path, write_output
+    from strata.cli import parse_prompt_ids, report_result
+    from strata.outputs import check_output_path
     from strata.pipeline import load_model
+    from strata.targets.cpu.driver import check_request
 
-    items = [t.strip() for t in str(args.prompt_ids).split(",")]
-    try:
-        prompt = [int(t, 10) for t in items]
-    except ValueError:
-        raise EpuError(f"--prompt-ids: {args.prompt_ids[:40]!r} is not a comma-separated list of token ids") from None
+    prompt = parse_prompt_ids(args.prompt_ids)
     if args.dump_logits:
         check_output_path(args.dump_logits)
     model = load_model(args.model)
-    vocab = int(model.config.vocab_size)
-    bad = [t for t in prompt if not 0 <= t < vocab]
-    if bad:
-        raise EpuError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab})")
     n = int(args.max_new_tokens)
     if n < 1:
         raise EpuError("--max-new-tokens must be at least 1 for the EPU driver")
@@ -454,18 +448,10 @@ def cmd_run_epu(args: Any) -> int:
     if args.ctx is not None:
         knobs.setdefault("ctx", args.ctx)
     k = resolve(model, knobs)
-    if len(prompt) + n - 1 > k["ctx"]:
-        raise EpuError(f"the prompt ({len(prompt)} tokens) plus {n} new tokens exceed the KV cache of {k['ctx']}; "
-                       "pass --ctx N")
+    check_request(prompt, n, int(model.config.vocab_size), k["ctx"])
     cache = Path(args.cache_dir) if args.cache_dir else model.root / ".strata-cache" / "epu"
     _, rebuilt = compile_epu(model, cache, k)
     print(f"strata: EPU stages in {cache} (rebuilt: {', '.join(rebuilt) or 'nothing'})", file=sys.stderr)
     ids, logits, frac = run_epu(cache, prompt, n)
-    print("ids=" + ",".join(map(str, ids)), flush=True)
-    if args.dump_logits:
-        import io
-
-        buf = io.BytesIO()
-        np.save(buf, (logits * 2.0 ** -frac).astype(np.float32), allow_pickle=False)
-        write_output(args.dump_logits, buf.getvalue())
+    report_result(ids, logits * 2.0 ** -frac, args.dump_logits)
     return 0

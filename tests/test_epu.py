@@ -123,7 +123,7 @@ def test_cli(tiny_model, tmp_path):
     r = run_tool("compile", str(model.root), "--target", "epu", "-o", str(tmp_path / "p"), "--set", "headroom=x")
     assert r.returncode == 1 and "'x' is not a number" in r.stderr and "Traceback" not in r.stderr
     if shutil.which("g++") is None:
-        return
+        pytest.skip("needs g++")
     r = run_tool("run", str(model.root), "--target", "epu", "--prompt-ids", "3,17,5", "--max-new-tokens", "3",
                  "--set", "ctx=16", "--cache-dir", str(tmp_path / "c"), "--dump-logits", str(tmp_path / "l.npy"))
     assert r.returncode == 0, r.stderr
@@ -132,7 +132,7 @@ def test_cli(tiny_model, tmp_path):
     assert logits.shape == (3, 48) and ids == [int(np.argmax(row)) for row in logits]
     r = run_tool("run", str(model.root), "--target", "epu", "--prompt-ids", "3,17,5", "--max-new-tokens", "20",
                  "--set", "ctx=16", "--cache-dir", str(tmp_path / "c"))
-    assert r.returncode == 1 and "exceed the KV cache of 16" in r.stderr
+    assert r.returncode == 1 and "more than the context of 16" in r.stderr
 
 
 def test_interpreter_loop_matches_itself(tiny_model):
