@@ -25,7 +25,6 @@ Recipes: fp8-bf16head (seed 001's), bf16, f32 and w4a16.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -47,6 +46,7 @@ from strata.dialects.blueprint.group import GroupOp
 from strata.ir.dtypes import has_kind
 from strata.dialects.blueprint.base import NodeOp
 from strata.errors import StrataError
+from strata.passes.node_patterns import matches_node, names
 
 __all__ = ["BlueprintAssignPrecisionPass", "Recipe", "RecipeError", "Rule", "RECIPE_DIR", "apply_recipe",
            "format_from_text", "format_text", "load_recipe", "parse_recipe", "recipe_names"]
@@ -86,13 +86,6 @@ def format_from_text(text: str) -> FormatAttr:
     return fmt
 
 
-def _names(value: Any, key: str) -> frozenset[str]:
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not items or not all(isinstance(s, str) and s for s in items):
-        raise ValueError(f"'{key}' must be a name or a non-empty list of names, got {value!r}")
-    return frozenset(items)
-
-
 @dataclass(frozen=True)
 class Rule:
     index: int
@@ -113,8 +106,8 @@ class Rule:
         for key in ("op", "precision", "steps"):
             if key not in raw:
                 raise ValueError(f"no '{key}'")
-        ops = _names(raw["op"], "op")
-        roles = _names(raw["role"], "role") if "role" in raw else None
+        ops = names(raw["op"], "op")
+        roles = names(raw["role"], "role") if "role" in raw else None
         weight = raw.get("weight")
         if weight is not None and not isinstance(weight, bool):
             raise ValueError(f"'weight' must be true or false, got {weight!r}")
@@ -148,19 +141,8 @@ class Rule:
         return text + ")"
 
     def matches(self, op: NodeOp) -> bool:
-        if op.name.removeprefix("blueprint.") not in self.ops:
-            return False
-        if self.roles is not None:
-            role = op.attributes.get("role")
-            if not isinstance(role, StringAttr) or role.data not in self.roles:
-                return False
-        if self.weight is not None and op.reads_weight != self.weight:
-            return False
-        if self.node is not None:
-            node = op.node
-            if node is None or not fnmatch.fnmatchcase(node.data, self.node):
-                return False
-        return True
+        return (matches_node(op, self.ops, self.roles, self.node)
+                and (self.weight is None or op.reads_weight == self.weight))
 
 
 @dataclass(frozen=True)
@@ -189,9 +171,9 @@ class Recipe:
 @cache
 def load_recipe(name: str) -> Recipe:
     """The recipe `name` from `recipes/NAME.json`; a one-line RecipeError if unknown or malformed."""
-    names = recipe_names()
-    if name not in names:
-        raise RecipeError(f"blueprint-assign-precision: unknown recipe '{name}' (known: {', '.join(names)})")
+    known = recipe_names()
+    if name not in known:
+        raise RecipeError(f"blueprint-assign-precision: unknown recipe '{name}' (known: {', '.join(known)})")
     path = RECIPE_DIR / f"{name}.json"
     return parse_recipe(name, path, path.read_text())
 

@@ -48,7 +48,6 @@ bodies inlined where they stood), so the pass regroups the whole function and is
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
 from collections.abc import Iterator
@@ -67,6 +66,7 @@ from strata.dialects.blueprint.attrs import PlacementAttr
 from strata.dialects.blueprint.base import NodeOp
 from strata.dialects.blueprint.group import GroupOp, YieldOp
 from strata.errors import StrataError
+from strata.passes.node_patterns import matches_node, names
 
 __all__ = ["BlueprintFusePass", "FuseError", "FusionRules", "FUSION_DIR", "fuse_function", "load_rules",
            "parse_rules", "rule_set_names", "unwrap_groups"]
@@ -85,13 +85,6 @@ class FuseError(StrataError):
 
 def rule_set_names() -> list[str]:
     return sorted(p.stem for p in FUSION_DIR.glob("*.json"))
-
-
-def _names(value: Any, key: str) -> frozenset[str]:
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not items or not all(isinstance(s, str) and s for s in items):
-        raise ValueError(f"'{key}' must be a name or a non-empty list of names, got {value!r}")
-    return frozenset(items)
 
 
 @dataclass(frozen=True)
@@ -130,19 +123,13 @@ class Member:
         node = raw.get("node")
         if node is not None and (not isinstance(node, str) or not node):
             raise ValueError(f"member {index}: 'node' must be a glob on node ids")
-        return Member(_names(raw["op"], "op"), _names(raw["role"], "role") if "role" in raw else None, node,
-                      tuple((k, _names(v, f"point.{k}")) for k, v in sorted(point.items())),
-                      tuple((k, _names(v, f"attr.{k}")) for k, v in sorted(attrs.items())),
-                      _names(raw["from"], "from") if "from" in raw else None, tuple(relations))
+        return Member(names(raw["op"], "op"), names(raw["role"], "role") if "role" in raw else None, node,
+                      tuple((k, names(v, f"point.{k}")) for k, v in sorted(point.items())),
+                      tuple((k, names(v, f"attr.{k}")) for k, v in sorted(attrs.items())),
+                      names(raw["from"], "from") if "from" in raw else None, tuple(relations))
 
     def matches(self, op: NodeOp) -> bool:
-        if op.name.removeprefix("blueprint.") not in self.ops:
-            return False
-        if self.roles is not None:
-            role = op.attributes.get("role")
-            if not isinstance(role, StringAttr) or role.data not in self.roles:
-                return False
-        if self.node is not None and (op.node is None or not fnmatch.fnmatchcase(op.node.data, self.node)):
+        if not matches_node(op, self.ops, self.roles, self.node):
             return False
         if self.point:
             have = op.point.data if op.point is not None else {}
@@ -239,9 +226,9 @@ def _field(op: NodeOp, fld: str, where: str, rule: Rule) -> str:
 
 @cache
 def load_rules(name: str) -> FusionRules:
-    names = rule_set_names()
-    if name not in names:
-        raise FuseError(f"blueprint-fuse: unknown rule set '{name}' (known: {', '.join(names)})")
+    known = rule_set_names()
+    if name not in known:
+        raise FuseError(f"blueprint-fuse: unknown rule set '{name}' (known: {', '.join(known)})")
     path = FUSION_DIR / f"{name}.json"
     return parse_rules(name, path, path.read_text())
 
