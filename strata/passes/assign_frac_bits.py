@@ -31,7 +31,6 @@ the function. `range_table(module)` prints seed 004's table (op, range, frac) fr
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from xdsl.rewriter import Rewriter
 
 from strata.dialects import fixed as FX
 from strata.errors import StrataError
+from strata.ir.ranges import read_ranges_document
 
 MAX_FRAC = FX.MAX_FRAC
 
@@ -73,16 +73,7 @@ def frac_bits(lo: float, hi: float, headroom: int = 0) -> int:
 def read_tensor_ranges(path: str | Path) -> dict[str, Any]:
     """A `strata calibrate` file's `tensors` (checked; one-line errors naming the file)."""
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FracBitsError(f"{p}: no such ranges file (write one with `strata calibrate MODEL -o {p.name}`)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise FracBitsError(f"{p}: cannot read the ranges file ({getattr(e, 'strerror', None) or e})") from None
-    except (ValueError, RecursionError) as e:
-        raise FracBitsError(f"{p}: not JSON ({str(e).splitlines()[0][:80]})") from None
-    if not isinstance(data, dict) or not str(data.get("format", "")).startswith("strata-ranges/"):
-        raise FracBitsError(f"{p}: not a ranges file (no \"format\": \"strata-ranges/v1\")")
+    data = read_ranges_document(p, FracBitsError)
     tensors = data.get("tensors")
     if not isinstance(tensors, dict):
         raise FracBitsError(f"{p}: field 'tensors' is missing or not an object")

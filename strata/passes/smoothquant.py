@@ -42,6 +42,7 @@ from xdsl.passes import ModulePass
 
 from strata.dialects import op as O
 from strata.errors import StrataError
+from strata.ir.ranges import read_ranges_document
 
 __all__ = ["SmoothQuantPass", "SmoothGroup", "SmoothQuantError", "groups_of", "plan_of", "read_ranges", "smooth_weights",
            "smoothing_scales"]
@@ -177,19 +178,8 @@ class SmoothQuantPass(ModulePass):
 
 def read_ranges(path: str | Path) -> dict[str, Any]:
     """A `strata calibrate` ranges file: the fields this pass reads, checked (one-line errors)."""
-    import json
-
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SmoothQuantError(f"{p}: no such ranges file (write one with `strata calibrate MODEL -o {p.name}`)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SmoothQuantError(f"{p}: cannot read the ranges file ({getattr(e, 'strerror', None) or e})") from None
-    except (ValueError, RecursionError) as e:
-        raise SmoothQuantError(f"{p}: not JSON ({str(e).splitlines()[0][:80]})") from None
-    if not isinstance(data, dict) or not str(data.get("format", "")).startswith("strata-ranges/"):
-        raise SmoothQuantError(f"{p}: not a ranges file (no \"format\": \"strata-ranges/v1\")")
+    data = read_ranges_document(p, SmoothQuantError)
     linears = data.get("linears")
     if not isinstance(linears, dict):
         raise SmoothQuantError(f"{p}: field 'linears' is missing or not an object")

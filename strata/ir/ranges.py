@@ -1,0 +1,27 @@
+"""Reading a `strata calibrate` ranges file (format `strata-ranges/v1`), for the passes that take
+one (smoothquant, assign-frac-bits); each checks the section it reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from strata.errors import StrataError
+
+
+def read_ranges_document(path: str | Path, error: type[StrataError] = StrataError) -> dict[str, Any]:
+    """The file's JSON object, or a one-line `error` naming the file (missing, unreadable, not JSON,
+    not a ranges file)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{p}: no such ranges file (write one with `strata calibrate MODEL -o {p.name}`)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(f"{p}: cannot read the ranges file ({getattr(e, 'strerror', None) or e})") from None
+    except (ValueError, RecursionError) as e:
+        raise error(f"{p}: not JSON ({str(e).splitlines()[0][:80]})") from None
+    if not isinstance(data, dict) or not str(data.get("format", "")).startswith("strata-ranges/"):
+        raise error(f"{p}: not a ranges file (no \"format\": \"strata-ranges/v1\")")
+    return data
