@@ -29,7 +29,7 @@ from harness import CTX, SEED, Engine  # noqa: E402
 
 
 def qwen3_06b_shaped():
-    from strata.frontends.hf_config import LlamaConfig
+    from strata.models.llama_config import LlamaConfig
 
     return LlamaConfig(
         arch="Qwen3ForCausalLM", name="qwen3-0.6b-shaped", vocab_size=151936, hidden_size=1024,
@@ -41,7 +41,7 @@ def qwen3_06b_shaped():
 
 def ensure_model(cache: Path) -> Path:
     """The random-weight model in ``cache``, written (atomically) on first use."""
-    from strata.models.checkpoint import save_random_checkpoint
+    from strata.models import save_random_checkpoint
 
     return harness.ensure_model(
         cache, "qwen3-0.6b-shaped-f32",

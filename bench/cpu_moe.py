@@ -104,7 +104,7 @@ def merge_experts_and_perturb(directory: Path, seed: int) -> None:
 
 def ensure_model(cache: Path) -> Path:
     """The random-weight model in ``cache``, written (atomically) on first use."""
-    from strata.models.checkpoint import save_random_checkpoint
+    from strata.models import save_random_checkpoint
 
     def write(directory: Path) -> None:
         save_random_checkpoint(qwen36_cut(), directory, seed=SEED, dtype="float32")

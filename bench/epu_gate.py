@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from strata.dialects import parse_ir  # noqa: E402
 from strata.epu import build_epu, compile_epu, ort_logits, run_epu  # noqa: E402
-from strata.models.checkpoint import save_random_checkpoint  # noqa: E402
+from strata.models import save_random_checkpoint  # noqa: E402
 from strata.pipeline import load_config, load_model  # noqa: E402
 from strata.targets.epu.cost import QCU, step_cost  # noqa: E402
 from strata.verify.metrics import logit_metrics  # noqa: E402

@@ -246,7 +246,7 @@ def bench_model(name: str, args, tmp: Path) -> dict:
 
     from strata.cli_cuda import _ConfigOnly
     from strata.pipeline import compile_model, load_model
-    from strata.targets.cuda.driver import load_model_py
+    from strata.targets.cuda.program import load_model_py
 
     recipe = MODELS[name]
     directory = config_dir(name, args.layers, tmp)

@@ -109,7 +109,7 @@ class Engine:
 def strata_model(model_dir: Path, compiled: Path, n_prompt: int):
     """(strata's compiled CPU model on the weights in ``model_dir``, the prompt for it)."""
     from strata.pipeline import load_model
-    from strata.targets.cpu.driver import load_compiled
+    from strata.targets.cpu.program import load_compiled
 
     weights = load_model(model_dir).open_weights()
     model = load_compiled(compiled).Model(weights)

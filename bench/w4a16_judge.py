@@ -21,12 +21,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from strata.calibrate import calibrate, random_prompts, ranges_bytes  # noqa: E402
-from strata.frontends.hf_config import LlamaConfig  # noqa: E402
-from strata.models.checkpoint import save_random_checkpoint  # noqa: E402
+from strata.quant.calibrate import calibrate, random_prompts, ranges_bytes  # noqa: E402
+from strata.models.llama_config import LlamaConfig  # noqa: E402
+from strata.models import save_random_checkpoint  # noqa: E402
 from strata.pipeline import load_model  # noqa: E402
 from strata.verify.onnx_judge import check_projections, judge_w4a16  # noqa: E402
-from strata.w4a16 import W4A16Weights, plan_model, smoothed_weights, write_w4a16  # noqa: E402
+from strata.quant.w4a16 import W4A16Weights, plan_model, smoothed_weights, write_w4a16  # noqa: E402
 
 SMALL = LlamaConfig(
     arch="LlamaForCausalLM", name="small-llama-w4a16", vocab_size=512, hidden_size=256, num_layers=2, num_heads=4,

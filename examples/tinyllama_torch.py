@@ -6,7 +6,7 @@ The module mirrors the seed's module graph: `embedding` (vocab 32, dim 16), one 
 pre-norm decoder: `attention_norm`, `attention` with `query`/`key`/`value`, `query_rope`/`key_rope`
 (interleaved pairs: stack and flatten, as the seed's Rotary) and `project`; `ffn_norm`, `ffn` with
 `gate`/`up`/`silu`/`down`), `final_norm` and `lm_head`; RMSNorms with a `gain`, 4 heads, ffn 40,
-seeded random weights. `strata.frontends.torch.capture_to_dir` captures it with `torch.export`
+seeded random weights. `strata.pipeline.capture_to_dir` captures it with `torch.export`
 into a checkpoint directory, `strata.pipeline.compile_model` compiles that for the CPU, and the
 compiled model's prefill and decode logits are compared with the module's own. The last line
 prints the largest difference.
@@ -132,9 +132,9 @@ def seeded_tinyllama(seed: int = 0) -> TinyLlama:
 def main(argv: list[str]) -> int:
     import numpy as np
 
-    from strata.frontends.torch import capture_to_dir
+    from strata.pipeline import capture_to_dir
     from strata.pipeline import compile_model, load_model
-    from strata.targets.cpu.driver import load_compiled
+    from strata.targets.cpu.program import load_compiled
 
     module = seeded_tinyllama()
     prompt = torch.tensor([[1, 5, 9, 2, 30, 7]])

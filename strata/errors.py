@@ -1,4 +1,5 @@
-"""User-facing error types shared by every part of strata, and the drivers' error handler.
+"""User-facing error types and messages shared by every part of strata, and the drivers'
+error handler.
 
 This module is imported while a driver starts up, before its handler is in place:
 it imports only small standard-library modules, never xDSL or numpy.
@@ -15,6 +16,28 @@ INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
 class StrataError(Exception):
     """An error for the user: printed as one line, no traceback, exit code 1."""
+
+
+def say(text: str) -> None:
+    """A line for the user on standard error (`strata: TEXT`): what was done, how long it took."""
+    print(f"strata: {text}", file=sys.stderr, flush=True)
+
+
+def warn(text: str) -> None:
+    """A warning for the user on standard error (`strata: warning: TEXT`)."""
+    say(f"warning: {text}")
+
+
+def counter(verb: str, unit: str) -> Callable[..., None] | None:
+    """A one-line progress counter on a terminal (`strata: VERB i/n UNIT`, redrawn in place), to
+    be called as `show(i, n, ...)`; None when standard error is piped (nothing to show)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(i: int, n: int, *_: object) -> None:
+        print(f"\rstrata: {verb} {i}/{n} {unit}", end="" if i < n else "\n", file=sys.stderr, flush=True)
+
+    return show
 
 
 def run_tool(prog: str, body: Callable[[], int], *, owns_process: bool = False) -> int:

@@ -10,10 +10,10 @@ from pathlib import Path
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from strata.frontends.hf_config import LlamaConfig
+from strata.models.llama_config import LlamaConfig
 from strata.ir.weights import WeightStore
 from strata.models import build_module
-from strata.models.checkpoint import save_random_checkpoint
+from strata.models import save_random_checkpoint
 from strata.models.qwen35 import Qwen35Config
 from strata.pipeline import Model, entry_pipeline, load_model, run_pipeline
 from strata.semantics.op_interp import find_function
@@ -85,6 +85,33 @@ def greedy(prefill, decode, prompt, steps: int):
     return np.array(tokens), np.stack(logits)
 
 
+def cpu_generate(module, weights=None, prompt=(), steps: int = 0, *, on_token=None, feed=None):
+    """Greedy generation on a compiled CPU model (its module, or a `Model` instance) through the
+    runtime's one loop, the request checked as `strata run` checks it: (ids, logits
+    [steps, vocab]); with `feed`, teacher-forced (the fed ids are the next inputs)."""
+    from strata.runtime.generate import generate
+    from strata.runtime.request import check_request
+    from strata.targets.cpu.program import CpuProgram
+
+    program = CpuProgram(module.Model(weights) if hasattr(module, "Model") else module)
+    ids = check_request(prompt, steps, program.vocab, program.n_ctx)
+    out = generate(program, ids, steps, keep_logits=True, on_token=on_token, forced=feed)
+    return out.ids, out.logits
+
+
+def epu_interpret(model, out, prompt, steps: int):
+    """What the EPU driver must compute, by the fixed interpreter through the runtime's loop:
+    (ids, the logits as FixedPoint32 integers [steps, vocab], their frac)."""
+    import numpy as np
+
+    from strata.runtime.generate import generate
+    from strata.targets.epu.program import EpuInterpreter
+
+    program = EpuInterpreter(model, out)
+    got = generate(program, list(prompt), steps, keep_logits=True)
+    return got.ids, np.rint(got.logits * 2.0 ** program.frac).astype(np.int64), program.frac
+
+
 def max_diff(a, b) -> float:
     import numpy as np
 
@@ -129,7 +156,7 @@ def model_at(directory: Path) -> Model:
 
 
 def run_tool(*args: str, tool: str = "strata.cli", **kw) -> subprocess.CompletedProcess:
-    """`python -m strata.cli ARGS` (or strata.opt), capturing text output."""
+    """`python -m strata.cli ARGS` (or strata.cli.opt), capturing text output."""
     return subprocess.run([sys.executable, "-m", tool, *args], capture_output=True, text=True, **kw)
 
 

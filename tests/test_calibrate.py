@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from strata.calibrate import CalibrationError, calibrate, random_prompts, ranges_bytes, read_prompts, value_names
+from strata.quant.calibrate import CalibrationError, calibrate, random_prompts, ranges_bytes, read_prompts, value_names
 from strata.dialects import op as O
 from strata.pipeline import entry_pipeline, load_model, lower
 from strata.semantics.op_interp import alloc_state, find_function, run_function

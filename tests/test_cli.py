@@ -55,7 +55,7 @@ def test_prefill_longer_than_context(tmp_path):
 def test_strata_opt_bad_ir(tmp_path, text, message):
     f = tmp_path / "bad.mlir"
     f.write_text(text)
-    r = run(str(f), tool="strata.opt")
+    r = run(str(f), tool="strata.cli.opt")
     assert r.returncode == 1
     assert message in r.stderr
     assert "Traceback" not in r.stderr
@@ -66,7 +66,7 @@ def test_strata_opt_keeps_the_output_file_on_error(tmp_path):
     bad.write_text('func.func @f() {\n  %0 = op.input "tokens" : tensor<5x2xi32>\n  func.return\n}\n')
     out = tmp_path / "out.mlir"
     out.write_text("previous result\n")
-    r = run(str(bad), "-o", str(out), tool="strata.opt")
+    r = run(str(bad), "-o", str(out), tool="strata.cli.opt")
     assert r.returncode == 1 and out.read_text() == "previous result\n"
 
 

@@ -1,4 +1,4 @@
-"""The EPU compile (strata/epu.py): content-addressed stages (a knob rebuilds exactly the stages
+"""The EPU compile (strata/targets/epu/stages.py): content-addressed stages (a knob rebuilds exactly the stages
 it reaches), seed 004's gate against ONNX Runtime on the same int4 graph, and bad input."""
 
 from __future__ import annotations
@@ -11,7 +11,11 @@ import numpy as np
 import pytest
 from support import TINY, run_tool, tiny, write_checkpoint
 
-from strata.epu import EpuError, build_epu, compile_epu, interpret_epu, parse_knobs, score_epu
+from strata.errors import StrataError
+from strata.targets.epu.build import build_epu
+from strata.targets.epu.stages import EpuError, compile_epu
+from strata.verify.epu_gate import score_epu
+from support import epu_interpret as interpret_epu
 from strata.pipeline import load_model
 
 PROMPT = [3, 17, 5, 40, 2, 9]
@@ -94,9 +98,14 @@ def test_bad_input(tiny_model, tmp_path):
         compile_epu(model, tmp_path / "o", {"alpha": 2})
     with pytest.raises(EpuError, match="exceeds the model's max_position_embeddings"):
         compile_epu(model, tmp_path / "o", {"ctx": 100000})
-    with pytest.raises(EpuError, match="expected KEY=VALUE"):
-        parse_knobs(["headroom"])
-    assert parse_knobs(["headroom=3", "alpha=0.25"]) == {"headroom": 3, "alpha": 0.25}
+    from strata.pipeline.compile import parse_settings
+    from strata.targets.epu.stages import KNOBS
+
+    with pytest.raises(StrataError, match="expected KEY=VALUE"):
+        parse_settings(["headroom"], KNOBS, "target 'epu'")
+    with pytest.raises(StrataError, match="'x' is not a number"):
+        parse_settings(["alpha=x"], KNOBS, "target 'epu'")
+    assert parse_settings(["headroom=3", "alpha=0.25"], KNOBS, "target 'epu'") == {"headroom": 3, "alpha": 0.25}
     out, _ = compile_epu(model, root / "staged2", {"ctx": 16})
     with pytest.raises(EpuError, match="strata-no-such-gxx is not on PATH"):
         build_epu(out, gxx="strata-no-such-gxx")
@@ -106,7 +115,7 @@ def test_bad_input(tiny_model, tmp_path):
         key = next(k for k, r in ranges["tensors"].items() if r.get("name") == "attn_norm-0")
         ranges["tensors"][key]["max"] = 3e9
         (out / "w4a16" / "ranges.json").write_text(json.dumps(ranges))
-        from strata.epu import fixed_module, smoothed_store
+        from strata.targets.epu.stages import fixed_module, smoothed_store
 
         fixed_module(model, out / "w4a16" / "ranges.json", smoothed_store(model, out), 2, 16, set())
 
@@ -121,7 +130,7 @@ def test_cli(tiny_model, tmp_path):
     r = run_tool("compile", str(model.root), "--target", "epu", "--print-pipeline", "--set", "ctx=16")
     assert r.returncode == 0 and "convert-blueprint-to-fixed{ranges=RANGES kv_ctx=16}" in r.stdout
     r = run_tool("compile", str(model.root), "--target", "epu", "-o", str(tmp_path / "p"), "--set", "headroom=x")
-    assert r.returncode == 1 and "'x' is not a number" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 1 and "'x' is not an integer" in r.stderr and "Traceback" not in r.stderr
     if shutil.which("g++") is None:
         pytest.skip("needs g++")
     r = run_tool("run", str(model.root), "--target", "epu", "--prompt-ids", "3,17,5", "--max-new-tokens", "3",

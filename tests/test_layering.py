@@ -21,22 +21,30 @@ from support import ROOT
 PKG = ROOT / "strata"
 
 #: Layer (the first component under strata/) -> the other layers it may import (a layer may
-#: always import itself). Exporters are printers like targets: what targets may import, with
-#: exporters in place of targets. Layers not listed (frontends, pipeline, cli, stage, outputs,
-#: opt) are not restricted here, except that models may not import pipeline or cli.
+#: always import itself). Every folder and root module of the package is a layer here; a new
+#: one fails `test_every_layer_has_rules` until it is given its place.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "ir": {"errors"},
+    "artifacts": {"errors"},
     "dialects": {"errors", "ir"},
     "passes": {"errors", "ir", "dialects"},
     "semantics": {"errors", "ir", "dialects"},
-    "targets": {"errors", "ir", "dialects", "semantics"},
-    "exporters": {"errors", "ir", "dialects", "semantics"},
+    "quant": {"errors", "ir", "artifacts", "dialects", "passes", "semantics"},
+    "exporters": {"errors", "ir", "artifacts", "dialects", "passes", "semantics"},
+    "targets": {"errors", "ir", "artifacts", "dialects", "passes", "semantics", "quant", "exporters"},
+    "frontends": {"errors", "ir", "artifacts", "dialects", "passes", "semantics", "exporters"},
+    "models": {"errors", "ir", "artifacts", "dialects", "frontends", "quant"},
 }
-#: What strata/models may not import (it may import anything else).
-MODELS_FORBIDDEN = {"pipeline", "cli"}
+ALLOWED["pipeline"] = set(ALLOWED) | {"targets", "frontends", "models"}
+ALLOWED["runtime"] = ALLOWED["pipeline"] | {"pipeline"}
+ALLOWED["verify"] = ALLOWED["runtime"] | {"runtime"}
+ALLOWED["cli"] = ALLOWED["verify"] | {"verify"}
+ALLOWED["__main__"] = {"cli"}
+for _layer, _allowed in ALLOWED.items():
+    _allowed.discard(_layer)
 #: The required rule: these never import a model family.
-NO_FAMILIES = ("ir", "dialects", "passes", "semantics", "targets")
+NO_FAMILIES = ("ir", "artifacts", "dialects", "passes", "semantics", "quant", "exporters", "targets", "frontends")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,13 +118,7 @@ def violations(source: str, module: str, is_pkg: bool = False, known: set[str] |
         there = layer_of(name)
         if there is None or there == here:
             continue
-        if here in ALLOWED:
-            bad = there not in ALLOWED[here]
-        elif here == "models":
-            bad = there in MODELS_FORBIDDEN
-        else:
-            continue
-        if bad:
+        if there not in ALLOWED.get(here, set()):
             out.append(f"{module}:{line} imports {name}")
     return out
 
@@ -147,19 +149,31 @@ def layer_violations(layer: str) -> list[str]:
 def test_the_checker_sees_the_tree():
     """Every layer the rules name exists and has files, so no rule passes on nothing."""
     layers = {layer_of(m) for _, m, _ in sources()}
-    assert set(ALLOWED) | {"models", "pipeline", "cli"} <= layers
+    assert set(ALLOWED) <= layers | {"__main__"}
     # and it finds the imports that are there (the pass registry's string, a nested import)
     known = known_modules()
     passes_init = PKG / "passes" / "__init__.py"
     names = {n for _, n in imports_of(passes_init.read_text(), "strata.passes", True, known)}
     assert "strata.passes.convert_module_to_op" in names  # a module name kept as a string
-    pipeline = (PKG / "pipeline.py").read_text()
-    assert "strata.models" in {n for _, n in imports_of(pipeline, "strata.pipeline", False, known)}  # nested import
+    model = (PKG / "pipeline" / "model.py").read_text()
+    assert "strata.frontends.gguf" in {n for _, n in imports_of(model, "strata.pipeline.model", False, known)}  # nested
+
+
+def test_every_layer_has_rules():
+    """No folder or root module of the package is exempt: each has its place in ALLOWED."""
+    layers = {layer_of(m) for _, m, _ in sources()} - {None}
+    assert layers <= set(ALLOWED), sorted(layers - set(ALLOWED))
+
+
+def test_at_most_one_module_at_the_root():
+    """Besides __init__, __main__ and errors, at most one module sits at the package root."""
+    loose = sorted(p.name for p in PKG.glob("*.py") if p.name not in ("__init__.py", "__main__.py", "errors.py"))
+    assert len(loose) <= 1, loose
 
 
 @pytest.mark.parametrize("layer", NO_FAMILIES)
 def test_no_layer_below_the_pipeline_imports_a_family(layer):
-    """The required rule: nothing under ir, dialects, passes, semantics, targets imports strata.models."""
+    """The required rule: nothing under ir, dialects, passes, semantics, targets, frontends imports strata.models."""
     known = known_modules()
     bad = []
     for path, module, is_pkg in sources(layer):
@@ -168,9 +182,63 @@ def test_no_layer_below_the_pipeline_imports_a_family(layer):
     assert bad == []
 
 
-@pytest.mark.parametrize("layer", [*ALLOWED, "models"])
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
 def test_layer_imports_only_what_it_may(layer):
     assert layer_violations(layer) == []
+
+
+def import_graph(known: set[str] | None = None) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (nested imports too), most specific names only."""
+    known = known_modules() if known is None else known
+    graph: dict[str, set[str]] = {}
+    for path, module, is_pkg in sources():
+        targets = {name for _, name in imports_of(path.read_text(encoding="utf-8"), module, is_pkg, known)}
+        graph[module] = {t for t in targets if t in known and t != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_circle_of_files():
+    assert circles(import_graph()) == []
+
+
+def test_circles_are_found():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,7 +248,8 @@ def test_layer_imports_only_what_it_may(layer):
 KNOWN = {"strata", "strata.errors", "strata.ir", "strata.ir.dtypes", "strata.dialects", "strata.dialects.op",
          "strata.models", "strata.models.llama", "strata.semantics", "strata.semantics.kernels",
          "strata.passes", "strata.passes.foo", "strata.passes.foo.nn", "strata.pipeline", "strata.cli",
-         "strata.targets", "strata.targets.cpu", "strata.targets.cpu.emit", "strata.exporters"}
+         "strata.targets", "strata.targets.cpu", "strata.targets.cpu.emit", "strata.exporters", "strata.frontends",
+         "strata.frontends.gguf", "strata.frontends.hf_config", "strata.runtime", "strata.runtime.engine"}
 
 
 @pytest.mark.parametrize("module, is_pkg, source, expected", [
@@ -204,6 +273,8 @@ KNOWN = {"strata", "strata.errors", "strata.ir", "strata.ir.dtypes", "strata.dia
     ("strata.exporters", True, "import strata.cli\n", "strata.cli"),
     ("strata.models.llama", False, "if True:\n    from strata.pipeline import load_model\n", "strata.pipeline"),
     ("strata.errors", False, "from strata.ir import dtypes\n", "strata.ir"),
+    ("strata.frontends.gguf", False, "from strata.models import read_config_dict\n", "strata.models"),
+    ("strata.pipeline", True, "from strata.runtime import engine\n", "strata.runtime"),
 ])
 def test_checker_reports_a_violation(module, is_pkg, source, expected):
     found = violations(source, module, is_pkg, KNOWN)
@@ -212,9 +283,9 @@ def test_checker_reports_a_violation(module, is_pkg, source, expected):
 
 @pytest.mark.parametrize("module, source", [
     ("strata.targets.cpu.emit", "from strata.semantics import kernels as K\nfrom strata.targets.cpu import x\n"),
-    ("strata.models.llama", "from strata.dialects import op\nfrom strata.targets import cpu\n"),
+    ("strata.models.llama", "from strata.dialects import op\nfrom strata.frontends import hf_config\n"),
     ("strata.passes.foo.nn", "from . import lowering\nfrom ..foo import nn\nimport numpy\n"),
-    ("strata.pipeline", "from strata.models import llama\n"),  # the pipeline is not restricted here
+    ("strata.pipeline", "from strata.models import llama\n"),  # the pipeline wires the families in
     ("strata.ir.dtypes", "'strata.models is mentioned in a message, which imports nothing'\n"),
 ])
 def test_checker_accepts_what_is_allowed(module, source):

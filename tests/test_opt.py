@@ -33,7 +33,7 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.e
 
 def opt(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "strata.opt", *map(str, args)],
+        [sys.executable, "-m", "strata.cli.opt", *map(str, args)],
         capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=timeout,
     )
 
@@ -172,7 +172,7 @@ def test_output_into_a_read_only_directory_names_the_path(tmp_path):
 
 def test_strata_opt_imports_no_xdsl_before_main():
     # Ctrl-C during an import at module level would escape every handler.
-    probe = "import sys, strata.opt; assert 'xdsl' not in sys.modules; print(strata.opt.StrataOptMain.__name__)"
+    probe = "import sys, strata.cli.opt; assert 'xdsl' not in sys.modules; print(strata.cli.opt.StrataOptMain.__name__)"
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=ENV, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "StrataOptMain\n"
@@ -234,7 +234,7 @@ def test_ctrl_c_strata_opt_is_exit_130_without_traceback(tmp_path, op_level_ir):
         assert [p.name for p in tmp_path.iterdir()] == ["out.mlir"]
         assert out.read_text() in ("previous result\n", op_level_ir)
 
-    interrupt_at_delays(["-m", "strata.opt", str(OP_LEVEL), "-o", str(out)], "strata-opt: interrupted",
+    interrupt_at_delays(["-m", "strata.cli.opt", str(OP_LEVEL), "-o", str(out)], "strata-opt: interrupted",
                         output_is_whole_and_alone)
 
 

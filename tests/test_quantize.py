@@ -1,4 +1,4 @@
-"""Writing fp8 block-quantized checkpoints (strata.quantize, `strata quantize`)."""
+"""Writing fp8 block-quantized checkpoints (strata.quant.fp8_checkpoint, `strata quantize`)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,20 @@ from support import HYBRID_FAMILIES, TINY, run_tool, write_checkpoint
 from strata.ir.fp8 import FP8, dequantize_fp8_block, fp8_error, quantize_fp8_block
 from strata.ir.weights import INDEX_FILE, WeightStore, write_safetensors
 from strata.pipeline import entry_pipeline, load_model, run_pipeline
-from strata.quantize import QUANTIZATION_CONFIG, QuantizeError, error_table, fp8_targets, quantize_checkpoint
+from strata.quant.fp8_checkpoint import QUANTIZATION_CONFIG, QuantizeError, error_table, fp8_targets, quantize_checkpoint as quantize_loaded
 from strata.semantics.op_interp import alloc_state, find_function, run_function
 
 PROMPT = np.array([1, 5, 9, 2, 7, 3], dtype=np.int32)
 #: What fp8-bf16head keeps in its stored precision, by HF name: the embedding and head, norms,
 #: the router, the shared expert's gate, the GDN's a/b projections, conv, A_log, dt_bias.
 KEPT = re.compile(r"embed_tokens|lm_head|norm|mlp\.gate\.weight|shared_expert_gate|in_proj_[ab]\.|conv1d|A_log|dt_bias")
+
+
+def quantize_checkpoint(model_dir, out, recipe="fp8-bf16head", progress=None):
+    """The checkpoint at `model_dir` loaded, then written fp8 to `out` (None: measured only)."""
+    from strata.pipeline import load_model
+
+    return quantize_loaded(load_model(model_dir), out, recipe, progress)
 
 
 def expected_targets(directory: Path) -> set[str]:

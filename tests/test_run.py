@@ -19,7 +19,7 @@ import pytest
 
 from strata.cli import main
 from strata.ir.weights import SINGLE_FILE, WeightStore, write_safetensors
-from strata.stage import FORMAT, MANIFEST, sha256_file
+from strata.artifacts.stage import FORMAT, MANIFEST, sha256_file
 from support import run_tool, tiny, write_checkpoint
 
 CTX = 16
@@ -78,7 +78,7 @@ def default_cache(model_dir: Path) -> Path:
 
 
 def test_dump_logits_into_a_missing_directory_fails_before_any_work(model, tmp_path, capsys, monkeypatch):
-    import strata.pipeline
+    import strata.pipeline.compile
 
     def no_compile(*a, **k):
         raise AssertionError("compiled although the output path is bad")
@@ -104,12 +104,12 @@ def test_full_disk_while_writing_logits(model, tmp_path, capsys, monkeypatch, ex
     if not existing:
         dump.unlink()
 
-    import strata.outputs
+    import strata.artifacts.files
 
     def full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(strata.outputs.os, "fsync", full)
+    monkeypatch.setattr(strata.artifacts.files.os, "fsync", full)
     rc, out, err = run(capsys, model, "--dump-logits", dump, prompt="4,5", new=2)
     clean_error(rc, err)
     assert len(ids_of(out)) == 2  # the result is printed even though the file could not be written
@@ -226,7 +226,7 @@ def test_concurrent_compiles_into_one_directory(model, tmp_path):
     assert manifest["outputs"] == {name: sha256_file(out / name) for name in ("model.py", "op.mlir")}
 
     from strata.pipeline import load_model, resolve_knobs, stage_inputs
-    from strata.stage import stage_matches
+    from strata.artifacts.stage import stage_matches
     from strata.targets import target
 
     m = load_model(model)
@@ -236,13 +236,21 @@ def test_concurrent_compiles_into_one_directory(model, tmp_path):
 
 
 def test_leftovers_of_a_killed_compile_are_removed(model, tmp_path, capsys):
+    from strata.artifacts.directory import MARKER
+
     parent = tmp_path / "build"
-    for leftover in (".OUT.tmp-123", ".OUT.old-456/out", ".OTHER.tmp-1"):
+    # what killed writers of OUT left (each beside strata's marker), another output's, and a
+    # user's folder that only looks like a leftover (no marker)
+    for leftover in (".OUT.tmp-123", ".OUT.old-456/out", ".OTHER.tmp-1", ".OUT.tmp-keep"):
         (parent / leftover).mkdir(parents=True)
         (parent / leftover / "model.py").write_text("half written")
+    for marked in (".OUT.tmp-123", ".OUT.old-456", ".OTHER.tmp-1"):
+        (parent / (marked + MARKER)).touch()
     rc, out, err = cli(capsys, "compile", model, "-o", parent / "OUT", "--ctx", CTX)
     assert rc == 0, err
-    assert sorted(os.listdir(parent)) == [".OTHER.tmp-1", "OUT"]  # another output's files are not ours
+    # another output's leftovers are not ours to remove, nor a folder without the marker
+    assert sorted(os.listdir(parent)) == [".OTHER.tmp-1", ".OTHER.tmp-1" + MARKER, ".OUT.tmp-keep", "OUT"]
+    assert (parent / ".OUT.tmp-keep" / "model.py").read_text() == "half written"
     assert sorted(os.listdir(parent / "OUT")) == STAGE_FILES
 
 
@@ -314,9 +322,9 @@ def test_the_last_new_token_needs_no_cache_row(model, tmp_path, capsys):
 
 
 def _little_memory(monkeypatch):
-    import strata.pipeline
+    import strata.pipeline.compile
 
-    monkeypatch.setattr(strata.pipeline, "available_memory", lambda: 4096)
+    monkeypatch.setattr(strata.pipeline.compile, "available_memory", lambda: 4096)
 
 
 def test_ctx_whose_state_cannot_be_allocated(model, capsys, monkeypatch):
@@ -377,7 +385,7 @@ def test_print_pipeline_is_what_compile_runs(model, tmp_path, capsys):
     assert (tmp_path / "out" / "op.mlir").read_bytes() == print_ir(lowered).encode("utf-8")
 
     # strata-opt -p runs the same string on the module level's text
-    from strata.opt import main as opt_main
+    from strata.cli.opt import main as opt_main
 
     (tmp_path / "module.mlir").write_text(print_ir(m.module))
     assert opt_main([str(tmp_path / "module.mlir"), "-p", spec, "-o", str(tmp_path / "opt.mlir")]) == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from strata.stage import StageError, check_destination, is_stage, manifest_bytes
+from strata.artifacts.stage import StageError, check_destination, is_stage, manifest_bytes
 
 
 def _stage(d, files):

@@ -350,19 +350,6 @@ def llama3_scaling(g: GgufFile, theta: float, head_dim: int) -> dict[str, Any]:
     raise GgufError(f"{g.path}: tensor '{name}' cannot be read as llama3 RoPE scaling: {why}")
 
 
-def read_gguf_config(path: str | Path, g: GgufFile | None = None) -> Any:
-    """The family config of the GGUF at `path` (named after the file's stem)."""
-    from strata.frontends.hf_config import ConfigError
-    from strata.models import read_config_dict
-
-    g = g or GgufFile(path)
-    data = hf_config_dict(g)
-    try:
-        return read_config_dict(data, str(g.path), g.path.stem)
-    except ConfigError as e:  # the dict's fields are the GGUF's keys: say so
-        raise GgufError(f"{e} (read from the GGUF's metadata)") from None
-
-
 # ---------------------------------------------------------------------------------------------
 # The tensors as a weight store
 

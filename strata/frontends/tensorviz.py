@@ -30,6 +30,7 @@ known, dims that disagree) is a one-line error naming the node.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -375,20 +376,21 @@ def _shape_dims(shape: Any) -> list[int] | None:
 INPUT_ATTR = "tensorviz_input"
 
 
-def import_tensorviz(path: str | Path) -> tuple[Any, ModuleOp]:
-    """(the llama family's config, the module level) of the tensorviz document at `path`."""
-    from strata.frontends.hf_config import ConfigError, from_hf_dict
-    from strata.models.llama import build_llama
+def import_tensorviz(path: str | Path, build: Callable[[dict[str, Any], str, str], tuple[Any, ModuleOp]]
+                     ) -> tuple[Any, ModuleOp]:
+    """(the family's config, the module level) of the tensorviz document at `path`;
+    `build(config.json fields, file for errors, model name)` reads the fields and builds the
+    module (the pipeline passes its family reader and builder)."""
+    from strata.frontends.hf_config import ConfigError
 
     doc = read_document(path)
     data, shape = hf_config_of(doc, str(path))
     name = doc["document"]["semantic"].get("name")
     name = name if isinstance(name, str) and name else Path(path).stem
     try:
-        cfg = from_hf_dict(data, f"{path}: the model it describes", name)
+        cfg, module = build(data, f"{path}: the model it describes", name)
     except ConfigError as e:
         raise TensorvizError(str(e)) from None
-    module = build_llama(cfg)
     if shape is not None:
         module.body.block.first_op.attributes[INPUT_ATTR] = StringAttr(shape)
     module.verify()

@@ -1,15 +1,17 @@
 """Capture a PyTorch causal LM (`torch.nn.Module`) as Strata's module level, with `torch.export`.
 
-    from strata.frontends.torch import capture, capture_to_dir
+    from strata.pipeline import capture, capture_to_dir    # this reader, with the families wired in
     module_ir = capture(model, (ids,))                     # the module level (a builtin.module)
     out = capture_to_dir(model, (ids,), "build/captured")  # config.json + model.safetensors
-    compile_model(load_model(out), "cpu", "build/cpu")     # strata.pipeline, as any checkpoint
+    compile_model(load_model(out), "cpu", "build/cpu")     # as any checkpoint
 
 `torch.export.export` traces the module on the example token ids ([batch, seq] integers) to
 ATen ops; `strata.frontends.torch_graph` reads the graph's submodules as blocks (Embedding,
 RMSNorm, Linear, attention with q/k/v/o projections, RoPE and softmax or SDPA, SwiGLU MLP,
-pre-norm decoder layers) from each node's `nn_module_stack`. The blocks become the llama
-family's module level (`strata.models.llama.build_llama`): `std.nn.embedding`, `std.nn.norm`,
+pre-norm decoder layers) from each node's `nn_module_stack`. The blocks give an HF config
+(`LlamaForCausalLM` or `Qwen2ForCausalLM` fields), which the caller's `build` turns into the
+family's config and module level (the pipeline passes its family reader and builder):
+`std.nn.embedding`, `std.nn.norm`,
 `std.nn.linear`, `std.nn.mlp`, `std.attn.grouped_query`, `std.layer.decoder` and
 `std.model.causal_lm`, with HF and ggml name segments, so the rest of the pipeline takes a
 captured module as it takes an HF checkpoint.
@@ -39,9 +41,7 @@ ops it lowers). An HF model is captured with `use_cache` off (restored afterward
 from __future__ import annotations
 
 import copy
-import os
-import shutil
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,8 +49,11 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from strata.frontends.hf_config import LlamaConfig, write_hf_config
+from strata.frontends.hf_config import write_hf_config
 from strata.frontends.torch_graph import Block, CaptureError, Graph, op_name, shape
+
+#: (an HF config.json's fields, the model's name) -> (the family's config, its module level).
+Build = Callable[[dict[str, Any], str], tuple[Any, ModuleOp]]
 
 __all__ = ["CaptureError", "Captured", "capture", "capture_model", "capture_to_dir"]
 
@@ -64,12 +67,12 @@ _TORCH_DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.
 class Captured:
     """A captured model: its config, its module level and its weights by HF name."""
 
-    config: LlamaConfig
+    config: Any
     module: ModuleOp
     weights: dict[str, np.ndarray]
 
 
-def capture(module: Any, example_inputs: tuple, *, max_seq: int | None = None, check: bool = True,
+def capture(module: Any, example_inputs: tuple, *, build: Build, max_seq: int | None = None, check: bool = True,
             level: str = "module") -> ModuleOp:
     """The module level of `module` (a causal LM taking token ids [batch, seq] and returning
     logits [batch, seq, vocab]), exported on `example_inputs`. `level="op"` lowers every
@@ -81,41 +84,38 @@ def capture(module: Any, example_inputs: tuple, *, max_seq: int | None = None, c
         return capture_ops(module, example_inputs)
     if level != "module":
         raise CaptureError(f"capture: level must be 'module' or 'op', got {level!r}")
-    return capture_model(module, example_inputs, max_seq=max_seq, check=check).module
+    return capture_model(module, example_inputs, build=build, max_seq=max_seq, check=check).module
 
 
-def capture_to_dir(module: Any, example_inputs: tuple, out_dir: str | Path, *, max_seq: int | None = None,
-                   check: bool = True) -> Path:
+def capture_to_dir(module: Any, example_inputs: tuple, out_dir: str | Path, *, build: Build,
+                   max_seq: int | None = None, check: bool = True) -> Path:
     """Capture `module` into a new checkpoint directory (HF `config.json` and
     `model.safetensors`) that `strata.pipeline.load_model` reads; returns it. An existing
     non-empty `out_dir` is refused (nothing of the user's is overwritten)."""
+    from strata.artifacts.directory import locked, new_directory
     from strata.ir.weights import SINGLE_FILE, write_safetensors
 
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CaptureError(f"{out}: exists and is not an empty directory; give a new one")
+    _check_empty(out)
     if not out.parent.is_dir():
         raise CaptureError(f"{out}: the directory {out.parent} does not exist")
-    cap = capture_model(module, example_inputs, max_seq=max_seq, check=check)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        write_hf_config(cap.config, tmp)
-        write_safetensors(tmp / SINGLE_FILE, cap.weights, {"format": "pt"})
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            out.rmdir()  # empty, checked above
-        os.rename(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    cap = capture_model(module, example_inputs, build=build, max_seq=max_seq, check=check)
+    with locked(out):
+        with new_directory(out, check=lambda: _check_empty(out)) as tmp:
+            write_hf_config(cap.config, tmp)
+            write_safetensors(tmp / SINGLE_FILE, cap.weights, {"format": "pt"})
     return out
 
 
-def capture_model(module: Any, example_inputs: tuple, *, max_seq: int | None = None,
+def _check_empty(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CaptureError(f"{out}: exists and is not an empty directory; give a new one")
+
+
+def capture_model(module: Any, example_inputs: tuple, *, build: Build, max_seq: int | None = None,
                   check: bool = True) -> Captured:
     """Capture `module`: its config, module level and HF-named weights (see the module doc)."""
     import torch
-
-    from strata.models.llama import build_llama
 
     if not isinstance(module, torch.nn.Module):
         raise CaptureError(f"capture takes a torch.nn.Module, got {type(module).__name__}")
@@ -137,8 +137,9 @@ def capture_model(module: Any, example_inputs: tuple, *, max_seq: int | None = N
         graph = Graph(ep, module)
         root = graph.blocks()
         reader = _Reader(graph, root, module, max_seq)
-        cfg, weights = reader.config(), reader.weights()
-        captured = Captured(cfg, build_llama(cfg), weights)
+        fields, weights = reader.config(), reader.weights()
+        cfg, built = build(fields, type(module).__name__)
+        captured = Captured(cfg, built, weights)
         captured.module.verify()
         if check:
             _check(captured, module, ids)
@@ -244,7 +245,8 @@ class _Reader:
 
     # -- the config -----------------------------------------------------------------------------
 
-    def config(self) -> LlamaConfig:
+    def config(self) -> dict[str, Any]:
+        """The HF config.json fields the blocks fix (transformers 5's spelling)."""
         first = self.parts[0]
         heads, head_dim = first["heads"]
         kv_heads, kv_dim = first["kv_heads"]
@@ -273,13 +275,17 @@ class _Reader:
             raise CaptureError(f"torch capture: weights of dtype {emb.dtype} (supported: float32, float16, bfloat16)")
         hf = getattr(self.module, "config", None)
         max_pos = self.max_seq or getattr(hf, "max_position_embeddings", None) or DEFAULT_MAX_SEQ
-        return LlamaConfig(
-            arch=arch, name=type(self.module).__name__, vocab_size=int(emb.shape[0]),
-            hidden_size=int(emb.shape[1]), num_layers=len(self.layers), num_heads=heads, num_kv_heads=kv_heads,
-            head_dim=head_dim, intermediate_size=int(first["mlp"]["gate"].module.out_features),
-            rms_norm_eps=self._eps(), rope_theta=self._theta(head_dim), rope_scaling=None,
-            max_position_embeddings=int(max_pos), tie_word_embeddings=self.lm_head.module.weight is emb,
-            attention_bias=True in qkv_bias, o_bias=True in o_bias, qk_norm=False, dtype=dtype)
+        qwen2 = arch == "Qwen2ForCausalLM"
+        fields: dict[str, Any] = {
+            "architectures": [arch], "model_type": "qwen2" if qwen2 else "llama", "vocab_size": int(emb.shape[0]),
+            "hidden_size": int(emb.shape[1]), "num_hidden_layers": len(self.layers), "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads, "head_dim": head_dim,
+            "intermediate_size": int(first["mlp"]["gate"].module.out_features), "hidden_act": "silu",
+            "rms_norm_eps": self._eps(), "rope_parameters": {"rope_theta": self._theta(head_dim), "rope_type": "default"},
+            "max_position_embeddings": int(max_pos), "tie_word_embeddings": self.lm_head.module.weight is emb,
+            "dtype": dtype}
+        fields.update({"use_sliding_window": False} if qwen2 else {"attention_bias": True in qkv_bias, "mlp_bias": False})
+        return fields
 
     def _eps(self) -> float:
         found = set()

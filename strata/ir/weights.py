@@ -21,7 +21,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -400,6 +400,22 @@ class WeightStore:
 
 
 _FP8_CODE = dtypes.dtype_named("f8E4M3FN").safetensors
+
+
+class Overlay:
+    """A weight source (`.get(name)`, or a mapping) with some tensors replaced: what a
+    weight transform (SmoothQuant, an int4 round trip) computes with, without a copy of the rest."""
+
+    def __init__(self, base: Any, changed: Mapping[str, np.ndarray]) -> None:
+        self.base, self.changed = base, changed
+
+    def get(self, name: str) -> np.ndarray:
+        if name in self.changed:
+            return self.changed[name]
+        return self.base[name] if isinstance(self.base, Mapping) else self.base.get(name)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.get(name)
 
 
 def _open_shards(index: Path) -> list[SafetensorsFile]:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
+from strata.artifacts.directory import locked, new_directory
 from strata.errors import StrataError
-from strata.frontends.hf_config import LlamaConfig
 from strata.ir.weights import INDEX_FILE, SINGLE_FILE
-from strata.models.checkpoint import save_random_checkpoint
+from strata.models import save_random_checkpoint
+from strata.models.llama_config import LlamaConfig
 
 DEFAULT_MODEL_NAME = "default-llama"
 DEFAULT_SEED = 0
@@ -45,26 +43,16 @@ def _is_complete(directory: Path) -> bool:
 def ensure_default_model(root: Path) -> Path:
     """Return ``root/default-llama``, writing its config and weights (seed 0) on first use.
 
-    The files are written into a temporary sibling directory that is then renamed into place,
-    so a crash never leaves a half-written model, and concurrent callers agree on one result.
-    """
-    root = Path(root)
-    final = root / DEFAULT_MODEL_NAME
+    The files are written through the atomic directory writer, so a crash never leaves a
+    half-written model, and concurrent callers take turns (the second finds it complete)."""
+    final = Path(root) / DEFAULT_MODEL_NAME
     if _is_complete(final):
         return final
-    if final.exists():
-        raise StrataError(f"{final}: exists but holds no complete model; delete it to rebuild")
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL_NAME}.tmp-", dir=root))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the model is not a secret
-    try:
-        save_random_checkpoint(DEFAULT_CONFIG, tmp, seed=DEFAULT_SEED)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            # Another process won the race; its copy is identical (deterministic bytes).
-            if not _is_complete(final):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with locked(final):
+        if _is_complete(final):
+            return final
+        if final.exists():
+            raise StrataError(f"{final}: exists but holds no complete model; delete it to rebuild")
+        with new_directory(final) as tmp:
+            save_random_checkpoint(DEFAULT_CONFIG, tmp, seed=DEFAULT_SEED)
     return final

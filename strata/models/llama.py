@@ -31,7 +31,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute
 
 from strata.dialects import module as M
-from strata.frontends.hf_config import LlamaConfig
+from strata.models.llama_config import LlamaConfig
 
 DTYPES: dict[str, Attribute] = {"float32": Float32Type(), "float16": Float16Type(), "bfloat16": BFloat16Type()}
 

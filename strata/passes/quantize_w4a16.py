@@ -1,6 +1,6 @@
 """quantize-w4a16{block=128}: choose the weights that become int4 (w4a16: 4-bit weights, float
 activations) on the op level; `quantize_weights` carries the choice out with ONNX Runtime's
-block-wise asymmetric formula and MatMulNBits' packing (`strata.ir.int4`).
+block-wise asymmetric formula and MatMulNBits' packing (`strata.ir.int4`): `strata.quant.w4a16`.
 
 The pass decides and records, as `smoothquant` does (weights never enter the IR): on each
 op-level function, `w4a16.block` and `w4a16.weights`, the llama.cpp names of every projection
@@ -9,17 +9,12 @@ weight is left out, and listed in `w4a16.skipped` with the reason, when it is re
 conversion or also read by something other than a mul_mat's weight operand (a tied embedding:
 quantizing it would change the lookup too). MatMulNBits needs the block to be a power of two
 >= 16.
-
-    q = quantize_weights(store, names, 128)  # name -> (B [N, nb, block/2], scales [N, nb], zero points)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, i64
@@ -27,9 +22,8 @@ from xdsl.passes import ModulePass
 
 from strata.dialects import op as O
 from strata.errors import StrataError
-from strata.ir.int4 import pack_int4, quantize_int4_block
 
-__all__ = ["QuantizeW4A16Pass", "W4A16Error", "targets_of", "plan_of", "quantize_weights"]
+__all__ = ["QuantizeW4A16Pass", "W4A16Error", "check_block", "targets_of", "plan_of"]
 
 
 class W4A16Error(StrataError):
@@ -99,24 +93,3 @@ class QuantizeW4A16Pass(ModulePass):
             if skipped:
                 fn.attributes["w4a16.skipped"] = ArrayAttr(
                     [ArrayAttr([StringAttr(n), StringAttr(why)]) for n, why in skipped])
-
-
-def quantize_weights(weights: Any, names: Sequence[str], block: int,
-                     progress=None) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """name -> (B uint8 [N, nb, block/2], scales f32 [N, nb], zero points uint8 [N, ceil(nb/2)]),
-    byte for byte what ONNX Runtime's MatMulNBitsQuantizer writes for the weight [K, N] = W^T."""
-    check_block(block)
-    out = {}
-    for i, name in enumerate(names):
-        w = np.asarray(weights[name] if isinstance(weights, Mapping) else weights.get(name), np.float32)
-        if w.ndim != 2:
-            raise W4A16Error(f"'{name}': int4 quantization takes a 2-D weight, got shape {list(w.shape)}")
-        try:
-            q, scale, zp = quantize_int4_block(w, block)
-        except StrataError as e:
-            raise W4A16Error(f"'{name}': {e}") from None
-        b, zpacked = pack_int4(q, zp, block)
-        out[name] = (b, scale, zpacked)
-        if progress is not None:
-            progress(i + 1, len(names), name)
-    return out

@@ -1,5 +1,5 @@
-"""smoothquant{alpha=0.5 ranges=FILE}: plan SmoothQuant's per-channel smoothing on the op level,
-and `smooth_weights`, the weight transform that carries the plan out.
+"""smoothquant{alpha=0.5 ranges=FILE}: plan SmoothQuant's per-channel smoothing on the op level;
+`strata.quant.smoothquant.smooth_weights` is the weight transform that carries the plan out.
 
 SmoothQuant moves activation outliers into the weights: for a projection y = x W^T,
 x_j / s_j times W[:, j] * s_j computes the same y. Here s is folded into the RMSNorm weight g
@@ -44,8 +44,7 @@ from strata.dialects import op as O
 from strata.errors import StrataError
 from strata.ir.ranges import read_ranges_document
 
-__all__ = ["SmoothQuantPass", "SmoothGroup", "SmoothQuantError", "groups_of", "plan_of", "read_ranges", "smooth_weights",
-           "smoothing_scales"]
+__all__ = ["SmoothQuantPass", "SmoothGroup", "SmoothQuantError", "groups_of", "plan_of", "read_ranges", "EPS"]
 
 #: SmoothQuant's clamps: on max|W_j| and on s.
 EPS = 1e-5
@@ -189,41 +188,3 @@ def read_ranges(path: str | Path) -> dict[str, Any]:
                 isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) and x >= 0 for x in amax)):
             raise SmoothQuantError(f"{p}: linears.{name}.absmax must be a non-empty list of finite numbers >= 0")
     return data
-
-
-# ---------------------------------------------------------------------------------------------
-# The weight transform
-
-
-def smoothing_scales(act_absmax: np.ndarray, weights: Sequence[np.ndarray], alpha: float) -> np.ndarray:
-    """s [K] for activations with per-channel max |x| `act_absmax` [K] feeding `weights` ([N_i, K] each)."""
-    a = np.asarray(act_absmax, np.float64)
-    wmax = np.maximum(np.max([np.abs(np.asarray(w, np.float64)).max(axis=0) for w in weights], axis=0), EPS)
-    return np.maximum(a ** alpha / wmax ** (1.0 - alpha), EPS).astype(np.float32)
-
-
-def smooth_weights(weights: Any, groups: Sequence[SmoothGroup], ranges: Mapping[str, Any],
-                   alpha: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(the changed tensors by name, s by norm name): each norm weight / s, each projection's
-    columns * s. `weights` has `.get(name)` (a WeightStore) or is a mapping."""
-    def get(name: str) -> np.ndarray:
-        return np.asarray(weights[name] if isinstance(weights, Mapping) else weights.get(name), np.float32)
-
-    linears = ranges.get("linears", {})
-    changed: dict[str, np.ndarray] = {}
-    scales: dict[str, np.ndarray] = {}
-    for g in groups:
-        ws = [get(w) for w in g.linears]
-        missing = [w for w in g.linears if w not in linears]
-        if missing:
-            raise SmoothQuantError(f"no calibration range for linear '{missing[0]}' (linears.{missing[0]})")
-        acts = [np.asarray(linears[w]["absmax"], np.float32) for w in g.linears]
-        k = ws[0].shape[-1]
-        if any(a.shape != (k,) for a in acts):
-            raise SmoothQuantError(f"the ranges of '{g.linears[0]}' have {acts[0].shape[0]} channels, K = {k}")
-        s = smoothing_scales(np.max(acts, axis=0), ws, alpha)
-        scales[g.norm] = s
-        changed[g.norm] = (get(g.norm) / s).astype(np.float32)
-        for name, w in zip(g.linears, ws):
-            changed[name] = (w * s[None, :]).astype(np.float32)
-    return changed, scales

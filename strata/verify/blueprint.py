@@ -1,4 +1,4 @@
-"""How far a recipe's precision moves the blueprint level from f32 (issue 8 item 5).
+"""How far a recipe's precision moves the blueprint level from f32.
 
     rows = node_errors(model, "fp8-bf16head", prompt)       # per node, on the prompt's prefill
     agree = greedy_agreement(model, "fp8-bf16head", prompt, 32)
@@ -89,36 +89,20 @@ def node_errors(model: Model, recipe: str, prompt: Sequence[int], weights=None) 
 
 
 def greedy_agreement(model: Model, recipe: str, prompt: Sequence[int], steps: int, weights=None) -> Agreement:
-    from strata.semantics.blueprint_interp import run_blueprint
-    from strata.semantics.op_interp import alloc_state, run_function
+    """Greedy generation by the op level (f32) and by the blueprint under `recipe`, through the
+    runtime's generation loop: free-running, and teacher-forced with the op level's tokens."""
+    from strata.runtime.generate import generate
+    from strata.semantics.programs import BlueprintProgram, OpLevelProgram
 
-    tokens = np.asarray(prompt, np.int32)
+    tokens = [int(t) for t in prompt]
     store = weights if weights is not None else model.open_weights(quiet=True)
     ctx = max(64, len(tokens) + steps)
     pre, dec = _op_level(model, len(tokens), ctx)
     bpre, bdec = _blueprints(model, recipe, len(tokens))
-    cache: dict = {}
-
-    def op_step(state, ids, pos):
-        fn = pre if pos == 0 else dec
-        return run_function(fn, store, state, np.asarray(ids, np.int32), pos)[-1]
-
-    def bp_step(state, ids, pos):
-        fn = bpre if pos == 0 else bdec
-        x = np.asarray(ids, np.int32).reshape(-1, 1)
-        return run_blueprint(fn, store, state, [x], pos=pos, cache=cache)[1][-1]
-
-    def generate(step, feed: list[int] | None) -> list[int]:
-        state = alloc_state(dec)
-        out = [int(np.argmax(step(state, tokens, 0)))]
-        for i in range(1, steps):
-            prev = feed[i - 1] if feed is not None else out[-1]
-            out.append(int(np.argmax(step(state, [prev], len(tokens) + i - 1))))
-        return out
-
-    reference = generate(op_step, None)
-    free = generate(bp_step, None)
-    forced = generate(bp_step, reference)
+    reference = generate(OpLevelProgram(pre, dec, store, model.name), tokens, steps).ids
+    blueprint = BlueprintProgram(bpre, bdec, store, dec, model.name)
+    free = generate(blueprint, tokens, steps).ids
+    forced = generate(blueprint, tokens, steps, forced=reference).ids
     return Agreement(steps, sum(a == b for a, b in zip(free, reference)),
                      sum(a == b for a, b in zip(forced, reference)), reference, free)
 
@@ -128,3 +112,15 @@ def error_table(rows: Sequence[NodeError]) -> str:
     body = [(r.node, r.op, r.edge, f"{r.max_abs:.3e}", f"{r.rel:.3e}") for r in rows]
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n" for row in [head, *body])
+
+
+def errors_report(model: Model, recipe: str, prompt: Sequence[int], steps: int) -> str:
+    """`strata blueprint --errors`: each node's error under `recipe` against f32 on the prompt's
+    prefill, then greedy top-1 agreement with the op level over `steps` steps."""
+    import sys
+
+    store = model.open_weights(quiet=not sys.stderr.isatty())
+    text = error_table(node_errors(model, recipe, prompt, store))
+    a = greedy_agreement(model, recipe, prompt, steps, store)
+    return text + (f"greedy top-1 agreement with the op level in f32 over {a.steps} steps: "
+                   f"{a.free_running}/{a.steps} free-running, {a.teacher_forced}/{a.steps} teacher-forced\n")

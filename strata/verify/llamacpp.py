@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -141,3 +142,15 @@ def strata_values(model, tokens: Sequence[int], ctx: int, kv_pad: int) -> list[t
     ops = [op for op in fn.body.block.ops
            if not isinstance(op, func.ReturnOp) and TRACE[type(op)].ggml_op is not None]
     return [(name, kind, values[op]) for (name, kind, _, _), op in zip(trace_rows(fn), ops)]
+
+
+def verify_against(model: Any, log_path: str | Path, ctx: int, kv_pad: int, rtol: float) -> tuple[bool, str]:
+    """`strata verify`: run `model`'s prefill on the log's prompt and compare every op's sum
+    with llama.cpp's; (whether all agree, the one-line verdict)."""
+    log = parse_callback_log(Path(log_path))
+    agreed, divergence = compare(log, strata_values(model, log.tokens, ctx=ctx, kv_pad=kv_pad), rtol)
+    if divergence is None:
+        return True, f"all {agreed} ops agree with {log_path} (rtol {rtol} of each tensor's magnitude)"
+    d = divergence
+    return False, (f"ops 1-{agreed} agree; op {d.index} diverges: {d.op} '{d.name}': llama.cpp sum {d.theirs:.6g}, "
+                   f"strata {d.ours:.6g} (magnitude {d.scale:.6g}): {d.why}")

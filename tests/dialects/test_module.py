@@ -10,7 +10,7 @@ from strata.dialects import parse_ir
 from strata.dialects.instances import instantiate, model_params
 from strata.dialects.module import ModelOp
 from strata.exporters.listing import model_listing
-from strata.frontends.hf_config import load_hf_config
+from strata.models import read_config as load_hf_config
 from strata.ir.text import print_ir
 from strata.models.llama import build_llama
 

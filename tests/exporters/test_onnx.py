@@ -14,7 +14,9 @@ pytest.importorskip("onnxruntime")
 
 from strata.dialects.op import Op  # noqa: E402
 from strata.exporters.onnx import ONNX_EXPORT, OnnxExportError, check_onnx_file, export_onnx  # noqa: E402
-from strata.exporters.onnx_run import OrtEntry, generate_ort, serialize_onnx  # noqa: E402
+from strata.exporters.onnx_file import serialize_onnx  # noqa: E402
+from strata.runtime.generate import generate  # noqa: E402
+from strata.targets.onnxruntime.program import OrtEntry, OrtProgram  # noqa: E402
 from strata.pipeline import entry_pipeline, load_model, lower  # noqa: E402
 from strata.semantics.op_interp import alloc_state, find_function, run_function  # noqa: E402
 from support import HYBRID_FAMILIES, TINY, run_tool, write_checkpoint  # noqa: E402
@@ -142,7 +144,9 @@ def test_external_data_round_trip(checkpoints, tmp_path):
 
 def test_generate_ort_matches_the_interpreter(checkpoints):
     store, pf, dc = _entries(checkpoints["qwen3_moe"])
-    ids, logits = generate_ort(OrtEntry(export_onnx(pf, store)), OrtEntry(export_onnx(dc, store)), PROMPT, 4)
+    got = generate(OrtProgram(OrtEntry(export_onnx(pf, store)), OrtEntry(export_onnx(dc, store))), PROMPT, 4,
+                   keep_logits=True)
+    ids, logits = got.ids, got.logits
     assert logits.shape == (4, 128)
     _, want, _, _ = _compare(store, pf, dc, steps=3)
     assert ids == want

@@ -10,10 +10,10 @@ import json
 import pytest
 
 from strata.exporters.tensorviz import TensorvizExportError, export_tensorviz, tensorviz_json
-from strata.frontends.tensorviz import import_tensorviz
+from strata.pipeline import import_tensorviz
 from strata.ir.text import print_ir
 from strata.models import build_module
-from strata.models.checkpoint import save_random_checkpoint
+from strata.models import save_random_checkpoint
 from support import HYBRID_FAMILIES, TINY, run_tool, seed_file
 from tensorviz_schema import check
 

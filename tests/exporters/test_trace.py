@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from strata.exporters.trace import parse_trace, trace_table
-from strata.frontends.hf_config import load_hf_config
+from strata.models import read_config as load_hf_config
 from strata.pipeline import load_model
 from support import EXAMPLES, SEEDS, lower
 

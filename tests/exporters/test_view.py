@@ -14,9 +14,9 @@ from xdsl.dialects import func
 
 from strata.exporters import view as V
 from strata.exporters import view_render as R
-from strata.frontends.tensorviz import import_tensorviz
+from strata.pipeline import import_tensorviz
 from strata.models import build_module
-from strata.models.checkpoint import save_random_checkpoint
+from strata.models import save_random_checkpoint
 from strata.pipeline import blueprint_of, entry_pipeline, load_model, run_pipeline
 from support import EXAMPLES, TINY, run_tool, seed_file
 

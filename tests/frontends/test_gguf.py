@@ -29,9 +29,10 @@ import pytest
 from support import run_tool
 
 from strata.frontends.gguf import GgufError, GgufFile
-from strata.models.checkpoint import save_random_checkpoint
+from strata.models import save_random_checkpoint
 from strata.pipeline import compile_model, load_model
-from strata.targets.cpu.driver import load_compiled
+from strata.targets.cpu.program import load_compiled
+from support import cpu_generate
 
 gguf = pytest.importorskip("gguf")
 
@@ -65,17 +66,8 @@ def gguf_path(family: str, kind: str) -> Path:
 
 
 def generate(instance, prompt, steps, feed=None):
-    """Greedy steps of a compiled Model instance: (ids, logits [steps, vocab]); with `feed`,
-    teacher-forced: the fed ids are the next inputs."""
-    row = instance.prefill(np.asarray(prompt, dtype=np.int32), 0)[-1]
-    ids, logits = [], []
-    for i in range(steps):
-        logits.append(np.array(row))
-        ids.append(int(np.argmax(row)))
-        if i + 1 < steps:
-            nxt = ids[-1] if feed is None else feed[i]
-            row = instance.decode(nxt, len(prompt) + i)[-1]
-    return ids, np.stack(logits)
+    """Greedy steps of a compiled Model instance (the runtime's loop): (ids, logits [steps, vocab])."""
+    return cpu_generate(instance, None, prompt, steps, feed=feed)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

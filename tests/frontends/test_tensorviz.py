@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from strata.exporters.tensorviz import export_tensorviz
-from strata.frontends.tensorviz import INPUT_ATTR, TensorvizError, hf_config_of, import_tensorviz
+from strata.frontends.tensorviz import INPUT_ATTR, TensorvizError, hf_config_of
+from strata.pipeline import import_tensorviz
 from strata.ir.text import print_ir
 from strata.models import build_module
 from strata.pipeline import load_model

@@ -18,9 +18,10 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from strata.dialects.instances import find_model  # noqa: E402
-from strata.frontends.torch import CaptureError, capture, capture_model, capture_to_dir  # noqa: E402
+from strata.frontends.torch import CaptureError  # noqa: E402
+from strata.pipeline import capture, capture_model, capture_to_dir  # noqa: E402
 from strata.pipeline import compile_model, load_model  # noqa: E402
-from strata.targets.cpu.driver import load_compiled  # noqa: E402
+from strata.targets.cpu.program import load_compiled  # noqa: E402
 
 PROMPT = [1, 5, 9, 2, 30, 7]
 TOL = 1e-5

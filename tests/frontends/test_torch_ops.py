@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from strata.frontends.torch import CaptureError, capture  # noqa: E402
+from strata.frontends.torch import CaptureError  # noqa: E402
+from strata.pipeline import capture  # noqa: E402
 from strata.frontends.torch_ops import capture_ops, weights_of  # noqa: E402
 from strata.semantics.op_interp import find_function, run_function  # noqa: E402
 

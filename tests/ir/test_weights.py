@@ -18,11 +18,12 @@ from safetensors.numpy import load_file
 from safetensors.torch import load_file as load_file_torch
 
 from strata.errors import StrataError
-from strata.frontends.hf_config import LlamaConfig, load_hf_config
+from strata.models import read_config as load_hf_config
+from strata.models.llama_config import LlamaConfig
 from strata.dialects.instances import find_model, model_params
 from strata.ir.weights import WeightError, WeightStore, write_safetensors
 from strata.models import build_module
-from strata.models.checkpoint import save_random_checkpoint
+from strata.models import save_random_checkpoint
 from support import open_store
 from strata.models.default import DEFAULT_CONFIG, ensure_default_model
 

@@ -9,7 +9,7 @@ import pytest
 from support import TINY, write_checkpoint
 from xdsl.dialects import func
 
-from strata.calibrate import calibrate, random_prompts, ranges_bytes
+from strata.quant.calibrate import calibrate, random_prompts, ranges_bytes
 from strata.dialects.blueprint.attrs import PrecisionAttr
 from strata.dialects.fixed import AttentionOp, MatmulOp, MatmulW4A16Op, frac_of
 from strata.passes.assign_frac_bits import range_table, read_tensor_ranges

@@ -17,7 +17,7 @@ from xdsl.dialects import test as xdsl_test
 from xdsl.dialects.builtin import TensorType, f32
 from xdsl.ir import Block, Region
 
-from strata.frontends.hf_config import LlamaConfig, RopeScaling
+from strata.models.llama_config import LlamaConfig, RopeScaling
 from strata.ir.weights import WeightStore
 from strata.models import build_module
 from strata.semantics.module_interp import ModuleRunner

@@ -17,7 +17,7 @@ from strata.passes.convert_op_to_blueprint import ConversionError, ConvertOpToBl
 from strata.semantics.blueprint_interp import run_blueprint
 from strata.semantics.op_interp import alloc_state, run_function
 
-from strata.frontends.hf_config import RopeScaling  # noqa: E402
+from strata.models.llama_config import RopeScaling  # noqa: E402
 
 #: Llama 3's frequency-dependent rope scaling (the rope's frequency factors)
 LLAMA3 = dataclasses.replace(TINY["llama"], rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 32))

@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from strata.passes.quantize_w4a16 import W4A16Error, plan_of, quantize_weights
+from strata.passes.quantize_w4a16 import W4A16Error, plan_of
+from strata.quant.w4a16 import quantize_weights
 from strata.pipeline import PipelineError, entry_pipeline, load_model, lower
 from strata.semantics.op_interp import alloc_state, find_function, run_function
 from support import run_tool, tiny, write_checkpoint
@@ -92,7 +93,7 @@ def test_bytes_equal_matmulnbitsquantizer(model_dir):
 
 def test_cli_writes_a_stage_ort_reads(model_dir, tmp_path):
     from strata.verify.onnx_judge import check_projections
-    from strata.w4a16 import W4A16Weights, emulated_weights, plan_model
+    from strata.quant.w4a16 import W4A16Weights, emulated_weights, plan_model
 
     out = tmp_path / "q"
     r = run_tool("quantize", str(model_dir), "--w4a16", "-o", str(out))

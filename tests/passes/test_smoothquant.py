@@ -10,11 +10,12 @@ import json
 import numpy as np
 import pytest
 
-from strata.calibrate import calibrate, random_prompts, ranges_bytes
-from strata.passes.smoothquant import EPS, SmoothQuantError, groups_of, plan_of, smooth_weights, smoothing_scales
+from strata.quant.calibrate import calibrate, random_prompts, ranges_bytes
+from strata.passes.smoothquant import EPS, SmoothQuantError, groups_of, plan_of
+from strata.quant.smoothquant import smooth_weights, smoothing_scales
 from strata.pipeline import PipelineError, entry_pipeline, load_model, lower
 from strata.semantics.op_interp import alloc_state, find_function, run_function
-from strata.w4a16 import plan_model, smoothed_weights
+from strata.quant.w4a16 import plan_model, smoothed_weights
 from support import run_tool, tiny, write_checkpoint
 
 PROMPTS = random_prompts(4, 6, 48, seed=1)
@@ -147,7 +148,7 @@ def test_cli_with_smoothquant(llama, tmp_path):
     assert "5 SmoothQuant groups (alpha 0.6)" in r.stderr
     info = json.loads((tmp_path / "q" / "w4a16.json").read_text())
     assert info["smoothquant"]["alpha"] == 0.6 and len(info["smoothquant"]["groups"]) == 5
-    from strata.w4a16 import W4A16Weights
+    from strata.quant.w4a16 import W4A16Weights
 
     model = load_model(d)
     store = model.open_weights(quiet=True)

@@ -20,7 +20,7 @@ import torch
 import transformers
 from xdsl.dialects import func
 
-from strata.frontends.hf_config import LlamaConfig, RopeScaling
+from strata.models.llama_config import LlamaConfig, RopeScaling
 from strata.models import build_module
 from strata.semantics.module_interp import ModuleRunner
 from strata.semantics.op_interp import alloc_state, run_function

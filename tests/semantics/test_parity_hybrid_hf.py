@@ -27,7 +27,8 @@ from strata.models.qwen35 import Qwen35Config
 from strata.pipeline import compile_model, load_model
 from strata.semantics.module_interp import ModuleRunner
 from strata.semantics.op_interp import alloc_state, run_function
-from strata.targets.cpu.driver import generate, load_compiled
+from strata.targets.cpu.program import load_compiled
+from support import cpu_generate as generate
 from support import HYBRID_FAMILIES, greedy, lower_fn, max_diff, open_store, write_checkpoint
 
 TOL = 1e-4

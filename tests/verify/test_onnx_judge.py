@@ -14,7 +14,7 @@ from support import tiny, write_checkpoint
 pytest.importorskip("onnxruntime")
 
 from strata.verify.onnx_judge import JudgeError, judge_w4a16, llama_prefill_onnx, packed_of, run_onnx  # noqa: E402
-from strata.w4a16 import W4A16Weights, plan_model, smoothed_weights, write_w4a16  # noqa: E402
+from strata.quant.w4a16 import W4A16Weights, plan_model, smoothed_weights, write_w4a16  # noqa: E402
 
 IDS = np.array([3, 17, 5, 40, 2, 9], np.int32)
 
@@ -25,7 +25,7 @@ def small(tmp_path_factory):
     cfg = tiny(hidden_size=256, head_dim=64, intermediate_size=384, vocab_size=96)
     d = write_checkpoint(cfg, root / "small", std=0.05)
     model = load_model(d)
-    from strata.calibrate import calibrate, random_prompts, ranges_bytes
+    from strata.quant.calibrate import calibrate, random_prompts, ranges_bytes
 
     (root / "r.json").write_bytes(ranges_bytes(calibrate(model, random_prompts(4, 8, 96))))
     plan = plan_model(model, root / "r.json", 0.5, 128)

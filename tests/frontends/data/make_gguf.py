@@ -26,7 +26,7 @@ The exact commands (not run in CI; llama.cpp's source is the vendored copy in th
     mkdir -p /tmp/llcpp && tar xzf /tmp/llcpp-sdist/llama_cpp_python-0.3.36.tar.gz -C /tmp/llcpp
     pip install gguf sentencepiece tokenizers transformers torch   # the converter's imports
     LLAMA_CPP=/tmp/llcpp/llama_cpp_python-0.3.36/vendor/llama.cpp \\
-        PYTHONPATH=. python tests/frontends/data/make_gguf.py [FAMILY ...]
+        PYTHONPATH=.:tests python tests/frontends/data/make_gguf.py [FAMILY ...]
 
     # optional, ~10 min on 2 cores: llama-quantize for the Q4_0 file
     cmake -S $LLAMA_CPP -B $LLAMA_CPP/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
@@ -52,8 +52,8 @@ from pathlib import Path
 
 import numpy as np
 
-from strata.frontends.hf_config import LlamaConfig, RopeScaling
-from strata.models.checkpoint import save_random_checkpoint
+from strata.models.llama_config import LlamaConfig, RopeScaling
+from strata.models import save_random_checkpoint
 from strata.models.qwen35 import Qwen35Config
 
 DATA = Path(__file__).resolve().parent
@@ -124,7 +124,8 @@ def pick_seed(cfg, start: int, std: float, work: Path) -> int:
     far more. The HF run is strata's CPU target on the checkpoint (the tests check it against
     transformers elsewhere)."""
     from strata.pipeline import compile_model, load_model
-    from strata.targets.cpu.driver import generate, load_compiled
+    from strata.targets.cpu.program import load_compiled
+    from support import cpu_generate as generate
 
     hf = work / "pick"
     compiled = None

@@ -17,20 +17,21 @@ import pytest
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType, f32, i32, i64
 
-from strata.cli import cmd_run
 from strata.dialects import op as O
 from strata.dialects import read_ir
 from strata.errors import StrataError
-from strata.frontends.hf_config import LlamaConfig, write_hf_config
+from strata.frontends.hf_config import write_hf_config
+from strata.models.llama_config import LlamaConfig
 from strata.ir.weights import WeightError, WeightStore
-from strata.models.checkpoint import save_random_checkpoint
+from strata.models import save_random_checkpoint
 from strata.pipeline import compile_model, load_model, stage_inputs
 from strata.semantics.op_interp import alloc_state, find_function, run_function
-from strata.stage import StageError, stage_matches
+from strata.artifacts.stage import StageError, stage_matches
 from strata.targets import target
 from strata.targets.codegen import CodegenError, literal_name, sanitize_label
 from strata.targets.cpu import emit_cpu, sanitize_identifier
-from strata.targets.cpu.driver import generate, load_compiled
+from strata.targets.cpu.program import load_compiled
+from support import cpu_generate as generate
 from support import open_store
 from support import tiny as support_tiny
 
@@ -52,12 +53,20 @@ def manifest_matches(out: Path, model_dir: Path, knobs: dict) -> bool:
     return stage_matches(out, inputs, {"model.py", "op.mlir"})[0]
 
 
-def run_args(model: Path, **changes) -> argparse.Namespace:
-    """`strata run` arguments, as the CLI parses them."""
-    args = dict(model=str(model), prompt_ids="1,2,3", max_new_tokens=3, dump_logits=None, ctx=CTX, cache_dir=None,
-                no_flash_attn=False, target="cpu", allow_nonfinite=False)
-    args.update(changes)
-    return argparse.Namespace(**args)
+def run_args(model: Path, **changes) -> list[str]:
+    """`strata run` arguments on the command line."""
+    args = ["run", str(model), "--prompt-ids", "1,2,3", "--max-new-tokens", "3", "--ctx", str(CTX)]
+    for flag, value in changes.items():
+        args += [f"--{flag.replace('_', '-')}", str(value)]
+    return args
+
+
+def cmd_run(args: list[str]) -> int:
+    """The run command on parsed arguments, its errors raised (not printed)."""
+    from strata.cli import build_parser
+
+    parsed = build_parser().parse_args(args)
+    return parsed.func(parsed)
 
 
 #: The tiny configs of these tests: llama with GQA, and qwen3 (q/k norm, tied lm_head).
@@ -319,12 +328,12 @@ def test_refuses_foreign_output_dir(models, tmp_path):
 
 
 def test_no_half_written_output(models, tmp_path, monkeypatch):
-    from strata import stage
+    from strata.artifacts import directory
 
     def boom(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(stage.os, "fsync", boom)
+    monkeypatch.setattr(directory.os, "fsync", boom)
     with pytest.raises(StageError, match="No space left on device"):
         compile_cpu(models["llama"], tmp_path / "out", ctx=CTX)
     assert list(tmp_path.iterdir()) == []

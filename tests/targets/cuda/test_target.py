@@ -25,8 +25,9 @@ pytest.importorskip("torch", reason="the CUDA target tests need torch (the `test
 from support import EXAMPLES, HYBRID_FAMILIES, ROOT, TINY, run_tool, write_checkpoint  # noqa: E402
 from strata.pipeline import compile_model, load_model, lower  # noqa: E402
 from strata.targets.codegen import CodegenError  # noqa: E402
-from strata.targets.cpu.driver import generate, load_compiled  # noqa: E402
-from strata.targets.cuda.driver import load_model_py  # noqa: E402
+from strata.targets.cpu.program import load_compiled  # noqa: E402
+from support import cpu_generate as generate
+from strata.targets.cuda.program import load_model_py  # noqa: E402
 from strata.targets.cuda.kernel_source import unresolved  # noqa: E402
 
 PROMPT = [3, 1, 4]

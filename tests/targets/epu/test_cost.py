@@ -7,7 +7,7 @@ import pytest
 from support import TINY, write_checkpoint
 
 from strata.dialects import parse_ir
-from strata.epu import compile_epu
+from strata.targets.epu.stages import compile_epu
 from strata.pipeline import load_model
 from strata.targets.epu.cost import QCU, cost_table, step_cost
 

@@ -17,7 +17,9 @@ from xdsl.rewriter import Rewriter
 
 from strata.dialects import parse_ir
 from strata.dialects.fixed import MatmulW4A16Op, fixed_tensor, frac_of
-from strata.epu import build_epu, compile_epu, interpret_epu, run_epu, smoothed_store
+from strata.targets.epu.build import build_epu, run_epu
+from strata.targets.epu.stages import compile_epu, smoothed_store
+from support import epu_interpret as interpret_epu
 from strata.pipeline import load_model
 from strata.targets.epu.emit import ALIGN, MAGIC, EpuTargetError, emit_epu
 
@@ -46,6 +48,29 @@ def test_logits_and_greedy_ids_are_the_interpreters(built):
     # a different prompt gives different logits (the program reads its input)
     _, other, _ = run_epu(out, [1, 2, 3], 1)
     assert not np.array_equal(other[0], logits[0])
+
+
+def test_stepped_driver_is_its_own_loop(built):
+    """The driver stepped by the runtime's loop (`--steps` over a pipe) gives the ids and logits of
+    its own autoregressive loop, bit for bit; a reset starts a new sequence; bad steps are refused."""
+    from strata.errors import StrataError
+    from strata.runtime.generate import generate
+    from strata.targets.epu.program import EpuProgram
+
+    model, out = built
+    ids, logits, frac = run_epu(out, PROMPT, 5)
+    program = EpuProgram(out, model.name)
+    try:
+        assert (program.vocab, program.n_ctx, program.frac) == (logits.shape[1], 32, frac)
+        for _ in range(2):  # the second run begins at position 0: the state is reset
+            got = generate(program, PROMPT, 5, keep_logits=True)
+            assert got.ids == ids
+            np.testing.assert_array_equal(np.rint(got.logits * 2.0 ** frac).astype(np.int64), logits)
+        with pytest.raises(StrataError, match="position 32 is outside the KV cache of 32"):
+            program.decode(1, 32)
+    finally:
+        program.close()
+    assert program.proc.returncode is not None
 
 
 def test_custom_op_calls(built):

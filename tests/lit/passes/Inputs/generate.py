@@ -5,7 +5,7 @@
 
 from pathlib import Path
 
-from strata.frontends.hf_config import LlamaConfig, RopeScaling
+from strata.models.llama_config import LlamaConfig, RopeScaling
 from strata.ir.text import print_ir
 from strata.models import build_module
 

@@ -1,0 +1,39 @@
+"""The `strata` driver: one module per command, each parsing its arguments and making one call
+into the library (`strata.pipeline`, `strata.runtime`, `strata.quant`, `strata.verify`).
+
+MODEL is a directory holding an HF `config.json` (and safetensors for compile and run), or the
+path of the config file itself, or a llama.cpp GGUF file. User errors print one line and exit
+1; `strata-opt` is `strata.cli.opt`.
+
+Importing this package loads neither xDSL nor numpy: the commands import the library inside
+`main`'s error handler, so that a Ctrl-C while it loads is handled like any other.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+#: The commands, in the order `strata --help` lists them: modules of this package.
+COMMANDS = ("inspect", "ir", "blueprint", "trace", "compile", "run", "import_model", "export_model", "view",
+            "verify", "calibrate", "quantize", "demo")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    parser = argparse.ArgumentParser(prog="strata", description="Strata: a multi-level compiler for LLM inference")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"strata.cli.{name}").add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from strata.errors import run_tool
+
+    def body() -> int:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+
+    # Called without arguments, main is the program (console script, python -m).
+    return run_tool("strata", body, owns_process=argv is None)

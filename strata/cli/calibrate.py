@@ -1,0 +1,33 @@
+"""`strata calibrate MODEL -o RANGES`: activation ranges on prompts (for SmoothQuant and the
+fixed-point formats)."""
+
+from __future__ import annotations
+
+import argparse
+
+from strata.cli.args import add_model, bounded_int
+
+
+def add(sub) -> None:
+    p = sub.add_parser("calibrate", help="record activation ranges on prompts (for SmoothQuant and fixed point)")
+    add_model(p)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompts", metavar="FILE", default=None,
+                     help="one prompt per line, token ids separated by commas or spaces")
+    src.add_argument("--random", metavar="N", type=bounded_int(1, 1 << 20), default=None,
+                     help="N random prompts (the default: 8)")
+    p.add_argument("--length", type=bounded_int(1, 1 << 16), default=16, help="tokens per random prompt (default 16)")
+    p.add_argument("--seed", type=bounded_int(0), default=0, help="the random prompts' seed (default 0)")
+    p.add_argument("-o", "--output", metavar="RANGES", required=True, help="the ranges file to write (JSON)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from strata.artifacts.files import check_output_path
+    from strata.errors import say
+    from strata.pipeline import load_model
+    from strata.quant.calibrate import calibrate_to
+
+    check_output_path(args.output)
+    say(calibrate_to(load_model(args.model), args.output, args.prompts, args.random, args.length, args.seed))
+    return 0

@@ -1,0 +1,89 @@
+"""Pass pipelines: running a pipeline string on a module, and the strings that lower a model.
+
+    module = lowered(model_module, entry_pipeline("decode", start=7, ctx=4096))
+    bp = blueprint_module(model_module, "qwen3-8b", "decode", 1, "fp8-bf16head")
+
+A pipeline is `strata-opt -p`'s syntax (`a,b{x=1},c`); every target's pipeline and every
+lowering the drivers run is built by the functions here, so that `strata compile
+--print-pipeline` prints what runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import PassPipeline
+from xdsl.utils.exceptions import VerifyException
+
+from strata.dialects import strata_context
+from strata.errors import StrataError
+from strata.passes import strata_passes
+
+
+class PipelineError(StrataError):
+    """A pass pipeline that cannot be parsed or run, or a compile that cannot proceed."""
+
+
+def run_pipeline(module: ModuleOp, spec: str, ctx: Context | None = None) -> ModuleOp:
+    """Run the pass pipeline `spec` (strata-opt's `-p` syntax) on `module` in place."""
+    try:
+        pipeline = PassPipeline.parse_spec(strata_passes(), spec)
+    except Exception as e:  # noqa: BLE001 - xDSL reports bad specs with several exception types
+        raise PipelineError(f"pass pipeline '{spec}': {str(e).strip().splitlines()[0]}") from None
+    pipeline.apply(ctx or strata_context(), module)
+    try:
+        module.verify()
+    except VerifyException as e:
+        raise PipelineError(f"pass pipeline '{spec}' produced invalid IR: {str(e).strip().splitlines()[0]}") from None
+    return module
+
+
+def lowered(module: ModuleOp, spec: str) -> ModuleOp:
+    """A copy of `module` after the pass pipeline `spec` (the original is left as it is)."""
+    return run_pipeline(module.clone(), spec)
+
+
+def entry_pipeline(entry: str, *, tokens: int = 0, start: int = -1, ctx: int = 0, kv_pad: int = 256,
+                   flash_attn: bool = True) -> str:
+    """The pass pipeline that lowers one entry (what `strata ir --level op` and `trace` run)."""
+    flash = "true" if flash_attn else "false"
+    return (f"convert-module-to-op{{entry={entry} tokens={tokens} start={start} ctx={ctx} kv_pad={kv_pad} "
+            f"flash_attn={flash}}}")
+
+
+BLUEPRINT_MODES = ("decode", "multi_seq", "verify", "draft", "prefill")
+
+
+def blueprint_pipeline(mode: str = "decode", rows: int = 1, recipe: str = "fp8-bf16head", *, kv: str = "paged",
+                       embed: str = "host", sample: str = "host", collapse: bool = True) -> str:
+    """The passes from the module level to the blueprint level of one mode: the op level of the
+    entry that runs `rows` rows (decode for one, prefill otherwise), then convert-op-to-blueprint,
+    precision, state placement, fusion and collapse."""
+    if mode not in BLUEPRINT_MODES:
+        raise PipelineError(f"unknown mode '{mode}' (known: {', '.join(BLUEPRINT_MODES)})")
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise PipelineError(f"rows must be a positive integer, got {rows!r}")
+    entry = "decode" if mode != "prefill" and rows == 1 else "prefill"
+    # The blueprint keeps no context size: the smallest cache that holds the rows will do.
+    lower = entry_pipeline(entry, tokens=rows if entry == "prefill" else 0, start=0 if entry == "prefill" else rows,
+                           ctx=max(2 * rows, 64), kv_pad=1)
+    passes = [lower, f"convert-op-to-blueprint{{mode={mode} rows={rows}}}",
+              f"blueprint-assign-precision{{recipe={recipe}}}",
+              f"blueprint-place-state{{kv={kv} embed={embed} sample={sample}}}", "blueprint-fuse"]
+    return ",".join(passes + (["blueprint-collapse"] if collapse else []))
+
+
+def blueprint_module(module: ModuleOp, model_name: str, mode: str = "decode", rows: int = 1,
+                     recipe: str = "fp8-bf16head", **options: Any) -> ModuleOp:
+    """The blueprint level of the module-level program `module` (one function, named after its
+    entry, with `blueprint.model` = `model_name`)."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import StringAttr
+
+    out = lowered(module, blueprint_pipeline(mode, rows, recipe, **options))
+    for fn in out.walk():
+        if isinstance(fn, func.FuncOp):
+            fn.attributes["blueprint.model"] = StringAttr(model_name)
+    return out

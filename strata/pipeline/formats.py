@@ -1,0 +1,144 @@
+"""The frontends that build a module level, with the families wired in: a PyTorch module
+captured with `torch.export` (`strata.frontends.torch`) and a tensorviz.graph document
+(`strata.frontends.tensorviz`). The readers produce an HF config's fields; the family that
+their `architectures` names reads them and builds the module.
+
+    out = capture_to_dir(model, (ids,), "build/captured")    # config.json + model.safetensors
+    cfg, module = import_tensorviz("seed002.json")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from xdsl.dialects.builtin import ModuleOp
+
+from strata.models import build_module, read_config_dict
+
+
+def _build(data: dict[str, Any], name: str, file: str | None = None) -> tuple[Any, ModuleOp]:
+    config = read_config_dict(data, file or f"the torch capture of {name}", name)
+    return config, build_module(config)
+
+
+def _build_torch(data: dict[str, Any], name: str) -> tuple[Any, ModuleOp]:
+    return _build(data, name)
+
+
+def capture(module: Any, example_inputs: tuple, *, max_seq: int | None = None, check: bool = True,
+            level: str = "module") -> ModuleOp:
+    """The module level of a PyTorch causal LM (see `strata.frontends.torch.capture`)."""
+    from strata.frontends import torch as T
+
+    return T.capture(module, example_inputs, build=_build_torch, max_seq=max_seq, check=check, level=level)
+
+
+def capture_model(module: Any, example_inputs: tuple, *, max_seq: int | None = None, check: bool = True):
+    """The config, module level and HF-named weights of a PyTorch causal LM."""
+    from strata.frontends import torch as T
+
+    return T.capture_model(module, example_inputs, build=_build_torch, max_seq=max_seq, check=check)
+
+
+def capture_to_dir(module: Any, example_inputs: tuple, out_dir: str | Path, *, max_seq: int | None = None,
+                   check: bool = True) -> Path:
+    """A PyTorch causal LM captured into a new checkpoint directory that `load_model` reads."""
+    from strata.frontends import torch as T
+
+    return T.capture_to_dir(module, example_inputs, out_dir, build=_build_torch, max_seq=max_seq, check=check)
+
+
+def import_tensorviz(path: str | Path) -> tuple[Any, ModuleOp]:
+    """(the family's config, the module level) of a tensorviz.graph document."""
+    from strata.frontends.tensorviz import import_tensorviz as read
+
+    return read(path, lambda data, file, name: _build(data, name, file))
+
+
+def module_of(path: str) -> ModuleOp:
+    """The module level of MODEL_OR_MLIR: a model directory (or config.json, or GGUF), or a
+    module-level .mlir file."""
+    if path.endswith(".mlir") and Path(path).is_file():
+        from strata.dialects import strata_context
+        from strata.ir.text import read_ir
+
+        return read_ir(path, strata_context())
+    from strata.pipeline.model import load_model
+
+    return load_model(path).module
+
+
+def tensorviz_text(path: str) -> str:
+    """The module level of MODEL_OR_MLIR as a tensorviz.graph v3 document."""
+    from strata.exporters.tensorviz import export_tensorviz, tensorviz_json
+
+    return tensorviz_json(export_tensorviz(module_of(path)))
+
+
+#: What `import --random-weights` writes into a weights directory (and may replace there).
+RANDOM_CHECKPOINT_FILES = {"config.json", "model.safetensors", ".strata-cache"}
+
+
+def check_weights_dir(d: Path) -> None:
+    """Refuse a directory holding anything but a checkpoint strata writes (nothing of the
+    user's is overwritten)."""
+    from strata.errors import StrataError
+
+    if d.exists() and not d.is_dir():
+        raise StrataError(f"{d}: exists and is not a directory; give --weights-dir DIR")
+    if d.is_dir():
+        other = sorted(p.name for p in d.iterdir() if p.name not in RANDOM_CHECKPOINT_FILES)
+        if other:
+            raise StrataError(f"{d}: holds {other[0]!r}, not written by strata import; give an empty or new "
+                              "--weights-dir")
+    elif not d.parent.is_dir():
+        raise StrataError(f"{d}: the directory {d.parent} does not exist")
+
+
+def import_tensorviz_with_weights(path: str | Path, weights_dir: Path | None, seed: int | None) -> str:
+    """The module level of a tensorviz document as IR text; with `seed`, also a checkpoint of
+    seeded random weights written to `weights_dir` (so that compile and run work on it)."""
+    from strata.errors import say
+    from strata.frontends.tensorviz import random_weights_std
+    from strata.ir.text import print_ir
+    from strata.models import save_random_checkpoint
+
+    if weights_dir is not None:
+        check_weights_dir(weights_dir)
+    cfg, module = import_tensorviz(path)
+    text = print_ir(module)
+    if weights_dir is not None and seed is not None:
+        save_random_checkpoint(cfg, weights_dir, seed=seed, std=random_weights_std(cfg.hidden_size))
+        say(f"wrote a checkpoint with random weights (seed {seed}) to {weights_dir}")
+    return text
+
+
+def export_onnx_file(model: Any, entry: str, tokens: int, knobs: dict[str, Any], output: str | Path) -> str:
+    """One entry of `model` written as an ONNX file (beside it FILE.data holds the weights of a
+    model over 1 GiB); returns a one-line summary."""
+    import time
+
+    from strata.artifacts.files import check_output_path, write_output
+    from strata.errors import StrataError
+    from strata.exporters.onnx import check_onnx_file
+    from strata.exporters.onnx_file import serialize_onnx
+    from strata.targets.onnxruntime.program import export_entry
+
+    check_output_path(output)
+    if tokens > knobs["ctx"]:
+        raise StrataError(f"--tokens {tokens} exceeds the context of {knobs['ctx']} (--ctx)")
+    t0 = time.perf_counter()
+    import sys
+
+    proto = export_entry(model, model.open_weights(quiet=not sys.stderr.isatty()), entry, tokens, knobs)
+    data_path = Path(output).with_name(Path(output).name + ".data")
+    content, data = serialize_onnx(proto, data_path.name)
+    if data is not None:
+        check_output_path(data_path)
+        write_output(data_path, data)
+    write_output(output, content)
+    if data is not None:  # too large to check in memory: checked as saved
+        check_onnx_file(output)
+    return (f"exported the {entry} of {model.root} ({tokens} token{'s' * (tokens != 1)}, ctx {knobs['ctx']}) "
+            f"to {output}{f' and {data_path.name}' if data is not None else ''} in {time.perf_counter() - t0:.2f} s")

@@ -1,0 +1,55 @@
+"""The runtime protocol: what a loaded program of any target exposes to the engine.
+
+    program = open_program(model, "cpu")       # strata.runtime.engine: compiled, loaded, bound
+    step = program.prefill([1, 2, 3], 0)       # a new sequence at position 0
+    step.token, step.logits                    # the program's choice, the last row's logits
+    step = program.decode(step.token, 3)
+    program.close()
+
+Each target implements it in its own folder (`strata/targets/<name>/program.py`: the CPU's
+generated numpy module, the CUDA host, the EPU driver stepped over a pipe, onnxruntime
+sessions), and the reference interpreters do too (`strata.semantics.programs`). Everything above
+it (the generation loop, text, sampling, scheduling, the server) is written once, here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+
+class Step(Protocol):
+    """One step's result. `token`: the id the program chose (its argmax: greedy); `logits`: the
+    last row's logits [vocab] on the host (a device program copies them only when asked)."""
+
+    @property
+    def token(self) -> int: ...
+
+    @property
+    def logits(self) -> np.ndarray: ...
+
+
+class Program(Protocol):
+    """A compiled model loaded with its weights and its state (the KV cache, recurrent state)."""
+
+    #: The model's name, its vocabulary size, and how many positions its state holds.
+    name: str
+    vocab: int
+    n_ctx: int
+    #: What runs it, for messages ("numpy", "cuda", "Triton interpreter", "epu driver", ...).
+    runtime: str
+
+    def reset(self) -> None:
+        """Forget every sequence: the state as it was when loaded."""
+
+    def prefill(self, tokens: Sequence[int], start: int) -> Step:
+        """Run `tokens` at positions start.. (start 0 begins a new sequence); their KV rows and
+        recurrent state are written."""
+
+    def decode(self, token: int, pos: int) -> Step:
+        """Run one token at position `pos`."""
+
+    def close(self) -> None:
+        """Release what the program holds (a driver process, device memory)."""

@@ -1,0 +1,83 @@
+"""The checks every request meets before a program runs it, whatever the target: the prompt's
+ids, the number of new tokens against the context, and the weights' values.
+
+    prompt = parse_prompt_ids("1,2,3")
+    ids = check_request(prompt, 16, vocab=32000, n_ctx=4096)    # int32, or a one-line error
+    check_finite(store, names, allow=False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from strata.errors import StrataError, warn
+
+
+class RequestError(StrataError):
+    """A request that cannot run: bad ids, too long for the context, non-finite weights."""
+
+
+def parse_prompt_ids(text: str, flag: str = "--prompt-ids") -> list[int]:
+    """Comma-separated token ids (`flag` names where they came from in messages)."""
+    items = [t.strip() for t in str(text).split(",")]
+    if items == [""]:
+        raise RequestError(f"{flag} is empty; give comma-separated token ids, e.g. 1,2,3")
+    ids = []
+    for t in items:
+        try:
+            ids.append(int(t, 10))
+        except ValueError:
+            raise RequestError(f"{flag}: {t[:40]!r} is not an integer token id "
+                               "(expected comma-separated ids, e.g. 1,2,3)") from None
+    return ids
+
+
+def check_request(prompt_ids: Sequence[int], max_new_tokens: int, vocab: int, n_ctx: int) -> np.ndarray:
+    """The prompt as int32 ids, after checking it and the length against vocab and context."""
+    prompt = check_prompt(prompt_ids, vocab)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+        raise RequestError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+    # The last new token is returned, never fed back: it needs no cache row.
+    if len(prompt) + max(int(max_new_tokens) - 1, 0) > n_ctx:
+        raise RequestError(f"the prompt ({len(prompt)} tokens) plus {max_new_tokens} new tokens "
+                           f"need {len(prompt) + max_new_tokens - 1} positions, more than the context of "
+                           f"{n_ctx}; compile with a larger ctx")
+    return prompt
+
+
+def check_prompt(prompt_ids: Sequence[int], vocab: int) -> np.ndarray:
+    """The prompt as a flat int32 array of ids in [0, vocab), or a one-line error."""
+    if isinstance(prompt_ids, np.ndarray) and prompt_ids.ndim != 1:
+        raise RequestError("the prompt must be a flat list of integer token ids")
+    try:
+        items = list(prompt_ids)
+    except TypeError:
+        raise RequestError("the prompt must be a sequence of token ids") from None
+    if not items:
+        raise RequestError("the prompt is empty; give at least one token id")
+    for t in items:
+        # Each id is checked as a Python integer first: numpy would make an object array of
+        # an id beyond int64, and a list inside the list is not an id.
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+            raise RequestError(f"the prompt must be a flat list of integer token ids, got {str(t)[:40]!r}")
+        if not 0 <= int(t) < vocab:
+            shown = str(int(t)) if len(str(int(t))) <= 30 else str(int(t))[:27] + "..."
+            raise RequestError(f"prompt token id {shown} is outside the vocabulary [0, {vocab})")
+    return np.asarray([int(t) for t in items], dtype=np.int32)
+
+
+def check_finite(store: Any, names: Iterable[str], allow: bool) -> None:
+    """Refuse weights holding NaN or infinity, naming the first such tensor (or warn)."""
+    for name in names:
+        w = store.get(name)
+        flat = w.reshape(-1)
+        for i in range(0, flat.size, 1 << 22):  # in chunks: no copy of a whole big tensor
+            if not np.isfinite(np.asarray(flat[i:i + (1 << 22)], dtype=np.float32)).all():
+                where = f"tensor '{name}' (HF '{store.stored_name(name)}') holds NaN or infinite values"
+                if not allow:
+                    raise RequestError(f"{store.label}: {where}; refusing to run (--allow-nonfinite runs anyway)")
+                warn(f"{store.label}: {where}")
+                break

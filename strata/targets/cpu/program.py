@@ -1,0 +1,62 @@
+"""The CPU target's compiled program behind the runtime protocol (`strata.runtime.program`).
+
+    program = load(out, store)          # OUT/model.py, bound to the weights
+    step = program.prefill([1, 2, 3], 0)
+    step.token, step.logits             # the greedy choice, the last row's logits
+    step = program.decode(step.token, 3)
+
+The compile itself (lowering, the stage directory and its manifest) is the pipeline's; this
+file only runs what the target wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from strata.artifacts.modules import import_generated
+from strata.semantics.programs import LogitsStep
+
+MODEL_PY = "model.py"
+
+
+def load_compiled(out_dir: str | Path):
+    """Import the generated `model.py` of `out_dir`."""
+    return import_generated(Path(out_dir) / MODEL_PY, what="the model for the cpu target")
+
+
+class CpuProgram:
+    """A generated `Model` (one method per entry, the KV cache preallocated) as a program."""
+
+    runtime = "numpy"
+
+    def __init__(self, instance: Any):
+        self.model = instance
+        self.name = str(instance.MODEL_NAME or "model")
+        self.vocab = int(instance.OUTPUTS["decode"][0][-1])
+        self.n_ctx = int(instance.N_CTX)
+
+    def reset(self) -> None:
+        self.model.reset()
+
+    def prefill(self, tokens: Sequence[int], start: int) -> LogitsStep:
+        if start == 0:  # a new sequence: the recurrent state starts from zero
+            self.model.reset()
+        return LogitsStep(self.model.prefill(np.asarray(tokens, np.int32), start)[-1])
+
+    def decode(self, token: int, pos: int) -> LogitsStep:
+        return LogitsStep(self.model.decode(int(token), pos)[-1])
+
+    def close(self) -> None:
+        pass
+
+
+def load(out_dir: str | Path, weights: Any, **options: Any) -> CpuProgram:
+    """The program of the cpu stage `out_dir`, bound to `weights` (a mapping from llama.cpp
+    tensor names to arrays, e.g. a WeightStore)."""
+    if options:
+        raise TypeError(f"the cpu target's program takes no options, got {', '.join(sorted(options))}")
+    return CpuProgram(load_compiled(out_dir).Model(weights))

@@ -1,0 +1,84 @@
+"""The CUDA target's compiled program behind the runtime protocol (`strata.runtime.program`):
+the generated host (`OUT/model.py` with `OUT/kernels.py`) on a GPU, or in Triton's interpreter
+on the CPU.
+
+    program = load(out, store, interpret=True)
+    step = program.prefill([1, 2, 3], 0)      # the argmax is taken on the device
+    step.token, step.logits                   # read back when asked for
+    step = program.decode(step.token, 3)      # CUDA-graph replay on a GPU
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from strata.artifacts.modules import import_generated
+from strata.errors import StrataError
+
+MODEL_PY = "model.py"
+
+
+class CudaProgramError(StrataError):
+    """A compiled CUDA model that cannot be loaded or run."""
+
+
+def load_model_py(out_dir: str | Path):
+    """Import `out_dir/model.py` (which loads `kernels.py` beside it)."""
+    return import_generated(Path(out_dir) / MODEL_PY, requires=("kernels.py",), what="the model for cuda")
+
+
+class CudaStep:
+    """A step's device results: the chosen id [1, 1] and the last row's logits [1, vocab]."""
+
+    def __init__(self, token, logits):
+        self._token, self._logits = token, logits
+
+    @property
+    def token(self) -> int:
+        return int(self._token.reshape(-1)[0].item())
+
+    @property
+    def logits(self):
+        return self._logits.reshape(-1).float().cpu().numpy()
+
+
+class CudaProgram:
+    """A generated CUDA `Model` (device weights, state, kernels; decode captured as a CUDA
+    graph on a GPU) as a program."""
+
+    def __init__(self, module: Any, weights: Any, interpret: bool):
+        try:
+            self.model = module.Model(weights, interpret=interpret, cuda_graph=not interpret)
+        except module.ModelError as e:
+            raise CudaProgramError(str(e)) from None
+        self.module = module
+        self.runtime = "Triton interpreter" if interpret else "cuda"
+        self.name = str(self.model.MODEL_NAME or "model")
+        self.vocab = int(self.model.VOCAB)
+        self.n_ctx = int(self.model.N_CTX)
+
+    def reset(self) -> None:
+        self.model.reset()
+
+    def _run(self, fn, *args) -> CudaStep:
+        try:
+            return CudaStep(*fn(*args))
+        except self.module.ModelError as e:
+            raise CudaProgramError(str(e)) from None
+
+    def prefill(self, tokens: Sequence[int], start: int) -> CudaStep:
+        return self._run(self.model.prefill, list(tokens), start)
+
+    def decode(self, token: int, pos: int) -> CudaStep:
+        return self._run(self.model.decode, int(token), pos)
+
+    def close(self) -> None:
+        pass
+
+
+def load(out_dir: str | Path, weights: Any, *, interpret: bool = False) -> CudaProgram:
+    """The program of the cuda stage `out_dir` bound to `weights` (llama.cpp tensor names to
+    arrays or tensors); `interpret`: in Triton's interpreter on the CPU."""
+    return CudaProgram(load_model_py(out_dir), weights, interpret)

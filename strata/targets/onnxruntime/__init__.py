@@ -1,0 +1,1 @@
+"""onnxruntime running exported ONNX entries (strata run --via onnxruntime)."""
