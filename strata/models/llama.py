@@ -16,10 +16,7 @@ carries every tensor's names (`strata.dialects.instances`).
 from __future__ import annotations
 
 from xdsl.dialects.builtin import (
-    BFloat16Type,
     DictionaryAttr,
-    Float16Type,
-    Float32Type,
     FloatAttr,
     IntegerAttr,
     ModuleOp,
@@ -32,44 +29,11 @@ from xdsl.ir import Attribute
 
 from strata.dialects import module as M
 from strata.models.llama_config import LlamaConfig
+from strata.models.program import DTYPES, ENTRIES, SEQ_FNS, SHARDING, block, fn, symbol
 
-DTYPES: dict[str, Attribute] = {"float32": Float32Type(), "float16": Float16Type(), "bfloat16": BFloat16Type()}
-
-_SHARDING = ["Shards: Dim = 1", "PageSize: Dim = 64"]
 _ATTN_GENERICS = ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float"]
 _ATTN_ARGS = "H, Heads, KvHeads, HeadDim, Batch, MaxSeq, T, Shards, PageSize"
 _LAYER_ARGS = "H, Heads, KvHeads, HeadDim, Inner, Batch, MaxSeq, T, Shards, PageSize"
-
-#: The functions every sequence block (attention, layer) exposes.
-_SEQ_FNS = {
-    "forward": "<B: Dim, S: Dim>(x: Tensor[B, S, H; T]) -> Tensor[B, S, H; T]",
-    "decode": "(x: Tensor[Batch, 1, H; T], pos: i32) -> Tensor[Batch, 1, H; T]",
-    "prefill": "<S: Dim>(x: Tensor[Batch, S, H; T], pos: i32) -> Tensor[Batch, S, H; T]",
-}
-
-#: The model entries (seed 003); the rest of the seed's entries come with later levels.
-ENTRIES = {
-    "forward": "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, S, Vocab; T]",
-    "next_token": "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, Vocab; T]",
-    "decode": "(token: Tensor[Batch, 1; i32], pos: i32) -> Tensor[Batch, Vocab; T]",
-    "prefill": "<S: Dim>(tokens: Tensor[Batch, S; i32], pos: i32) -> Tensor[Batch, Vocab; T]",
-}
-
-
-def _fn(name: str, sig: str, *, pub: bool = True, entry: bool = False) -> M.FnOp:
-    attrs: dict[str, Attribute] = {}
-    if pub:
-        attrs["pub"] = UnitAttr()
-    if entry:
-        attrs["entry"] = UnitAttr()
-    return M.FnOp(name, sig, **attrs)
-
-
-def _block(name: str, generics: list[str], path: str, members: list[M.MemberOp], **attrs: Attribute) -> M.BlockOp:
-    blk = M.BlockOp(name, generics, {"path": StringAttr(path), **attrs})
-    blk.body.block.add_ops(members)
-    return blk
-
 
 #: (block, sub) -> (llama.cpp segment, HF segment) of the tensor names below that sub;
 #: "" adds no segment. `blk.3.attn_q.weight` is model.layers.3.self_attn.q_proj.weight.
@@ -94,8 +58,8 @@ NAMES: dict[tuple[str, str], tuple[str, str]] = {
 }
 
 
-def _sub(block: str, name: str, typ: str, **attrs: Attribute) -> M.SubOp:
-    ggml, hf = NAMES[(block, name)]
+def _sub(owner: str, name: str, typ: str, **attrs: Attribute) -> M.SubOp:
+    ggml, hf = NAMES[(owner, name)]
     return M.SubOp(name, typ, ggml=StringAttr(ggml), hf=StringAttr(hf), **attrs)
 
 
@@ -118,30 +82,30 @@ def _rope_attrs(cfg: LlamaConfig) -> dict[str, Attribute]:
 def build_llama(cfg: LlamaConfig, max_seq: int | None = None) -> ModuleOp:
     """The module-level program of a llama-family checkpoint."""
     eps = {"eps": FloatAttr(float(cfg.rms_norm_eps), f64)}
-    seq_fns = [_fn(n, s) for n, s in _SEQ_FNS.items()]
-    embedding = _block(
+    seq_fns = [fn(n, s) for n, s in SEQ_FNS.items()]
+    embedding = block(
         "Embedding", ["Vocab: Dim", "H: Dim", "T: Float = bf16"], "std.nn.embedding",
-        [M.ParamOp("weight", "Tensor[Vocab, H; T]"), _fn("forward", "<*S: Shape>(ids: Tensor[*S; i32]) -> Tensor[*S, H; T]")],
+        [M.ParamOp("weight", "Tensor[Vocab, H; T]"), fn("forward", "<*S: Shape>(ids: Tensor[*S; i32]) -> Tensor[*S, H; T]")],
     )
-    rms = _block(
+    rms = block(
         "RmsNorm", ["H: Dim", "T: Float = bf16"], "std.nn.norm",
-        [M.ParamOp("weight", "Tensor[H; T]"), _fn("forward", "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]")],
+        [M.ParamOp("weight", "Tensor[H; T]"), fn("forward", "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]")],
     )
-    linear = _block(
+    linear = block(
         "Linear", ["In: Dim", "Out: Dim", "T: Float = bf16"], "std.nn.linear",
         [
             M.ParamOp("weight", "Tensor[Out, In; T]"),
             M.ParamOp("bias", "Tensor[Out; T]", optional=UnitAttr()),
-            _fn("forward", "<*S: Shape>(x: Tensor[*S, In; T]) -> Tensor[*S, Out; T]"),
+            fn("forward", "<*S: Shape>(x: Tensor[*S, In; T]) -> Tensor[*S, Out; T]"),
         ],
     )
-    swiglu = _block(
+    swiglu = block(
         "SwiGlu", ["H: Dim", "Inner: Dim", "T: Float = bf16"], "std.nn.mlp",
         [
             _sub("SwiGlu", "gate", "Linear<H, Inner, T>"),
             _sub("SwiGlu", "up", "Linear<H, Inner, T>"),
             _sub("SwiGlu", "down", "Linear<Inner, H, T>"),
-            _fn("forward", "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]"),
+            fn("forward", "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]"),
         ],
     )
     qkv_bias = {"bias": UnitAttr()} if cfg.attention_bias else {}
@@ -158,12 +122,12 @@ def build_llama(cfg: LlamaConfig, max_seq: int | None = None) -> ModuleOp:
     attn_members += [
         M.StateOp("cache_k", "Tensor[Batch, KvHeads / Shards, MaxSeq, HeadDim; T]"),
         M.StateOp("cache_v", "Tensor[Batch, KvHeads / Shards, MaxSeq, HeadDim; T]"),
-        *[_fn(n, s) for n, s in _SEQ_FNS.items()],
+        *[fn(n, s) for n, s in SEQ_FNS.items()],
     ]
-    attention = _block("GroupedQueryAttention", _ATTN_GENERICS + _SHARDING, "std.attn.grouped_query", attn_members,
+    attention = block("GroupedQueryAttention", _ATTN_GENERICS + SHARDING, "std.attn.grouped_query", attn_members,
                        **_rope_attrs(cfg))
-    layer = _block(
-        "DecoderLayer", _ATTN_GENERICS[:4] + ["Inner: Dim"] + _ATTN_GENERICS[4:] + _SHARDING, "std.layer.decoder",
+    layer = block(
+        "DecoderLayer", _ATTN_GENERICS[:4] + ["Inner: Dim"] + _ATTN_GENERICS[4:] + SHARDING, "std.layer.decoder",
         [
             _sub("DecoderLayer", "attention_norm", "RmsNorm<H, T>"),
             _sub("DecoderLayer", "attention", f"GroupedQueryAttention<{_ATTN_ARGS}>"),
@@ -174,17 +138,17 @@ def build_llama(cfg: LlamaConfig, max_seq: int | None = None) -> ModuleOp:
     )
     lm_head = {"tied": StringAttr("embedding.weight")} if cfg.tie_word_embeddings else {}
     model_generics = ["Vocab: Dim", "H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "Layers: Dim",
-                      "Batch: Dim", "MaxSeq: Dim", "T: Float = bf16"] + _SHARDING
-    root = _block(
+                      "Batch: Dim", "MaxSeq: Dim", "T: Float = bf16"] + SHARDING
+    root = block(
         "Model", model_generics, "std.model.causal_lm",
         [
             _sub("Model", "embedding", "Embedding<Vocab, H, T>"),
             _sub("Model", "layers", f"[DecoderLayer<{_LAYER_ARGS}>; Layers]"),
             _sub("Model", "norm", "RmsNorm<H, T>"),
             _sub("Model", "lm_head", "Linear<H, Vocab / Shards, T>", **lm_head),
-            *[_fn(n, s, entry=True) for n, s in ENTRIES.items()],
-            _fn("logits", "<R: Dim>(x: Tensor[R, H; T]) -> Tensor[R, Vocab; T]", pub=False),
-            _fn("hidden", "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, S, H; T]", pub=False),
+            *[fn(n, s, entry=True) for n, s in ENTRIES.items()],
+            fn("logits", "<R: Dim>(x: Tensor[R, H; T]) -> Tensor[R, Vocab; T]", pub=False),
+            fn("hidden", "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, S, H; T]", pub=False),
         ],
     )
     # eps lives on the norm instances' block: all norms of a llama share one eps.
@@ -201,12 +165,6 @@ def build_llama(cfg: LlamaConfig, max_seq: int | None = None) -> ModuleOp:
         "MaxSeq": IntegerAttr(max_seq or cfg.max_position_embeddings, i64),
         "T": DTYPES[cfg.dtype],
     }
-    model = M.ModelOp(_symbol(cfg.name), cfg.arch, "Model", generics)
+    model = M.ModelOp(symbol(cfg.name), cfg.arch, "Model", generics)
     model.body.block.add_ops([root, layer, attention, swiglu, linear, rms, embedding])
     return ModuleOp([model])
-
-
-def _symbol(name: str) -> str:
-    """A model name as a symbol: letters, digits and `_` only."""
-    out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    return out if out and not out[0].isdigit() else "m_" + out

@@ -34,7 +34,7 @@ from xdsl.ir import Attribute
 
 from strata.dialects import module as M
 from strata.frontends.hf_config import ConfigError, Fields, read_dtype
-from strata.models.llama import DTYPES, _SHARDING, ENTRIES, _SEQ_FNS, _block, _fn, _symbol
+from strata.models.program import DTYPES, ENTRIES, SEQ_FNS, SHARDING, block, fn, symbol
 
 ARCHITECTURES = ("Qwen3MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM")
 #: The hub's multimodal checkpoint of Qwen3.5/3.6-MoE: its text part is read.
@@ -313,8 +313,8 @@ def _experts(f: Fields, arch: str, d: dict) -> dict:
 # The builder
 
 
-def _named(block: str, name: str, typ: str, cls=M.SubOp, **attrs: Attribute):
-    ggml, hf = NAMES[(block, name)]
+def _named(owner: str, name: str, typ: str, cls=M.SubOp, **attrs: Attribute):
+    ggml, hf = NAMES[(owner, name)]
     return cls(name, typ, ggml=StringAttr(ggml), hf=StringAttr(hf), **attrs)
 
 
@@ -345,7 +345,7 @@ def _gated_delta_net(cfg: Qwen35Config) -> M.BlockOp:
         _named(b, "out_proj", _linear("H", "LinVHeads * LinVDim")),
         M.StateOp("conv_state", f"Tensor[Batch, {_CONV_DIM}, ConvK - 1; T]"),
         M.StateOp("recurrent_state", "Tensor[Batch, LinVHeads, LinKDim, LinVDim; T]"),
-        *[_fn(n, s) for n, s in _SEQ_FNS.items()],
+        *[fn(n, s) for n, s in SEQ_FNS.items()],
     ]
     generics = ["H: Dim", "LinKHeads: Dim", "LinVHeads: Dim", "LinKDim: Dim", "LinVDim: Dim", "ConvK: Dim",
                 "Batch: Dim", "T: Float"]
@@ -355,7 +355,7 @@ def _gated_delta_net(cfg: Qwen35Config) -> M.BlockOp:
         # builder repeats the q/k heads for their value heads before GATED_DELTA_NET.
         attrs = {"ggml_split": DictionaryAttr({"qkv": StringAttr("attn_qkv"), "z": StringAttr("attn_gate")}),
                  "qk_repeat": IntegerAttr(1, i64)}
-    return _block(b, generics, "std.attn.gated_delta_net", members,
+    return block(b, generics, "std.attn.gated_delta_net", members,
                   layout=StringAttr("grouped" if grouped else "separate"), eps=FloatAttr(1e-6, f64), **attrs)
 
 
@@ -372,10 +372,10 @@ def _attention(cfg: Qwen35Config) -> M.BlockOp:
         _named(b, "k_norm", "RmsNorm<HeadDim, T>"),
         M.StateOp("cache_k", "Tensor[Batch, KvHeads / Shards, MaxSeq, HeadDim; T]"),
         M.StateOp("cache_v", "Tensor[Batch, KvHeads / Shards, MaxSeq, HeadDim; T]"),
-        *[_fn(n, s) for n, s in _SEQ_FNS.items()],
+        *[fn(n, s) for n, s in SEQ_FNS.items()],
     ]
     generics = ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float",
-                *_SHARDING]
+                *SHARDING]
     attrs: dict[str, Attribute] = {"rope_theta": FloatAttr(cfg.rope_theta, f64)}
     if gated:
         attrs["rotary_dim"] = IntegerAttr(cfg.rotary_dim, i64)
@@ -388,14 +388,14 @@ def _attention(cfg: Qwen35Config) -> M.BlockOp:
         attrs["rope_mode"] = StringAttr("imrope" if cfg.arch in QWEN35 else "neox")
         if cfg.arch not in QWEN35:
             attrs["ggml_q_split"] = StringAttr("reshape")
-    return _block(b, generics, "std.attn.gated" if gated else "std.attn.grouped_query", members, **attrs)
+    return block(b, generics, "std.attn.gated" if gated else "std.attn.grouped_query", members, **attrs)
 
 
 def _mlp(name: str, inner: str) -> M.BlockOp:
     members = [_named(name, "gate", _linear(inner)), _named(name, "up", _linear(inner)),
                _named(name, "down", _linear("H", inner)),
-               _fn("forward", "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]")]
-    return _block(name, ["H: Dim", f"{inner}: Dim", "T: Float = bf16"], "std.nn.mlp", members)
+               fn("forward", "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]")]
+    return block(name, ["H: Dim", f"{inner}: Dim", "T: Float = bf16"], "std.nn.mlp", members)
 
 
 def _sparse_moe(cfg: Qwen35Config) -> M.BlockOp:
@@ -407,9 +407,9 @@ def _sparse_moe(cfg: Qwen35Config) -> M.BlockOp:
     if cfg.shared_intermediate_size:
         members += [_named(b, "shared_expert", "SharedExpert<H, SharedInner, T>"),
                     _named(b, "shared_expert_gate", _linear("1"))]
-    members.append(_fn("forward", "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]"))
+    members.append(fn("forward", "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]"))
     generics = ["H: Dim", "Experts: Dim", "TopK: Dim", "MoeInner: Dim", "SharedInner: Dim", "T: Float"]
-    return _block(b, generics, "std.moe.sparse", members, norm_topk_prob=IntegerAttr(int(cfg.norm_topk_prob), i64))
+    return block(b, generics, "std.moe.sparse", members, norm_topk_prob=IntegerAttr(int(cfg.norm_topk_prob), i64))
 
 
 def _layer(cfg: Qwen35Config, mixer: str, moe: bool) -> M.BlockOp:
@@ -424,7 +424,7 @@ def _layer(cfg: Qwen35Config, mixer: str, moe: bool) -> M.BlockOp:
         M.SubOp("attention", mixer_type, ggml=StringAttr(ggml_mixer), hf=StringAttr(hf_mixer)),
         M.SubOp("mlp_norm", "RmsNorm<H, T>", ggml=StringAttr(post), hf=StringAttr("post_attention_layernorm")),
         _named("Layer", "mlp", ffn),
-        *[_fn(n, s) for n, s in _SEQ_FNS.items()],
+        *[fn(n, s) for n, s in SEQ_FNS.items()],
     ]
     name = ("Linear" if mixer == "linear_attention" else "Attention") + ("Moe" if moe else "Dense") + "Layer"
     attrs: dict[str, Attribute] = {}
@@ -432,7 +432,7 @@ def _layer(cfg: Qwen35Config, mixer: str, moe: bool) -> M.BlockOp:
         attrs["ggml_names"] = DictionaryAttr({"residual": StringAttr("attn_residual"),
                                               "mlp_norm": StringAttr("attn_post_norm"),
                                               "mlp_out": StringAttr("ffn_out")})
-    return _block(name, _DIMS + _SHARDING, "std.layer.decoder", members, **attrs)
+    return block(name, _DIMS + SHARDING, "std.layer.decoder", members, **attrs)
 
 
 def build(cfg: Qwen35Config, max_seq: int | None = None) -> ModuleOp:
@@ -442,14 +442,14 @@ def build(cfg: Qwen35Config, max_seq: int | None = None) -> ModuleOp:
     pattern = [kinds.index(k) for k in zip(cfg.layer_types, cfg.moe_layers)]
     layer_type = " | ".join(f"{blk.block_name}<{_DIM_ARGS}>" for blk in layers)
     lm_head = {"tied": StringAttr("embedding.weight")} if cfg.tie_word_embeddings else {}
-    root = _block("Model", ["Vocab: Dim", *_DIMS[:-1], "Layers: Dim", "T: Float = bf16", *_SHARDING],
+    root = block("Model", ["Vocab: Dim", *_DIMS[:-1], "Layers: Dim", "T: Float = bf16", *SHARDING],
                   "std.model.causal_lm", [
                       _named("Model", "embedding", "Embedding<Vocab, H, T>"),
                       _named("Model", "layers", f"[{layer_type}; Layers]",
                              pattern=DenseArrayBase.from_list(i64, pattern)),
                       _named("Model", "norm", "RmsNorm<H, T>"),
                       _named("Model", "lm_head", "Linear<H, Vocab / Shards, T>", **lm_head),
-                      *[_fn(n, s, entry=True) for n, s in ENTRIES.items()],
+                      *[fn(n, s, entry=True) for n, s in ENTRIES.items()],
                   ], ggml_names=DictionaryAttr({"embd": StringAttr(EMBD_NAME[cfg.arch])}),
                   ggml_inputs=DictionaryAttr({k: StringAttr(v) for k, v in GGML_INPUTS.items()}),
                   # The hybrids gather the output rows after the final norm (h_nextn); Qwen3-MoE in
@@ -461,7 +461,7 @@ def build(cfg: Qwen35Config, max_seq: int | None = None) -> ModuleOp:
         norm_attrs["weight_offset"] = FloatAttr(1.0, f64)
     blocks: list[M.BlockOp] = [root, *layers, _attention(cfg)]
     if "linear_attention" in cfg.layer_types:
-        blocks += [_gated_delta_net(cfg), _block("GatedRmsNorm", ["H: Dim", "T: Float = bf16"], "std.nn.gated_norm",
+        blocks += [_gated_delta_net(cfg), block("GatedRmsNorm", ["H: Dim", "T: Float = bf16"], "std.nn.gated_norm",
                                                  [M.ParamOp("weight", "Tensor[H; T]")], eps=FloatAttr(cfg.rms_norm_eps, f64))]
     if any(cfg.moe_layers):
         blocks.append(_sparse_moe(cfg))
@@ -470,15 +470,15 @@ def build(cfg: Qwen35Config, max_seq: int | None = None) -> ModuleOp:
     if not all(cfg.moe_layers):
         blocks.append(_mlp("SwiGlu", "Inner"))
     blocks += [
-        _block("Linear", ["In: Dim", "Out: Dim", "T: Float = bf16"], "std.nn.linear",
+        block("Linear", ["In: Dim", "Out: Dim", "T: Float = bf16"], "std.nn.linear",
                [M.ParamOp("weight", "Tensor[Out, In; T]"), M.ParamOp("bias", "Tensor[Out; T]", optional=UnitAttr()),
-                _fn("forward", "<*S: Shape>(x: Tensor[*S, In; T]) -> Tensor[*S, Out; T]")]),
-        _block("RmsNorm", ["H: Dim", "T: Float = bf16"], "std.nn.norm",
-               [M.ParamOp("weight", "Tensor[H; T]"), _fn("forward", "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]")],
+                fn("forward", "<*S: Shape>(x: Tensor[*S, In; T]) -> Tensor[*S, Out; T]")]),
+        block("RmsNorm", ["H: Dim", "T: Float = bf16"], "std.nn.norm",
+               [M.ParamOp("weight", "Tensor[H; T]"), fn("forward", "<*S: Shape>(x: Tensor[*S, H; T]) -> Tensor[*S, H; T]")],
                **norm_attrs),
-        _block("Embedding", ["Vocab: Dim", "H: Dim", "T: Float = bf16"], "std.nn.embedding",
+        block("Embedding", ["Vocab: Dim", "H: Dim", "T: Float = bf16"], "std.nn.embedding",
                [M.ParamOp("weight", "Tensor[Vocab, H; T]"),
-                _fn("forward", "<*S: Shape>(ids: Tensor[*S; i32]) -> Tensor[*S, H; T]")]),
+                fn("forward", "<*S: Shape>(ids: Tensor[*S; i32]) -> Tensor[*S, H; T]")]),
     ]
     dims = {"Vocab": cfg.vocab_size, "H": cfg.hidden_size, "Heads": cfg.num_heads, "KvHeads": cfg.num_kv_heads,
             "HeadDim": cfg.head_dim, "Inner": cfg.intermediate_size or 1, "LinKHeads": cfg.lin_k_heads or 1,
@@ -490,7 +490,7 @@ def build(cfg: Qwen35Config, max_seq: int | None = None) -> ModuleOp:
     generics["T"] = DTYPES[cfg.dtype]
     # The hub's checkpoints also hold the vision tower and the multi-token-prediction head.
     ignored = ArrayAttr([StringAttr(p) for p in IGNORED_WEIGHTS])
-    model = M.ModelOp(_symbol(cfg.name), cfg.arch, "Model", generics, {"ignored_weights": ignored})
+    model = M.ModelOp(symbol(cfg.name), cfg.arch, "Model", generics, {"ignored_weights": ignored})
     model.body.block.add_ops(blocks)
     return ModuleOp([model])
 

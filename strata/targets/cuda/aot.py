@@ -8,7 +8,7 @@ GPU driver loads the kernel): registers per thread, static shared memory, local 
 and stack). Triton's dynamic shared memory is `metadata.shared`.
 
 `SPECS` holds each kernel of the library at the constexprs of Qwen3-8B (bf16) and
-Qwen3.6-35B-A3B (fp8 weights, Gated DeltaNet, MoE), the sizes the issue's examples use.
+Qwen3.6-35B-A3B (fp8 weights, Gated DeltaNet, MoE), the sizes of the examples the target is judged on.
 
     python -m strata.targets.cuda.aot [--json] [--out DIR] [--only NAME] [--jobs N]
 
