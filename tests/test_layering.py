@@ -165,6 +165,12 @@ def test_every_layer_has_rules():
     assert layers <= set(ALLOWED), sorted(layers - set(ALLOWED))
 
 
+def test_every_folder_is_a_package():
+    """A folder of modules without an __init__.py is left out of a non-editable install."""
+    folders = {p.parent for p in PKG.rglob("*.py") if "__pycache__" not in p.parts}
+    assert sorted(str(f.relative_to(PKG)) for f in folders if not (f / "__init__.py").is_file()) == []
+
+
 def test_at_most_one_module_at_the_root():
     """Besides __init__, __main__ and errors, at most one module sits at the package root."""
     loose = sorted(p.name for p in PKG.glob("*.py") if p.name not in ("__init__.py", "__main__.py", "errors.py"))
