@@ -7,8 +7,8 @@ What is read, all optional but tokenizer.json:
 
 * `tokenizer.json`: the `tokenizers` pipeline itself (`tokenizers.Tokenizer.from_file`).
 * `tokenizer_config.json`: the named special tokens (`bos_token`, `eos_token`, `unk_token`,
-  `pad_token`, ...; a string or an AddedToken dict), a dict of `extra_special_tokens`,
-  `add_bos_token` / `add_eos_token`, and `chat_template` (a string, or a list of named templates).
+  `pad_token`, ...; a string or an AddedToken dict), a dict of `extra_special_tokens`, and
+  `chat_template` (a string, or a list of named templates).
   `special_tokens_map.json` overrides the named tokens where the config has no
   `added_tokens_decoder` (transformers' legacy rule).
 * `chat_template.jinja` and `additional_chat_templates/NAME.jinja`: where present they are the
@@ -16,9 +16,14 @@ What is read, all optional but tokenizer.json:
 * `config.json` (also its `text_config`) and `generation_config.json`: `eos_token_id`, an int or a
   list; with the tokenizer's eos token they are the end-of-generation ids.
 
-BOS and EOS: as transformers does, if the config sets `add_bos_token` or `add_eos_token` (or
-tokenizer.json has no post-processor), the post-processor becomes "BOS? $A EOS?" accordingly;
-otherwise tokenizer.json's own post-processor decides.
+BOS and EOS: tokenizer.json's post-processor adds them (`encode(..., add_special=True)`); the
+config's `add_bos_token` / `add_eos_token` are not read, as transformers 5 drops them whenever
+there is a tokenizer.json (`PreTrainedTokenizerBase._from_pretrained`).
+
+The pipeline is tokenizer.json's as it stands. (transformers 5 rebuilds the pipeline of some
+tokenizer classes from the vocabulary: its Qwen2Tokenizer adds an NFC normalizer that the file
+does not have, so on text that is not in NFC it can tokenize differently; llama.cpp, whose ids
+the GGUF path follows, does not normalize either.)
 
 Every problem is one `TokenizerError` naming the file and the field.
 """
@@ -58,11 +63,6 @@ def tokenizer_from_hf(path: str | Path) -> Tokenizer:
         named.update(_named_special_tokens(_read_json_object(legacy_map) or {}, legacy_map))
     named = {k: v for k, v in named.items() if v is not None}
     ids = {name: backend.token_to_id(text) for name, text in named.items()}
-
-    add = {flag: _flag(config, flag, config_path) for flag in ("add_bos_token", "add_eos_token")}
-    if any(v is not None for v in add.values()) or backend.post_processor is None:
-        _set_post_processor(backend, bool(add["add_bos_token"]) and ids.get("bos_token") is not None,
-                            bool(add["add_eos_token"]) and ids.get("eos_token") is not None, named, ids)
 
     ends = {ids["eos_token"]} if ids.get("eos_token") is not None else set()
     model_config = directory / "config.json"
@@ -121,13 +121,6 @@ def _named_special_tokens(config: dict[str, Any], path: Path) -> dict[str, str |
     return named
 
 
-def _flag(config: dict[str, Any], field: str, path: Path) -> bool | None:
-    v = config.get(field)
-    if v is not None and not isinstance(v, bool):
-        raise TokenizerError(f"{path}: {field} must be true or false")
-    return v
-
-
 def _eos_ids(config: dict[str, Any], field: str, path: Path) -> set[int]:
     v = config.get(field.rpartition(".")[2])
     if v is None:
@@ -136,20 +129,6 @@ def _eos_ids(config: dict[str, Any], field: str, path: Path) -> set[int]:
     if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in values):
         raise TokenizerError(f"{path}: {field} must be a token id or a list of token ids")
     return set(values)
-
-
-def _set_post_processor(backend: Any, add_bos: bool, add_eos: bool, named: dict[str, str],
-                        ids: dict[str, int | None]) -> None:
-    from tokenizers import processors
-
-    pieces, special = ["$A"], []
-    if add_bos:
-        pieces.insert(0, "bos_token")
-        special.append({"id": "bos_token", "ids": [ids["bos_token"]], "tokens": [named["bos_token"]]})
-    if add_eos:
-        pieces.append("eos_token")
-        special.append({"id": "eos_token", "ids": [ids["eos_token"]], "tokens": [named["eos_token"]]})
-    backend.post_processor = processors.TemplateProcessing(single=pieces, special_tokens=special)
 
 
 def _chat_templates(directory: Path, config: dict[str, Any], config_path: Path) -> dict[str, tuple[str, str]]:
