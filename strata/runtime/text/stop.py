@@ -8,9 +8,10 @@
     else:
         print(stops.flush(), end="")        # generation ended without one: show what was held
 
-The shown text never contains a stop string: it ends just before the first one found (the
-earliest in the text; of several starting there, the one listed first). A tail of the text that
-could still grow into a stop string is held back until it does, or cannot.
+The shown text never contains a stop string: it ends just before the one that is complete first,
+that is the one that ends earliest in the text (of two that end together, the longer), however
+the stream is cut into pieces: generation stops at the token that completes it. A tail that could
+still grow into a stop string is held back until it does, or cannot.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ class StopStrings:
         if self.stopped:
             return ""
         buf = self._held + text
-        found = [(at, i) for i, s in enumerate(self.stops) if (at := buf.find(s)) >= 0]
+        found = [(at + len(s), at, i) for i, s in enumerate(self.stops) if (at := buf.find(s)) >= 0]
         if found:
-            at, i = min(found)
+            _, at, i = min(found)
             self.matched = self.stops[i]
             self._held = ""
             return buf[:at]
