@@ -9,8 +9,9 @@ Two vocabulary kinds (`tokenizer.ggml.model`):
   the text (and after every special token: `add_space_prefix`, on unless the file says otherwise)
   and merges the pair whose joined piece has the highest score. That is a BPE model whose merges
   are every (left, right) split of a normal piece into two normal pieces, ranked by the joined
-  piece's score (HF's SentencePiece conversion ranks them the same way); `<0xNN>` pieces are the
-  byte fallback. The normalizer prepends and escapes; the decoder unescapes, joins byte pieces and
+  piece's score (HF's SentencePiece conversion ranks them the same way; where two pieces score
+  the same, the lower id first, where llama.cpp would take the leftmost pair); `<0xNN>` pieces
+  are the byte fallback. The normalizer prepends and escapes; the decoder unescapes, joins byte pieces and
   drops the one leading space.
 * `gpt2`: byte-level BPE with the file's merges (ranked in file order), after the Split regexes
   that `tokenizer.ggml.pre` names (`strata.runtime.text.pretokenizers`).
@@ -82,8 +83,6 @@ def tokenizer_from_gguf(path: str | Path, meta: GgufMetadata | None = None) -> T
     path = Path(path)
     meta = read_gguf_metadata(path) if meta is None else meta
     vocab = _Vocab(path, meta)
-    from tokenizers import Tokenizer as Backend
-
     if vocab.model == "llama":
         backend = _sentencepiece(vocab)
     elif vocab.model == "gpt2":
@@ -91,7 +90,6 @@ def tokenizer_from_gguf(path: str | Path, meta: GgufMetadata | None = None) -> T
     else:
         raise TokenizerError(f"{path}: {K}model '{vocab.model}' is not a vocabulary kind strata reads "
                              f"(it reads 'llama' and 'gpt2')")
-    assert isinstance(backend, Backend)
     _add_special_tokens(backend, vocab)
     _post_processor(backend, vocab)
     return Tokenizer(
@@ -131,7 +129,8 @@ class _Vocab:
         defaults = {"bos_token": 1, "eos_token": 2, "unk_token": 0} if spm else {}
         self.ids: dict[str, int] = {}
         for name, key in _SPECIAL_ID_KEYS.items():
-            i = self.token_id(key, defaults.get(name) if defaults.get(name, n) < n else None)
+            default = defaults.get(name)
+            i = self.token_id(key, default if default is not None and default < n else None)
             if i is not None:
                 self.ids[name] = i
         if self.spec is not None and not self.spec.has_bos:
@@ -219,7 +218,8 @@ class _Vocab:
         names = self.meta.get("tokenizer.chat_templates")
         if names is not None:
             if not isinstance(names, list) or any(not isinstance(s, str) for s in names):
-                raise TokenizerError(f"{self.path}: metadata key 'tokenizer.chat_templates' must be an array of strings")
+                raise TokenizerError(f"{self.path}: metadata key 'tokenizer.chat_templates' must be an array "
+                                     f"of strings")
             for name in names:
                 named = f"{key}.{name}"
                 if named in self.meta:

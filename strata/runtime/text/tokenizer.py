@@ -125,8 +125,9 @@ class Tokenizer:
 
     def decode(self, ids: Iterable[int], *, skip_special: bool = False) -> str:
         """The text of `ids` (`skip_special`: without the special tokens' text). Ids outside the
-        vocabulary decode to nothing, as HF's tokenizers decode them."""
-        return self.backend.decode(list(ids), skip_special_tokens=skip_special)
+        vocabulary (a model's padded embedding rows) decode to nothing, as HF's tokenizers decode them."""
+        n = self.vocab_size
+        return self.backend.decode([i for i in ids if 0 <= i < n], skip_special_tokens=skip_special)
 
     def token_to_id(self, text: str) -> int | None:
         """The id of the token whose text (as stored in the vocabulary) is `text`."""

@@ -21,8 +21,8 @@ VOCABS = ("llama-spm", "qwen2")
 # ASCII, accented Latin, Cyrillic, CJK, Khmer, emoji (with a ZWJ sequence and a variation
 # selector), whitespace runs: characters of 1 to 4 UTF-8 bytes that vocabularies split over tokens.
 POOL = list("abc XYZ 09.,!?'") + list("éàüñçÄÖ") + list("нещо") + list("我想在工作東京日本語") + \
-    list("កាន់តែ") + ["🦙", "🚀", "😶\u200d🌫\ufe0f", "✅", "👍🏽"] + ["\n", "\t", "  ", "\r\n"] + \
-    ["\ua670", "\U0001d518", "\U0001fae0"]  # rarer: split over tokens even by Qwen2's 151k vocabulary
+    list("កាន់តែ") + ["🦙", "🚀", "😶\u200d🌫\ufe0f", "✅", "👍🏽"] + ["\n", "\t", "  ", "\r\n"] \
+    + ["\ua670", "\U0001d518", "\U0001fae0"]  # rarer: split over tokens even by Qwen2's 151k vocabulary
 
 
 @pytest.fixture(scope="module")

@@ -48,7 +48,8 @@ def transformers_auto():
 @pytest.mark.parametrize("config", [{}, {"add_bos_token": False}, {"add_bos_token": True},
                                     {"add_bos_token": True, "add_eos_token": True}, {"add_eos_token": True}],
                          ids=["unset", "no-bos", "bos", "bos-eos", "eos"])
-def test_bos_and_eos_are_what_tokenizer_json_adds_as_in_transformers(tmp_path, transformers_auto, config, bos_in_post_processor):
+def test_bos_and_eos_are_what_tokenizer_json_adds_as_in_transformers(tmp_path, transformers_auto, config,
+                                                                     bos_in_post_processor):
     d = write_dir(tmp_path / "t", config=config, bos_in_post_processor=bos_in_post_processor)
     tok, ref = load_tokenizer(d), transformers_auto.from_pretrained(str(d))
     for text in ("hello world !", "hello <|eot|> world", ""):
