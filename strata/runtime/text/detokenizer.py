@@ -24,6 +24,7 @@ sequences, the U+FFFD marks can group differently than in a one-shot decode.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from numbers import Integral
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class IncrementalDetokenizer:
     def __init__(self, tokenizer: Tokenizer, *, skip_special: bool = False, context: Sequence[int] = ()) -> None:
         self.tokenizer = tokenizer
         self.skip_special = skip_special
-        self._ids: list[int] = list(context)
+        self._ids: list[int] = [int(i) for i in context]
         self._start = 0  # the window: ids[_start:] now, ids[_start:_read] at the last emission
         self._read = len(self._ids)
         self._read_text = self._decode(self._start, self._read)
@@ -56,8 +57,8 @@ class IncrementalDetokenizer:
         return self.tokenizer.decode(self._ids[start:end], skip_special=self.skip_special)
 
     def push(self, ids: int | Iterable[int]) -> str:
-        """Add one id (or several); the text that is now complete."""
-        new = [ids] if isinstance(ids, int) else list(ids)
+        """Add one id (or several; numpy integers too); the text that is now complete."""
+        new = [int(ids)] if isinstance(ids, Integral) else [int(i) for i in ids]
         self._ids += new
         self.ids += new
         text = self._decode(self._start, len(self._ids))

@@ -101,6 +101,9 @@ class Tokenizer:
         #: Ids run from 0 to vocab_size - 1 (the model's embedding may have more rows).
         self.vocab_size = max([backend.get_vocab_size(with_added_tokens=True)] + [i + 1 for i in added])
         self._encode_lock = threading.Lock()
+        #: Whether `encode(..., add_special=True)` starts with the BOS (a chat template that writes
+        #: its own BOS is encoded with add_special=False, or the prompt would start with two).
+        self.adds_bos = bos_id is not None and backend.encode("", add_special_tokens=True).ids[:1] == [bos_id]
 
     def __repr__(self) -> str:
         return f"Tokenizer({self.source!r}, vocab_size={self.vocab_size})"
@@ -127,7 +130,7 @@ class Tokenizer:
         """The text of `ids` (`skip_special`: without the special tokens' text). Ids outside the
         vocabulary (a model's padded embedding rows) decode to nothing, as HF's tokenizers decode them."""
         n = self.vocab_size
-        return self.backend.decode([i for i in ids if 0 <= i < n], skip_special_tokens=skip_special)
+        return self.backend.decode([int(i) for i in ids if 0 <= i < n], skip_special_tokens=skip_special)
 
     def token_to_id(self, text: str) -> int | None:
         """The id of the token whose text (as stored in the vocabulary) is `text`."""

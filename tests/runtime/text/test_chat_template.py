@@ -52,7 +52,8 @@ def gguf_template():
 @pytest.fixture(scope="module")
 def pair():
     """(strata's tokenizer, transformers' tokenizer), both from hf/qwen2."""
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    import transformers  # imported here: it takes seconds
+
     directory = REFS / "hf" / "qwen2"
     return load_tokenizer(directory), transformers.AutoTokenizer.from_pretrained(str(directory))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from strata.runtime.text import load_tokenizer
@@ -101,6 +102,8 @@ def test_flush_gives_an_unfinished_character_as_the_decode_does(tokenizers):
     assert [detok.push(i) for i in partial] == [""] * len(partial)
     assert detok.flush() == tok.decode(partial)
     assert detok.ids == partial
+    again = tok.detokenizer()
+    assert again.push(np.array(ids)) + again.flush() == tok.decode(ids)  # numpy ids, as a sampler gives them
 
 
 @pytest.mark.parametrize("name", VOCABS)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import gguf
 import numpy as np
 import pytest
 
 from strata.runtime.text.errors import TokenizerError
 from strata.runtime.text.gguf_header import read_gguf_metadata
-
-gguf = pytest.importorskip("gguf", reason="the gguf package is not installed")
 
 
 def _write(path, *, tensors: bool = False, big_endian: bool = False):

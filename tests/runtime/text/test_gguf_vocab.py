@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gguf
 import pytest
 
 from strata.runtime.text import ChatTemplateError, TokenizerError, load_tokenizer
-
-gguf = pytest.importorskip("gguf", reason="the gguf package is not installed")
 
 FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "frontends" / "data"
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, BYTE = 1, 2, 3, 4, 6

@@ -40,7 +40,8 @@ def write_dir(path: Path, *, bos_in_post_processor: bool = True, config: dict | 
 
 @pytest.fixture(scope="module")
 def transformers_auto():
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    import transformers  # imported here: it takes seconds, and only some tests compare with it
+
     return transformers.AutoTokenizer
 
 
@@ -56,6 +57,7 @@ def test_bos_and_eos_are_what_tokenizer_json_adds_as_in_transformers(tmp_path, t
         assert tok.encode(text) == ref(text)["input_ids"], text
         assert tok.encode(text, add_special=False) == ref(text, add_special_tokens=False)["input_ids"], text
     assert tok.bos_id == 1 and tok.eos_id == 2
+    assert tok.adds_bos == (ref("hello")["input_ids"][0] == 1)
 
 
 def test_special_tokens_and_end_of_generation_ids(tmp_path):

@@ -66,6 +66,7 @@ def test_sentencepiece_adds_the_bos_the_file_asks_for(tokenizers):
     assert tok.eos_id == meta["tokenizer.ggml.eos_token_id"]
     body = tok.encode("Hello world", add_special=False)
     assert tok.encode("Hello world") == [tok.bos_id] + body
+    assert tok.adds_bos
     assert tok.special_tokens["bos_token"] == meta["tokenizer.ggml.tokens"][tok.bos_id]
     assert tok.vocab_size == len(meta["tokenizer.ggml.tokens"])
     # A special token in the text: matched when parsed, spelt out otherwise; the text after it
@@ -96,6 +97,7 @@ def test_qwen2_gguf_and_hf_directory_agree(tokenizers):
     # No BOS for this vocabulary: the file has no add_bos_token and qwen2's default is off.
     assert "tokenizer.ggml.add_bos_token" not in meta
     assert gguf_tok.encode(texts[1]) == gguf_tok.encode(texts[1], add_special=False)
+    assert not gguf_tok.adds_bos and not hf_tok.adds_bos
     # The GGUF ends generation where llama.cpp does (the eos id, and <|im_end|> by its text);
     # the HF directory has no config.json or generation_config.json: its eos token only.
     assert {gguf_tok.eos_id, im_end} <= gguf_tok.end_of_generation_ids
