@@ -19,7 +19,8 @@ generation ``step`` and the batch ``row``. Its one random word per row is
 
 i.e. ``key[0]`` is the Philox key and ``key[1]`` the base of the counter, as torch's
 ``(seed, offset)`` Philox state; step and row (each below 2**32) take the counter's high and
-low 32-bit halves, so no two (step, row) pairs of one key share a counter.
+low 32-bit halves, so no two (step, row) pairs of one key share a counter. (The CUDA launcher
+takes the step as an i32: below 2**31 there.)
 
 The sampler
 -----------
@@ -36,7 +37,9 @@ Logits [rows, vocab] f32 -> token ids, in the order of vLLM's penalties and HF's
    k <= 0 or k >= vocab keeps all;
 6. top-p: HF's ``TopPLogitsWarper`` over the top-k softmax: in ascending (z, index) order,
    drop the tokens whose cumulative mass is <= (1 - top_p) of the total, keeping the last;
-   top_p >= 1 keeps all;
+   top_p >= 1 keeps all. Ties are ordered by index (so of tokens tied at the cut, the highest
+   indices stay): HF's order there is torch.sort's, which is not stable, and the index order
+   is HF's result with a stable sort;
 7. min-p: drop ``p < min_p * max p`` (HF's ``MinPLogitsWarper``), i.e. ``exp(z - max z) < min_p``;
 8. one uniform per row draws by the inverse CDF over the kept tokens in vocabulary order.
 
@@ -46,13 +49,17 @@ draws the same ids as this file, by construction, not by luck:
 * every float operation is one IEEE-rounded f32 operation (+, -, *, correctly rounded /) in
   a fixed order; ``exp`` is :func:`exp_f32`, a polynomial of such operations (a library exp
   differs between numpy and a GPU in the last bit), and the kernel is compiled without FMA
-  contraction;
+  contraction or flush-to-zero;
 * probabilities become integer masses, ``w = trunc(exp(z - max z) * 2**40)`` (int64; the top
   token's mass is 2**40 and a vocabulary up to 2**23 sums below 2**63), so every sum, prefix
-  sum and comparison of masses is exact in any order: the kernel's blocked sums, bisections and
-  scans agree with numpy's sort and cumsum bit for bit;
+  sum and comparison of masses is exact in any order: the kernel's blocked sums, searches and
+  scans agree with numpy's sort and cumsum bit for bit. A token whose exp(z - max z) is below
+  2**-40 gets no mass: the distribution moves by at most vocab * 2**-40 (1.4e-7 at 150k);
 * the uniform is the raw 32-bit word, and the target mass is ``floor(bits * W / 2**32)`` in
   integers: resolution 2**-32 over the whole [0, 1), where a float32 uniform near 1 has 2**-24.
+
+Outside the contract: NaN or +inf logits, and a temperature so small that logit / temperature
+overflows f32 (HF's softmax is NaN there too).
 
 Inverse CDF rather than Gumbel-max: Gumbel-max needs a uniform and a log per vocabulary entry,
 whose rounding no two libraries share; the inverse CDF needs one word per row and no log.

@@ -133,6 +133,11 @@ def test_without_counts_and_determinism():
     a = on_device(case, 256, counts=False)
     assert np.array_equal(a, reference(case, counts=False))
     assert np.array_equal(a, on_device(case, 256, counts=False))
+    work = torch.full((5, 520), float("nan"))  # a caller's scratch, wider than the row
+    kw = {p: torch.from_numpy(np.ascontiguousarray(case[p])) for p in PARAMS}
+    got = KS.launch_sample(torch.from_numpy(case["logits"]), torch.from_numpy(case["key"]), case["step"], work=work,
+                           block=256, **kw)
+    assert np.array_equal(got.numpy()[:, 0], a)
     case["step"] += 1
     assert not np.array_equal(a, on_device(case, 256, counts=False))
 

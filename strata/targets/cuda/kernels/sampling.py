@@ -230,12 +230,14 @@ def _per_row(value, rows: int, dtype: torch.dtype, device) -> torch.Tensor:
 def launch_sample(logits: torch.Tensor, key, step: int, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
                   repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
                   prompt_counts: torch.Tensor | None = None, output_counts: torch.Tensor | None = None,
-                  out: torch.Tensor | None = None, block: int = 1024, search_block: int = 128) -> torch.Tensor:
+                  out: torch.Tensor | None = None, work: torch.Tensor | None = None, block: int = 1024,
+                  search_block: int = 128) -> torch.Tensor:
     """`sample`: one token id per row of `logits` [rows, vocab] (f32 or bf16), int32 [rows, 1], the
     ids `strata.semantics.sampling.sample` draws for the same arguments. `key` is two int64 (a
     tensor on the logits' device, or a pair of ints); the parameters are scalars or [rows] tensors
     (top_k <= 0: off; temperature 0: greedy); the counts are each token's occurrences in each row's
-    prompt / output so far (int [rows, vocab])."""
+    prompt / output so far (int [rows, vocab]). `work` is the f32 [rows, vocab] scratch the kernel
+    keeps z in (allocated when not given: pass one to launch without allocating, as in a graph)."""
     rows, vocab = logits.shape
     dev = logits.device
     if not 0 <= int(step) < 2**31:
@@ -256,11 +258,13 @@ def launch_sample(logits: torch.Tensor, key, step: int, *, temperature=1.0, top_
         oc = zeros if output_counts is None else output_counts.to(device=dev, dtype=torch.int32).contiguous()
     else:
         pc = oc = top_k  # not read
-    z = torch.empty((rows, vocab), dtype=torch.float32, device=dev)
+    z = work if work is not None else torch.empty((rows, vocab), dtype=torch.float32, device=dev)
+    if z.dtype != torch.float32 or z.shape[0] < rows or z.shape[1] < vocab or z.stride(1) != 1:
+        raise ValueError(f"the sampling scratch must be f32 [>= {rows}, >= {vocab}] with unit column stride")
     out = out if out is not None else torch.empty((rows, 1), dtype=torch.int32, device=dev)
     temp, top_p, min_p, rep, pres, freq = f32
     sample_kernel[(rows,)](logits, key, temp, top_k, top_p, min_p, rep, pres, freq, pc, oc, z, out, vocab,
-                           logits.stride(0), vocab, vocab, int(step), HAS_COUNTS=has_counts,
+                           logits.stride(0), vocab, z.stride(0), int(step), HAS_COUNTS=has_counts,
                            BLOCK=min(block, triton.next_power_of_2(vocab)),
                            SEARCH=min(search_block, triton.next_power_of_2(vocab)),
                            enable_fp_fusion=False, enable_reflect_ftz=False)
