@@ -1,7 +1,12 @@
 """Writing a user's output file without losing anything: check the path before the work,
 write atomically over a regular file, and write through anything else (a symlink keeps
 pointing where it did; a FIFO or a device is written, never replaced). Every command that
-writes one file (`-o FILE`, `--dump-logits`) writes this way."""
+writes one file (`-o FILE`, `--dump-logits`) writes this way, and none writes onto one of its
+own inputs (the model's files, a prompts or ranges file, the IR it read), by any path to it.
+
+    check_output_path(args.output, inputs)     # inputs: {path: "the model's config.json", ...}
+    write_output(args.output, data)
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import errno
 import os
 import stat
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from strata.errors import StrataError
@@ -19,9 +25,45 @@ class OutputError(StrataError):
     """An output file that cannot be written."""
 
 
-def check_output_path(path: str | Path) -> Path:
-    """Refuse, before any work, a path that cannot take an output file; returns it."""
+#: What a command reads, for the check that no output lands on it: path -> what it is, for the
+#: message ("the model's config.json"). A directory stands for everything inside it.
+Inputs = Mapping["str | Path", str]
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def input_hit(path: str | Path, inputs: Inputs) -> str | None:
+    """Where among `inputs` `path` would land (`on X`: the same file by any path to it, a
+    symlink, a hard link, another spelling; `inside X`: in an input directory), or None."""
+    target = os.path.realpath(path)
+    for given, what in inputs.items():
+        real = os.path.realpath(given)
+        if target == real or _same_file(target, real):
+            return f"on {what}"
+        # a directory, or one still to be made (a cache): everything inside it is its own
+        if not os.path.isfile(real) and target.startswith(real.rstrip(os.sep) + os.sep):
+            return f"inside {what}"
+    return None
+
+
+def check_not_an_input(path: str | Path, inputs: Inputs, flag: str = "the output") -> None:
+    """Refuse an output path that lands on one of the command's inputs."""
+    what = input_hit(path, inputs)
+    if what is not None:
+        raise OutputError(f"{path}: {flag} would land {what}, an input of this command; choose another path")
+
+
+def check_output_path(path: str | Path, inputs: Inputs | None = None, flag: str = "the output") -> Path:
+    """Refuse, before any work, a path that cannot take an output file or that lands on one of
+    the command's `inputs`; returns it."""
     p = Path(path)
+    if inputs:
+        check_not_an_input(p, inputs, flag)
     target = Path(os.path.realpath(p))
     if target.is_dir():
         raise OutputError(f"{p}: is a directory; give a file name")

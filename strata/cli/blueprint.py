@@ -29,14 +29,15 @@ def run(args: argparse.Namespace) -> int:
     from strata.pipeline.views import blueprint_text
     from strata.runtime.request import parse_prompt_ids
 
+    prompt = parse_prompt_ids(args.errors, "--errors") if args.errors is not None else None
+    model = load_model(args.model)
     if args.output is not None:
-        check_output_path(args.output)
-    if args.errors is not None:
+        check_output_path(args.output, model.input_files())
+    if prompt is not None:
         from strata.verify.blueprint import errors_report
 
-        prompt = parse_prompt_ids(args.errors, "--errors")
-        text = errors_report(load_model(args.model), args.recipe, prompt, args.steps)
+        text = errors_report(model, args.recipe, prompt, args.steps)
     else:
-        text = blueprint_text(load_model(args.model), args.format, blueprint_of(args))
+        text = blueprint_text(model, args.format, blueprint_of(args))
     emit_text(text, args.output)
     return 0

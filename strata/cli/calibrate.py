@@ -23,11 +23,9 @@ def add(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from strata.artifacts.files import check_output_path
     from strata.errors import say
     from strata.pipeline import load_model
     from strata.quant.calibrate import calibrate_to
 
-    check_output_path(args.output)
     say(calibrate_to(load_model(args.model), args.output, args.prompts, args.random, args.length, args.seed))
     return 0

@@ -36,15 +36,14 @@ def run(args: argparse.Namespace) -> int:
 
         if args.output is None:
             raise StrataError("export: --format onnx needs -o FILE")
-        check_output_path(args.output)
         model = load_model(args.model)
         knobs = resolved_knobs(model, "cpu", {"ctx": args.ctx, "flash_attn": not args.no_flash_attn})
         tokens = args.tokens if args.entry == "prefill" else 1
         say(export_onnx_file(model, args.entry, tokens, knobs, args.output))
         return 0
-    from strata.pipeline.formats import tensorviz_text
+    from strata.pipeline.formats import input_files_of, tensorviz_text
 
     if args.output is not None:
-        check_output_path(args.output)
+        check_output_path(args.output, input_files_of(args.model))
     emit_text(tensorviz_text(args.model), args.output)
     return 0

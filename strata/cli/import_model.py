@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from strata.pipeline.formats import import_tensorviz_with_weights
 
     if args.output is not None:
-        check_output_path(args.output)
+        check_output_path(args.output, {args.file: "the imported document"})
     weights = args.weights_dir
     if args.random_weights is not None and weights is None:
         if args.output is None:

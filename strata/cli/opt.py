@@ -18,7 +18,7 @@ from functools import cache
 from io import StringIO
 
 from strata.errors import StrataError, run_tool
-from strata.artifacts.files import write_output
+from strata.artifacts.files import check_not_an_input, write_output
 
 # typing.TYPE_CHECKING without importing typing: every module imported here is
 # start-up time in which a Ctrl-C would escape the handler.
@@ -98,6 +98,8 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
 
     class StrataOptMain(xDSLOptMain):
         held: _HeldOutput | None = None
+        #: The files the passes of -p read (their `ranges=` options): inputs that -o may not replace.
+        read_by_passes: dict[str, str] = {}
 
         # What --version prints; xDSL fills in its own version.
         version_format = f"{PROG} {_strata_version()} (xdsl {{xdsl_version}})"
@@ -109,7 +111,12 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
             return self.held
 
         def run(self) -> None:
-            """Run; with `-o PATH`, write PATH only once everything succeeded."""
+            """Run; with `-o PATH`, write PATH only once everything succeeded (never onto an input)."""
+            if self.args.output_file is not None:
+                inputs = dict(self.read_by_passes)
+                if self.args.input_file is not None:
+                    inputs[self.args.input_file] = "the input file"
+                check_not_an_input(self.args.output_file, inputs, "-o")
             try:
                 super().run()
             except RecursionError:  # verifying, a pass or printing; parse_chunk reports the line
@@ -154,9 +161,12 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
                 if pass_class is None:
                     raise StrataError(f"-p: unknown pass '{spec.name}' (strata-opt --help lists the passes)")
                 try:
-                    pass_class().from_pass_spec(spec)
+                    configured = pass_class().from_pass_spec(spec)
                 except ValueError as e:
                     raise StrataError(f"-p: {spec.name}: {e}") from None
+                ranges = getattr(configured, "ranges", "")
+                if isinstance(ranges, str) and ranges:
+                    self.read_by_passes = {**self.read_by_passes, ranges: f"the ranges file of {spec.name}"}
             super().setup_pipeline()
 
         def register_all_passes(self) -> None:

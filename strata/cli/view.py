@@ -26,11 +26,11 @@ def add(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from strata.artifacts.files import check_output_path, emit_text
     from strata.errors import say
-    from strata.pipeline.formats import module_of
+    from strata.pipeline.formats import input_files_of, module_of
     from strata.pipeline.views import view
 
     if args.output is not None:
-        check_output_path(args.output)
+        check_output_path(args.output, input_files_of(args.model))
     text, summary = view(module_of(args.model), args.level, args.format, lowering=lowering_of(args),
                          bp=blueprint_of(args), expand=args.expand, require_dot=args.require_dot, label=args.model)
     emit_text(text, args.output)

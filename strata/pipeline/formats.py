@@ -69,6 +69,15 @@ def module_of(path: str) -> ModuleOp:
     return load_model(path).module
 
 
+def input_files_of(path: str) -> dict[Path, str]:
+    """The files MODEL_OR_MLIR is read from (what no output of the command may replace)."""
+    if path.endswith(".mlir") and Path(path).is_file():
+        return {Path(path): "the input IR"}
+    from strata.pipeline.model import model_files
+
+    return model_files(path)
+
+
 def tensorviz_text(path: str) -> str:
     """The module level of MODEL_OR_MLIR as a tensorviz.graph v3 document."""
     from strata.exporters.tensorviz import export_tensorviz, tensorviz_json
@@ -119,20 +128,21 @@ def export_onnx_file(model: Any, entry: str, tokens: int, knobs: dict[str, Any],
     model over 1 GiB); returns a one-line summary."""
     import time
 
-    from strata.artifacts.files import check_output_path, write_output
+    from strata.artifacts.files import check_not_an_input, check_output_path, write_output
     from strata.errors import StrataError
     from strata.exporters.onnx import check_onnx_file
     from strata.exporters.onnx_file import serialize_onnx
     from strata.targets.onnxruntime.program import export_entry
 
-    check_output_path(output)
+    data_path = Path(output).with_name(Path(output).name + ".data")
+    check_output_path(output, model.input_files())
+    check_not_an_input(data_path, model.input_files(), "the weights beside the output")
     if tokens > knobs["ctx"]:
         raise StrataError(f"--tokens {tokens} exceeds the context of {knobs['ctx']} (--ctx)")
     t0 = time.perf_counter()
     import sys
 
     proto = export_entry(model, model.open_weights(quiet=not sys.stderr.isatty()), entry, tokens, knobs)
-    data_path = Path(output).with_name(Path(output).name + ".data")
     content, data = serialize_onnx(proto, data_path.name)
     if data is not None:
         check_output_path(data_path)

@@ -31,6 +31,28 @@ def model_root(path: str | Path) -> Path:
     return p.parent if p.is_file() else p
 
 
+#: Beside config.json and the safetensors, the files of an HF model directory that a loader reads.
+_MODEL_SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
+                     "generation_config.json", "chat_template.jinja", "chat_template.json", "vocab.json",
+                     "merges.txt")
+
+
+def model_files(path: str | Path) -> dict[Path, str]:
+    """The files a model is read from (a GGUF file; a directory's config.json, safetensors, their
+    index and tokenizer files), each with what it is for messages: what no output may replace."""
+    from strata.frontends.gguf import is_gguf
+
+    if is_gguf(path):
+        return {Path(path): f"the model's GGUF file {Path(path).name}"}
+    root = model_root(path)
+    names = ["config.json", *_MODEL_SIDE_FILES]
+    try:
+        names += sorted(p.name for p in root.iterdir() if p.name.endswith((".safetensors", ".safetensors.index.json")))
+    except OSError:
+        pass  # no directory: nothing of it to protect (the load reports it)
+    return {root / name: f"the model's {name}" for name in names if (root / name).exists()}
+
+
 @dataclass
 class Model:
     """A model read from disk: its config, and its module level built once."""
@@ -96,6 +118,9 @@ class Model:
             warn(f"{store.label}: {len(store.unused)} stored tensor(s) are not used by this model ({shown})")
         return store
 
+    def input_files(self) -> dict[Path, str]:
+        """The files the model is read from (see `model_files`)."""
+        return model_files(self.gguf.path if self.gguf is not None else self.root)
 
     @property
     def cache_root(self) -> Path:

@@ -204,7 +204,8 @@ def calibrate_to(model: Any, output: str | Path, prompts_file: str | Path | None
     from strata.artifacts.files import check_output_path, write_output
     from strata.errors import counter
 
-    check_output_path(output)
+    inputs = {**model.input_files(), **({prompts_file: "the prompts file"} if prompts_file is not None else {})}
+    check_output_path(output, inputs)
     vocab = int(model.config.vocab_size)
     if prompts_file is not None:
         prompts = read_prompts(prompts_file, vocab)

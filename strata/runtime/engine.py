@@ -128,9 +128,13 @@ def run_prompt(model_path: str | Path, prompt: Sequence[int], max_new_tokens: in
     from strata.pipeline import load_model
 
     prepare_device(target_name, interpret)
-    if dump_logits:
-        check_output_path(dump_logits)  # before the work, not after it
     model = load_model(model_path)
+    if dump_logits:  # before the work, not after it
+        inputs: dict[Any, str] = dict(model.input_files())
+        if via is None:
+            cache = cache_dir_of(model, target_name, interpret) if cache_dir is None else Path(cache_dir)
+            inputs[cache] = f"the compiled model's directory {cache}"
+        check_output_path(dump_logits, inputs, "--dump-logits")
     k = resolved_knobs(model, target_name, knobs)
     # Check the request against the config first: a bad prompt should not cost a compile.
     ids = check_request(prompt, max_new_tokens, int(model.config.vocab_size), k["ctx"])

@@ -1,0 +1,106 @@
+"""No output of a command lands on one of its inputs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from strata.cli import main
+from strata.cli.opt import main as opt_main
+from support import TINY, write_checkpoint
+
+MODULE_LEVEL = Path(__file__).resolve().parents[1] / "lit" / "passes" / "Inputs" / "llama2l.mlir"
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    return write_checkpoint(TINY["llama"], tmp_path_factory.mktemp("outputs") / "tiny")
+
+
+@pytest.fixture
+def model(pristine, tmp_path) -> Path:
+    """A copy of the tiny model that a test may try to damage."""
+    return Path(shutil.copytree(pristine, tmp_path / "M"))
+
+
+def snapshot(d: Path) -> dict[str, bytes]:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def refused(capsys, argv: list[str], *fragments: str, tool=main) -> str:
+    assert tool(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for fragment in fragments:
+        assert fragment in err, err
+    return err
+
+
+# Every command that writes one file, aimed at each file of the model it reads.
+SINGLE_FILE_COMMANDS = {
+    "blueprint": lambda m, out: ["blueprint", m, "-o", out],
+    "blueprint-errors": lambda m, out: ["blueprint", m, "--errors", "1,2", "--steps", "1", "-o", out],
+    "view": lambda m, out: ["view", m, "-o", out],
+    "export-onnx": lambda m, out: ["export", m, "--format", "onnx", "--tokens", "2", "-o", out],
+    "export-tensorviz": lambda m, out: ["export", m, "--format", "tensorviz", "-o", out],
+    "calibrate": lambda m, out: ["calibrate", m, "--random", "1", "--length", "2", "-o", out],
+    "run-dump-logits": lambda m, out: ["run", m, "--prompt-ids", "1,2", "--max-new-tokens", "1",
+                                       "--dump-logits", out],
+}
+
+
+@pytest.mark.parametrize("victim", ["config.json", "model.safetensors", "a-link-to-config.json"])
+@pytest.mark.parametrize("command", sorted(SINGLE_FILE_COMMANDS))
+def test_a_single_file_output_never_replaces_the_model(model, capsys, command, victim):
+    (model / "a-link-to-config.json").symlink_to("config.json")
+    before = snapshot(model)
+    refused(capsys, SINGLE_FILE_COMMANDS[command](str(model), str(model / victim)), "an input of this command")
+    assert snapshot(model) == before
+
+
+def test_a_gguf_input_is_protected(tmp_path, capsys):
+    gguf = Path(shutil.copy(Path(__file__).resolve().parents[1] / "frontends" / "data" / "llama-f32.gguf",
+                            tmp_path / "m.gguf"))
+    before = gguf.read_bytes()
+    refused(capsys, ["export", str(gguf), "--format", "tensorviz", "-o", str(gguf)], "GGUF file")
+    refused(capsys, ["blueprint", str(gguf), "-o", str(gguf)], "GGUF file")
+    assert gguf.read_bytes() == before
+
+
+def test_calibrate_never_replaces_its_prompts(model, tmp_path, capsys):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("1,2,3\n")
+    refused(capsys, ["calibrate", str(model), "--prompts", str(prompts), "-o", str(prompts)], "the prompts file")
+    assert prompts.read_text() == "1,2,3\n"
+
+
+def test_view_and_export_never_replace_their_ir(tmp_path, capsys):
+    ir = Path(shutil.copy(MODULE_LEVEL, tmp_path / "m.mlir"))
+    before = ir.read_text()
+    refused(capsys, ["view", str(ir), "-o", str(ir)], "the input IR")
+    refused(capsys, ["export", str(ir), "--format", "tensorviz", "-o", str(ir)], "the input IR")
+    assert ir.read_text() == before
+
+
+def test_dump_logits_never_lands_in_the_compiled_model(model, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    assert main(["run", str(model), "--prompt-ids", "1", "--max-new-tokens", "1", "--cache-dir", str(cache)]) == 0
+    capsys.readouterr()
+    before = snapshot(cache)
+    refused(capsys, ["run", str(model), "--prompt-ids", "1", "--max-new-tokens", "1", "--cache-dir", str(cache),
+                     "--dump-logits", str(cache / "logits.npy")], "compiled model")
+    assert snapshot(cache) == before
+
+
+def test_strata_opt_never_writes_onto_what_it_reads(tmp_path, capsys):
+    ir = Path(shutil.copy(MODULE_LEVEL, tmp_path / "m.mlir"))
+    before = ir.read_text()
+    refused(capsys, [str(ir), "-o", str(ir)], "strata-opt: error:", "the input file", tool=opt_main)
+    assert ir.read_text() == before
+    ranges = tmp_path / "ranges.json"
+    ranges.write_text('{"format": "strata-ranges/v1"}\n')
+    pipeline = f'convert-module-to-op{{entry=decode start=1 ctx=8}},smoothquant{{ranges="{ranges}"}}'
+    refused(capsys, [str(ir), "-p", pipeline, "-o", str(ranges)], "the ranges file of smoothquant", tool=opt_main)
+    assert ranges.read_text() == '{"format": "strata-ranges/v1"}\n'
