@@ -65,16 +65,24 @@ def locked(out: Path) -> Iterator[None]:
         raise StageError(f"{out}: cannot create the output directory: {why(e)}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        for pattern in (f".{out.name}.tmp-*{MARKER}", f".{out.name}.old-*{MARKER}"):
-            for marker in parent.glob(pattern):
-                leftover = marker.with_name(marker.name[: -len(MARKER)])
-                if leftover.is_dir() and not leftover.is_symlink():
-                    shutil.rmtree(leftover, ignore_errors=True)
-                if not leftover.exists():
-                    marker.unlink(missing_ok=True)
+        remove_leftovers(out)
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def remove_leftovers(out: Path) -> None:
+    """Remove what killed writers of `out` left beside it: only the temporary siblings that carry
+    strata's marker. The caller holds the lock on `out`'s parent (`locked`)."""
+    out = Path(out)
+    parent = _parent(out)
+    for pattern in (f".{out.name}.tmp-*{MARKER}", f".{out.name}.old-*{MARKER}"):
+        for marker in parent.glob(pattern):
+            leftover = marker.with_name(marker.name[: -len(MARKER)])
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+            if not leftover.exists():
+                marker.unlink(missing_ok=True)
 
 
 def _marked_sibling(out: Path, kind: str) -> Path:

@@ -1,7 +1,9 @@
-"""No output of a command lands on one of its inputs."""
+"""No output of a command lands on one of its inputs, and no command replaces a directory that
+is not its own output (recognised by its records and digests, never by file names)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -104,3 +106,34 @@ def test_strata_opt_never_writes_onto_what_it_reads(tmp_path, capsys):
     pipeline = f'convert-module-to-op{{entry=decode start=1 ctx=8}},smoothquant{{ranges="{ranges}"}}'
     refused(capsys, [str(ir), "-p", pipeline, "-o", str(ranges)], "the ranges file of smoothquant", tool=opt_main)
     assert ranges.read_text() == '{"format": "strata-ranges/v1"}\n'
+
+
+# ---------------------------------------------------------------------------------------------
+# Output directories
+
+
+EPU_KNOBS = ["--set", "ctx=8", "--set", "calib_prompts=1", "--set", "calib_len=2"]
+
+
+@pytest.mark.parametrize("top", ["{}\n", json.dumps({"format": "strata-epu/v1", "stages": {}}) + "\n"])
+def test_epu_compile_never_deletes_user_files(model, tmp_path, capsys, top):
+    out = tmp_path / "D"
+    (out / "cpp").mkdir(parents=True)
+    (out / "EPU.json").write_text(top)
+    (out / "cpp" / "mine.cpp").write_text("x\n")
+    before = snapshot(out)
+    refused(capsys, ["compile", str(model), "--target", "epu", "-o", str(out), *EPU_KNOBS],
+            "not an EPU output directory")
+    assert snapshot(out) == before
+
+
+def test_epu_compile_rebuilds_its_own_output_but_not_a_file_added_to_it(model, tmp_path, capsys):
+    out = tmp_path / "D"
+    argv = ["compile", str(model), "--target", "epu", "-o", str(out), *EPU_KNOBS]
+    assert main(argv) == 0
+    (out / "fixed" / "range_table.txt").write_text("edited\n")  # a stage's own file, edited: rebuilt
+    assert main(argv) == 0 and "rebuilt: fixed" in capsys.readouterr().err
+    (out / "fixed" / "notes.txt").write_text("mine\n")
+    capsys.readouterr()
+    refused(capsys, [*argv, "--set", "headroom=3"], "notes.txt")
+    assert (out / "fixed" / "notes.txt").read_text() == "mine\n"

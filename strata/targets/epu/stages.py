@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from strata.artifacts.directory import locked, new_directory
+from strata.artifacts.directory import locked, new_directory, remove_leftovers
 from strata.artifacts.stage import sha256_file, versions
 from strata.errors import StrataError
 from strata.ir.weights import Overlay
@@ -153,12 +153,70 @@ def stage(out: Path, name: str, inputs: Mapping[str, Any], build: Callable[[Path
     return digest(rec["outputs"])
 
 
+#: The stages of an EPU output, in build order; beside them OUT holds only TOP and the g++ build.
+STAGES = ("calibrate", "smoothquant", "w4a16", "fixed", "cpp")
+BUILD = "build"
+BUILD_FILES = frozenset({"model", "model.sha256", ".model.tmp"})
+FORMAT = "strata-epu/v1"
+
+
+def _stage_problem(d: Path, name: str) -> str | None:
+    """None when `d` is the stage `name` as strata wrote it: a STAGE.json naming it that lists
+    every file inside (a listed file edited since is still the stage's own, and rebuilt); else
+    what is foreign in it."""
+    try:
+        rec = json.loads((d / STAGE_JSON).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"{d} has no {STAGE_JSON}"
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return f"{d / STAGE_JSON} is not a stage record"
+    if not isinstance(rec, dict) or rec.get("stage") != name or not isinstance(rec.get("outputs"), dict):
+        return f"{d / STAGE_JSON} is not the record of stage {name}"
+    for p in sorted(d.rglob("*")):
+        if p.is_symlink() or not (p.is_file() or p.is_dir()):
+            return f"{p} is not a file strata wrote"
+        if p.is_file() and p != d / STAGE_JSON and p.relative_to(d).as_posix() not in rec["outputs"]:
+            return f"{p} is not among the files {d / STAGE_JSON} lists"
+    return None
+
+
+def epu_output_problem(out: Path) -> str | None:
+    """None when `out` holds nothing but an EPU output strata wrote (its TOP record, stages that
+    their records describe, the g++ build), so that strata may rebuild any of it; else the first
+    thing in it that is not strata's."""
+    try:
+        top = json.loads((out / TOP).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"it has no {TOP}"
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return f"its {TOP} is not an EPU output record"
+    if not isinstance(top, dict) or top.get("format") != FORMAT:
+        return f"its {TOP} is not an EPU output record (no \"format\": \"{FORMAT}\")"
+    for entry in sorted(out.iterdir()):
+        if entry.name == TOP and entry.is_file() and not entry.is_symlink():
+            continue
+        if entry.is_symlink() or not entry.is_dir() or entry.name not in (*STAGES, BUILD):
+            return f"{entry} is not part of an EPU output"
+        if entry.name == BUILD:
+            foreign = sorted(p.name for p in entry.iterdir() if p.name not in BUILD_FILES or not p.is_file())
+            if foreign:
+                return f"{entry / foreign[0]} is not part of the g++ build"
+            continue
+        problem = _stage_problem(entry, entry.name)
+        if problem is not None:
+            return problem
+    return None
+
+
 def _check_out(out: Path) -> None:
+    """Refuse an OUT that holds anything but an earlier EPU output (nothing of the user's is replaced)."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise EpuError(f"{out}: exists and is not a directory; refusing to replace it")
-    if out.is_dir() and any(out.iterdir()) and not (out / TOP).is_file():
-        raise EpuError(f"{out}: exists and is not an EPU output directory (no {TOP}); refusing to overwrite it, "
-                       "choose another output path")
+    if out.is_dir() and any(out.iterdir()):
+        problem = epu_output_problem(out)
+        if problem is not None:
+            raise EpuError(f"{out}: exists and is not an EPU output directory ({problem}); refusing to overwrite "
+                           "it, choose another output path")
 
 
 def smoothed_store(model: Any, out: Path, store: Any = None) -> Overlay:
@@ -221,9 +279,11 @@ def compile_epu(model: Any, out: str | Path, knobs: Mapping[str, Any] | None = N
     rebuilt: list[str] = []
     with locked(out):
         out.mkdir(parents=True, exist_ok=True)
+        for name in STAGES:  # what killed writers of the stages left inside OUT (marked as strata's)
+            remove_leftovers(out / name)
         _check_out(out)
         if not (out / TOP).is_file():  # marks OUT as ours before any stage is written
-            (out / TOP).write_text(json.dumps({"format": "strata-epu/v1", "stages": {}}) + "\n", encoding="utf-8")
+            (out / TOP).write_text(json.dumps({"format": FORMAT, "stages": {}}) + "\n", encoding="utf-8")
         prompts = random_prompts(k["calib_prompts"], k["calib_len"], int(model.config.vocab_size), seed=k["calib_seed"])
 
         def b_calibrate(d: Path) -> None:
@@ -270,7 +330,7 @@ def compile_epu(model: Any, out: str | Path, knobs: Mapping[str, Any] | None = N
             (d / "cost.txt").write_text(cost_table(fx), encoding="utf-8")  # an estimate, labelled so
 
         cpp = stage(out, "cpp", {**base, "fixed": fxd, "smoothquant": sq}, b_cpp, rebuilt)
-        top = {"format": "strata-epu/v1", "model": model.name, "knobs": k,
+        top = {"format": FORMAT, "model": model.name, "knobs": k,
                "stages": {"calibrate": cal, "smoothquant": sq, "w4a16": wq, "fixed": fxd, "cpp": cpp},
                "build": "cd cpp && g++ -O2 -std=c++17 -o ../build/model main.cpp"}
         (out / TOP).write_text(json.dumps(top, indent=1, sort_keys=True) + "\n", encoding="utf-8")
