@@ -144,19 +144,13 @@ def test_dump_logits_through_a_symlink(model, tmp_path, capsys):
 # The run cache
 
 
-@pytest.mark.parametrize("manifest, found", [
-    (b"\x00\xff\xfe\x80 garbage \x9c", "corrupt"),
-    (b"{this is not json", "corrupt"),
-    (b"[1, 2, 3]\n", "corrupt"),
-    (json.dumps({"format": "strata-stage/1", "outputs": {}}).encode(), "format 'strata-stage/1'"),
-    (json.dumps({"format": "something-else/7"}).encode(), "format 'something-else/7'"),
-], ids=["binary-garbage", "not-json", "not-an-object", "old-format", "foreign-format"])
-def test_damaged_manifest_in_the_run_cache_is_rebuilt(model, capsys, manifest, found):
+def test_an_earlier_strata_stage_in_the_run_cache_is_rebuilt(model, capsys):
     rc, out, err = run(capsys, model)
     assert rc == 0, err
     first = ids_of(out)
     cache = default_cache(model)
-    (cache / MANIFEST).write_bytes(manifest)
+    (cache / MANIFEST).write_bytes(json.dumps({"format": "strata-stage/1", "outputs": {}}).encode())
+    found = "format 'strata-stage/1'"
 
     rc, out, err = run(capsys, model)
     assert rc == 0, err
@@ -166,6 +160,25 @@ def test_damaged_manifest_in_the_run_cache_is_rebuilt(model, capsys, manifest, f
     assert sorted(os.listdir(cache)) == STAGE_FILES
     rc, _, err = run(capsys, model)  # and the rebuilt stage is reused
     assert rc == 0 and "reusing" in err
+
+
+@pytest.mark.parametrize("manifest, found", [
+    (b"\x00\xff\xfe\x80 garbage \x9c", "corrupt"),
+    (b"{this is not json", "corrupt"),
+    (b"[1, 2, 3]\n", "corrupt"),
+    (json.dumps({"format": "something-else/7"}).encode(), "format 'something-else/7'"),
+], ids=["binary-garbage", "not-json", "not-an-object", "foreign-format"])
+def test_a_manifest_that_is_not_strata_s_marks_nothing_as_strata_s(model, capsys, manifest, found):
+    """A file named manifest.json does not make a directory strata's: what it holds is not replaced."""
+    rc, out, err = run(capsys, model)
+    assert rc == 0, err
+    cache = default_cache(model)
+    (cache / MANIFEST).write_bytes(manifest)
+    before = {p.name: p.read_bytes() for p in cache.iterdir()}
+    rc, out, err = run(capsys, model)
+    clean_error(rc, err)
+    assert "not a strata output directory" in err and found in err and out == ""
+    assert {p.name: p.read_bytes() for p in cache.iterdir()} == before
 
 
 def test_cache_dir_holding_a_foreign_file_is_refused(model, capsys):

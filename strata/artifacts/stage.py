@@ -118,19 +118,27 @@ def read_manifest(out: Path) -> tuple[dict | None, str]:
     return data, ""
 
 
+#: The format of every stage manifest strata has written (this one and earlier ones).
+FORMAT_FAMILY = "strata-stage/"
+
+
 def is_stage(out: Path, files: set[str] | frozenset[str] = frozenset()) -> bool:
     """Whether `out` holds nothing but a stage strata wrote, so that strata may replace it: a
-    manifest, and only plain files that are the stage's own (`files`, or the outputs its
-    manifest lists). A damaged manifest still marks a stage; a foreign file never does."""
-    if not (out / MANIFEST).is_file():
+    manifest of strata's (this format or an earlier one), and only plain files that are the
+    stage's own (the outputs its manifest lists, or `files`, what this strata's stage of that
+    kind writes). A file named manifest.json that is not strata's marks nothing; a foreign file
+    never is a stage's."""
+    if not (out / MANIFEST).is_file() or (out / MANIFEST).is_symlink():
         return False
-    own = set(files) | {MANIFEST}
     try:
         data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-        if isinstance(data, dict) and isinstance(data.get("outputs"), dict):
-            own |= {str(name) for name in data["outputs"]}
     except (OSError, ValueError, RecursionError):
-        pass
+        return False
+    if not isinstance(data, dict) or not str(data.get("format", "")).startswith(FORMAT_FAMILY):
+        return False
+    own = set(files) | {MANIFEST}
+    if isinstance(data.get("outputs"), dict):
+        own |= {str(name) for name in data["outputs"]}
     try:
         # a directory inside is a stage of its own (the CUDA target's aot/), replaced with it
         return all((e.is_file() and not e.is_symlink() and e.name in own)

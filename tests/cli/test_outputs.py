@@ -112,6 +112,16 @@ def test_strata_opt_never_writes_onto_what_it_reads(tmp_path, capsys):
 # Output directories
 
 
+def test_compile_never_replaces_a_directory_that_only_looks_like_a_stage(model, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text('{"name": "my project"}\n')  # someone else's manifest
+    (out / "model.py").write_text("print('mine')\n")
+    before = snapshot(out)
+    refused(capsys, ["compile", str(model), "-o", str(out)], "not a strata output directory")
+    assert snapshot(out) == before
+
+
 EPU_KNOBS = ["--set", "ctx=8", "--set", "calib_prompts=1", "--set", "calib_len=2"]
 
 
