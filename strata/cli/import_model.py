@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
         weights = str(Path(args.output).with_suffix(""))
     if weights is not None and args.random_weights is None:
         raise StrataError("import: --weights-dir needs --random-weights SEED")
-    text = import_tensorviz_with_weights(args.file, Path(weights) if weights is not None else None, args.random_weights)
+    text = import_tensorviz_with_weights(args.file, Path(weights) if weights is not None else None, args.random_weights,
+                                         args.output)
     emit_text(text, args.output)
     return 0

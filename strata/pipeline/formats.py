@@ -14,6 +14,7 @@ from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp
 
+from strata.errors import StrataError
 from strata.models import build_module, read_config_dict
 
 
@@ -85,40 +86,100 @@ def tensorviz_text(path: str) -> str:
     return tensorviz_json(export_tensorviz(module_of(path)))
 
 
-#: What `import --random-weights` writes into a weights directory (and may replace there).
-RANDOM_CHECKPOINT_FILES = {"config.json", "model.safetensors", ".strata-cache"}
+#: The manifest's kind (its `target`) for a checkpoint that `import --random-weights` wrote.
+RANDOM_CHECKPOINT = "random-checkpoint"
+CACHE = ".strata-cache"
 
 
-def check_weights_dir(d: Path) -> None:
-    """Refuse a directory holding anything but a checkpoint strata writes (nothing of the
-    user's is overwritten)."""
-    from strata.errors import StrataError
+def _is_strata_cache(d: Path) -> bool:
+    """Whether `d` holds only compiled outputs strata wrote (stages, EPU outputs): `strata run`'s cache."""
+    from strata.artifacts.stage import is_stage
+    from strata.targets.epu.stages import epu_output_problem
 
-    if d.exists() and not d.is_dir():
+    return all(e.is_dir() and not e.is_symlink() and (is_stage(e) or epu_output_problem(e) is None)
+               for e in d.iterdir())
+
+
+def own_checkpoint_problem(d: Path) -> str | None:
+    """None when the directory `d` holds nothing but a checkpoint that `strata import` wrote and
+    nobody changed since (its manifest's digests match every file) and strata's compiled cache of
+    it; else what there is not strata's (so it must not be replaced)."""
+    from strata.artifacts.stage import MANIFEST, read_manifest, sha256_file
+
+    manifest, problem = read_manifest(d)
+    if manifest is None:
+        return problem
+    outputs = manifest.get("outputs")
+    if manifest.get("target") != RANDOM_CHECKPOINT or not isinstance(outputs, dict):
+        return f"its {MANIFEST} is not that of a checkpoint strata import wrote"
+    for entry in sorted(d.iterdir()):
+        if entry.name == MANIFEST:
+            continue
+        if entry.name == CACHE and entry.is_dir() and not entry.is_symlink():
+            if not _is_strata_cache(entry):
+                return f"{entry} holds more than strata's compiled models"
+            continue
+        if entry.name not in outputs or not entry.is_file() or entry.is_symlink():
+            return f"it holds {entry.name!r}, which strata import did not write"
+        if sha256_file(entry) != outputs[entry.name]:
+            return f"{entry.name} was changed after strata import wrote it"
+    return None
+
+
+def check_weights_dir(d: Path, inputs: dict[Path, str] | None = None) -> None:
+    """Refuse a directory holding anything but a checkpoint strata import wrote (nothing of the
+    user's is overwritten, whatever its files are called), or one that holds an input."""
+    from strata.artifacts.files import input_hit
+
+    if d.is_symlink() or (d.exists() and not d.is_dir()):
         raise StrataError(f"{d}: exists and is not a directory; give --weights-dir DIR")
+    for given, what in (inputs or {}).items():  # an input inside the directory would be replaced with it
+        if input_hit(given, {d: "it"}) is not None:
+            raise StrataError(f"{d}: holds {what} {given}, which writing the checkpoint there would replace; "
+                              "give another --weights-dir")
     if d.is_dir():
-        other = sorted(p.name for p in d.iterdir() if p.name not in RANDOM_CHECKPOINT_FILES)
-        if other:
-            raise StrataError(f"{d}: holds {other[0]!r}, not written by strata import; give an empty or new "
-                              "--weights-dir")
+        problem = own_checkpoint_problem(d) if any(d.iterdir()) else None
+        if problem is not None:
+            raise StrataError(f"{d}: not a checkpoint that strata import wrote ({problem}); refusing to replace "
+                              "it: give an empty or new --weights-dir")
     elif not d.parent.is_dir():
         raise StrataError(f"{d}: the directory {d.parent} does not exist")
 
 
-def import_tensorviz_with_weights(path: str | Path, weights_dir: Path | None, seed: int | None) -> str:
-    """The module level of a tensorviz document as IR text; with `seed`, also a checkpoint of
-    seeded random weights written to `weights_dir` (so that compile and run work on it)."""
-    from strata.errors import say
+def write_random_weights(cfg: Any, d: Path, seed: int, document: Path) -> None:
+    """A checkpoint of `cfg` with seeded random weights at `d`, with a manifest whose digests
+    mark it as strata's own (a later import may replace it; nothing else may be replaced)."""
+    from strata.artifacts.directory import locked, new_directory
+    from strata.artifacts.stage import MANIFEST, manifest_bytes, sha256_file
     from strata.frontends.tensorviz import random_weights_std
-    from strata.ir.text import print_ir
     from strata.models import save_random_checkpoint
 
+    std = random_weights_std(cfg.hidden_size)
+    with locked(d):
+        with new_directory(d, check=lambda: check_weights_dir(d)) as tmp:
+            save_random_checkpoint(cfg, tmp, seed=seed, std=std)
+            files = {p.name: p.read_bytes() for p in sorted(tmp.iterdir())}
+            inputs = {"document_sha256": sha256_file(document), "seed": seed, "std": std}
+            (tmp / MANIFEST).write_bytes(manifest_bytes(RANDOM_CHECKPOINT, inputs, files))
+
+
+def import_tensorviz_with_weights(path: str | Path, weights_dir: Path | None, seed: int | None,
+                                  output: str | Path | None = None) -> str:
+    """The module level of a tensorviz document as IR text; with `seed`, also a checkpoint of
+    seeded random weights written to `weights_dir` (so that compile and run work on it).
+    `output`: where the caller writes the text (checked not to lie in `weights_dir`)."""
+    from strata.artifacts.files import check_not_an_input
+    from strata.errors import say
+    from strata.ir.text import print_ir
+
     if weights_dir is not None:
-        check_weights_dir(weights_dir)
+        check_weights_dir(weights_dir, {Path(path): "the imported document"})
+        if output is not None:
+            check_not_an_input(output, {weights_dir: f"the weights directory {weights_dir}"})
     cfg, module = import_tensorviz(path)
     text = print_ir(module)
     if weights_dir is not None and seed is not None:
-        save_random_checkpoint(cfg, weights_dir, seed=seed, std=random_weights_std(cfg.hidden_size))
+        write_random_weights(cfg, weights_dir, seed, Path(path))
         say(f"wrote a checkpoint with random weights (seed {seed}) to {weights_dir}")
     return text
 

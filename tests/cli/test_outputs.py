@@ -1,5 +1,5 @@
 """No output of a command lands on one of its inputs, and no command replaces a directory that
-is not its own output (recognised by its records and digests, never by file names)."""
+is not its own output (recognised by its manifest and digests, never by file names)."""
 
 from __future__ import annotations
 
@@ -106,6 +106,59 @@ def test_strata_opt_never_writes_onto_what_it_reads(tmp_path, capsys):
     pipeline = f'convert-module-to-op{{entry=decode start=1 ctx=8}},smoothquant{{ranges="{ranges}"}}'
     refused(capsys, [str(ir), "-p", pipeline, "-o", str(ranges)], "the ranges file of smoothquant", tool=opt_main)
     assert ranges.read_text() == '{"format": "strata-ranges/v1"}\n'
+
+
+# ---------------------------------------------------------------------------------------------
+# import --random-weights
+
+
+@pytest.fixture
+def document(pristine, tmp_path) -> Path:
+    doc = tmp_path / "tv.json"
+    assert main(["export", str(pristine), "--format", "tensorviz", "-o", str(doc)]) == 0
+    return doc
+
+
+def test_import_never_replaces_a_real_checkpoint(model, document, tmp_path, capsys):
+    before = snapshot(model)
+    refused(capsys, ["import", str(document), "--format", "tensorviz", "-o", str(tmp_path / "x.mlir"),
+                     "--random-weights", "1", "--weights-dir", str(model)], "not a checkpoint that strata import wrote")
+    assert snapshot(model) == before
+    # the default weights directory, OUT/ for OUT.mlir, holding a checkpoint of those very names
+    real = Path(shutil.copytree(model, tmp_path / "x"))
+    refused(capsys, ["import", str(document), "--format", "tensorviz", "-o", str(tmp_path / "x.mlir"),
+                     "--random-weights", "1"], "no manifest.json")
+    assert snapshot(real) == before
+
+
+def test_import_replaces_its_own_checkpoint_only_while_unchanged(document, tmp_path, capsys):
+    argv = ["import", str(document), "--format", "tensorviz", "-o", str(tmp_path / "x.mlir"), "--random-weights"]
+    weights = tmp_path / "x"
+    assert main([*argv, "1"]) == 0
+    first = snapshot(weights)
+    assert set(first) == {"config.json", "model.safetensors", "manifest.json"}
+    assert main(["run", str(weights), "--prompt-ids", "1", "--max-new-tokens", "1"]) == 0  # its cache is strata's
+    assert main([*argv, "2"]) == 0
+    second = snapshot(weights)
+    assert second["model.safetensors"] != first["model.safetensors"]
+    capsys.readouterr()
+    (weights / "notes.txt").write_text("mine")
+    refused(capsys, [*argv, "3"], "'notes.txt'")
+    assert snapshot(weights) == {**second, "notes.txt": b"mine"}
+    (weights / "notes.txt").unlink()
+    (weights / "model.safetensors").write_bytes(first["model.safetensors"])  # the user's own weights now
+    mine = snapshot(weights)
+    refused(capsys, [*argv, "3"], "model.safetensors was changed after strata import wrote it")
+    assert snapshot(weights) == mine
+
+
+def test_import_never_replaces_its_own_document(document, tmp_path, capsys):
+    weights = tmp_path / "w"
+    weights.mkdir()
+    inside = Path(shutil.copy(document, weights / "tv.json"))
+    refused(capsys, ["import", str(inside), "--format", "tensorviz", "--random-weights", "1", "--weights-dir",
+                     str(weights)], "the imported document")
+    assert inside.read_bytes() == document.read_bytes()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ def test_seed_imports_compiles_and_runs(seed_path, tmp_path):
         r = run_tool("import", str(seed_path), "--format", "tensorviz", "-o", str(out), "--random-weights", "5")
         assert r.returncode == 0, r.stderr
         ckpt = out.with_suffix("")
-        assert sorted(p.name for p in ckpt.iterdir()) == ["config.json", "model.safetensors"]
+        assert sorted(p.name for p in ckpt.iterdir()) == ["config.json", "manifest.json", "model.safetensors"]
         logits = tmp_path / f"logits{k}.npy"
         r = run_tool("run", str(ckpt), "--prompt-ids", "1,2,3,4,5,6", "--max-new-tokens", "6", "--ctx", "64",
                      "--dump-logits", str(logits))
@@ -159,5 +159,5 @@ def test_cli_refuses_a_weights_dir_holding_other_files(seed_path, tmp_path):
     d.mkdir()
     (d / "notes.txt").write_text("mine")
     r = run_tool("import", str(seed_path), "--format", "tensorviz", "--random-weights", "1", "--weights-dir", str(d))
-    assert r.returncode == 1 and "'notes.txt', not written by strata import" in r.stderr
+    assert r.returncode == 1 and "not a checkpoint that strata import wrote" in r.stderr
     assert sorted(p.name for p in d.iterdir()) == ["notes.txt"]
