@@ -34,9 +34,13 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         check_output_path(args.output, model.input_files())
     if prompt is not None:
+        from strata.runtime.request import RequestError
         from strata.verify.blueprint import errors_report
 
-        text = errors_report(model, args.recipe, prompt, args.steps)
+        try:
+            text = errors_report(model, args.recipe, prompt, args.steps)
+        except RequestError as e:
+            raise RequestError(f"--errors: {e}") from None
     else:
         text = blueprint_text(model, args.format, blueprint_of(args))
     emit_text(text, args.output)

@@ -119,6 +119,14 @@ def errors_report(model: Model, recipe: str, prompt: Sequence[int], steps: int) 
     prefill, then greedy top-1 agreement with the op level over `steps` steps."""
     import sys
 
+    from strata.errors import StrataError
+    from strata.runtime.request import check_prompt
+
+    prompt = [int(t) for t in check_prompt(prompt, int(model.config.vocab_size))]
+    limit = int(model.config.max_position_embeddings)
+    if len(prompt) + steps > limit:
+        raise StrataError(f"the prompt ({len(prompt)} token{'s' * (len(prompt) != 1)}) and {steps} greedy steps need {len(prompt) + steps} "
+                          f"positions, more than the model's context of {limit}")
     store = model.open_weights(quiet=not sys.stderr.isatty())
     text = error_table(node_errors(model, recipe, prompt, store))
     a = greedy_agreement(model, recipe, prompt, steps, store)

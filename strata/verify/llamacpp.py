@@ -147,7 +147,13 @@ def strata_values(model, tokens: Sequence[int], ctx: int, kv_pad: int) -> list[t
 def verify_against(model: Any, log_path: str | Path, ctx: int, kv_pad: int, rtol: float) -> tuple[bool, str]:
     """`strata verify`: run `model`'s prefill on the log's prompt and compare every op's sum
     with llama.cpp's; (whether all agree, the one-line verdict)."""
+    from strata.runtime.request import RequestError, check_prompt
+
     log = parse_callback_log(Path(log_path))
+    try:
+        check_prompt(log.tokens, int(model.config.vocab_size))
+    except RequestError as e:
+        raise VerifyError(f"{log_path}: the log's {e}; was it made with another model?") from None
     agreed, divergence = compare(log, strata_values(model, log.tokens, ctx=ctx, kv_pad=kv_pad), rtol)
     if divergence is None:
         return True, f"all {agreed} ops agree with {log_path} (rtol {rtol} of each tensor's magnitude)"

@@ -1,0 +1,52 @@
+"""Bad input to every command, as a hostile user gives it: one line naming the flag, file or
+field, exit 1, no traceback; no flag silently ignored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from strata.cli import main
+from support import TINY, write_checkpoint
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    return write_checkpoint(TINY["llama"], tmp_path_factory.mktemp("bad-input") / "tiny")
+
+
+def refused(capsys, argv: list[str], *fragments: str) -> str:
+    capsys.readouterr()
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("strata: error: "), err
+    for fragment in fragments:
+        assert fragment in err, err
+    return err
+
+
+# ---------------------------------------------------------------------------------------------
+# Tracebacks
+
+
+@pytest.mark.parametrize("ids, words", [("1,200", "token id 200 is outside the vocabulary [0, 48)"),
+                                        ("-1", "token id -1 is outside the vocabulary"),
+                                        ("a,b", "'a' is not an integer token id")])
+def test_blueprint_errors_names_a_bad_prompt(model, capsys, ids, words):
+    err = refused(capsys, ["blueprint", str(model), "--recipe", "bf16", "--errors", ids, "--steps", "1"], words)
+    assert "--errors" in err and "--prompt-ids" not in err
+
+
+def test_blueprint_errors_fits_the_context(model, capsys):
+    refused(capsys, ["blueprint", str(model), "--errors", "1,2", "--steps", "200"],
+            "200 greedy steps need 202 positions, more than the model's context of 128")
+
+
+def test_a_verify_log_whose_prompt_is_not_this_model_s(model, tmp_path, capsys):
+    log = tmp_path / "prefill.callback.log"
+    log.write_text("0.00.024.277 I number of input tokens = 2\n0.00.024.277 I   5\n0.00.024.277 I   999\n"
+                   "common_debug_cb_eval:   inp_embd = (f32)   GET_ROWS(x{1, 1, 1, 1}, }) = {1, 1, 1, 1}\n"
+                   "    sum = 1.0\n")
+    refused(capsys, ["verify", str(model), "--against", str(log)], str(log), "token id 999 is outside the vocabulary")
