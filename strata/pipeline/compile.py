@@ -245,11 +245,11 @@ def compile_to(model: Model, target_name: str, out: str | Path, knobs: Mapping[s
     staged = _staged(model, target_name, out, knobs)
     if staged is not None:
         result, rebuilt = staged
-        say(f"compiled {model.root} for {target_name} in {time.perf_counter() - t0:.2f} s "
+        say(f"compiled {model.source} for {target_name} in {time.perf_counter() - t0:.2f} s "
             f"(rebuilt: {', '.join(rebuilt) or 'nothing'})")
     else:
         result = compile_model(model, target_name, out, knobs, store=store)
-        say(f"compiled {model.root} for {target_name} in {time.perf_counter() - t0:.2f} s")
+        say(f"compiled {model.source} for {target_name} in {time.perf_counter() - t0:.2f} s")
     if tgt.summary is not None:
         say(tgt.summary(result))
     if aot is not None:

@@ -211,5 +211,5 @@ def export_onnx_file(model: Any, entry: str, tokens: int, knobs: dict[str, Any],
     write_output(output, content)
     if data is not None:  # too large to check in memory: checked as saved
         check_onnx_file(output)
-    return (f"exported the {entry} of {model.root} ({tokens} token{'s' * (tokens != 1)}, ctx {knobs['ctx']}) "
+    return (f"exported the {entry} of {model.source} ({tokens} token{'s' * (tokens != 1)}, ctx {knobs['ctx']}) "
             f"to {output}{f' and {data_path.name}' if data is not None else ''} in {time.perf_counter() - t0:.2f} s")

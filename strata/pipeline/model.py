@@ -72,6 +72,11 @@ class Model:
         return str(self.config.name)
 
     @property
+    def source(self) -> Path:
+        """What the model was read from, for messages: its GGUF file, or its directory."""
+        return self.gguf.path if self.gguf is not None else self.root
+
+    @property
     def model_op(self):
         return find_model(self.module)
 

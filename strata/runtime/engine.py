@@ -93,7 +93,7 @@ def open_program(model: Any, target_name: str = "cpu", knobs: Mapping[str, Any] 
             raise EngineError("onnxruntime runs an exported prefill of a fixed length: give prompt_len")
         t0 = time.perf_counter()
         program = open_onnxruntime(model, store, knobs, prompt_len, decode=need_decode)
-        say(f"exported {model.root} to ONNX and loaded it in onnxruntime in {time.perf_counter() - t0:.2f} s")
+        say(f"exported {model.source} to ONNX and loaded it in onnxruntime in {time.perf_counter() - t0:.2f} s")
         return program
     if via is not None:
         raise EngineError(f"unknown runtime {via!r} for --via (known: onnxruntime)")
@@ -110,7 +110,7 @@ def open_program(model: Any, target_name: str = "cpu", knobs: Mapping[str, Any] 
         say(f"reusing the compiled model in {out}")
     else:
         why = f" (rebuilt: {rebuilt})" if rebuilt != "there was none" else ""
-        say(f"compiled {model.root} for {target_name}{recipe} into {out} in {time.perf_counter() - t0:.2f} s{why}")
+        say(f"compiled {model.source} for {target_name}{recipe} into {out} in {time.perf_counter() - t0:.2f} s{why}")
     options = {"interpret": interpret} if target_name == "cuda" else {}
     t0 = time.perf_counter()
     program = target(target_name).load(out, store, **options)

@@ -3,12 +3,16 @@ field, exit 1, no traceback; no flag silently ignored."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from strata.cli import main
 from support import TINY, write_checkpoint
+
+DATA = Path(__file__).resolve().parents[1] / "frontends" / "data"
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +54,18 @@ def test_a_verify_log_whose_prompt_is_not_this_model_s(model, tmp_path, capsys):
                    "common_debug_cb_eval:   inp_embd = (f32)   GET_ROWS(x{1, 1, 1, 1}, }) = {1, 1, 1, 1}\n"
                    "    sum = 1.0\n")
     refused(capsys, ["verify", str(model), "--against", str(log)], str(log), "token id 999 is outside the vocabulary")
+
+
+def test_a_gguf_compiles_and_runs_for_the_epu(tmp_path, capsys):
+    """The EPU target reads a GGUF's weights like a checkpoint's (it hashed only safetensors files before)."""
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    gguf = str(shutil.copy(DATA / "llama-f32.gguf", tmp_path / "m.gguf"))
+    knobs = ["--set", "ctx=16", "--set", "calib_prompts=2", "--set", "calib_len=4"]
+    assert main(["compile", gguf, "--target", "epu", "-o", str(tmp_path / "epu"), *knobs]) == 0
+    assert f"compiled {gguf} for epu" in capsys.readouterr().err
+    dump = tmp_path / "logits.npy"
+    assert main(["run", gguf, "--target", "epu", "--prompt-ids", "1,2,3", "--max-new-tokens", "2",
+                 "--cache-dir", str(tmp_path / "epu"), "--dump-logits", str(dump), *knobs]) == 0
+    ids = [int(t) for t in capsys.readouterr().out.strip().splitlines()[-1].removeprefix("ids=").split(",")]
+    assert ids == [int(np.argmax(row)) for row in np.load(dump)]

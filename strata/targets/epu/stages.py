@@ -269,12 +269,12 @@ def compile_epu(model: Any, out: str | Path, knobs: Mapping[str, Any] | None = N
     out = Path(out)
     _check_out(out)
     store = model.open_weights(quiet=True)
-    config = model.root / "config.json"
-    # The weights are baked into every stage (ranges, int4, weights.bin): their bytes are hashed,
-    # not only the safetensors headers the cpu target's manifest records.
-    note(f"[epu] hashing the weights of {model.root}")
-    weights = [{"file": f.path.name, "sha256": sha256_file(f.path)} for f in store.files]
-    base = {"config_sha256": sha256_file(config) if config.is_file() else None, "weights": weights,
+    # The weights are baked into every stage (ranges, int4, weights.bin): their bytes are hashed
+    # (each safetensors file, or the GGUF file), not only the headers the cpu target's manifest records.
+    note(f"[epu] hashing the weights of {model.source}")
+    files = [f.path for f in store.files] if model.gguf is None else [model.gguf.path]
+    weights = [{"file": path.name, "sha256": sha256_file(path)} for path in files]
+    base = {"config": model.config_fingerprint(), "weights": weights,
             "strata_sources_sha256": versions()["strata_sources_sha256"]}
     rebuilt: list[str] = []
     with locked(out):
