@@ -95,6 +95,7 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
     from strata.dialects import strata_context
     from strata.ir.text import LocatingParser, verify_located
     from strata.passes import strata_passes
+    from strata.passes.options import PassOptionError
 
     class StrataOptMain(xDSLOptMain):
         held: _HeldOutput | None = None
@@ -162,6 +163,8 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
                     raise StrataError(f"-p: unknown pass '{spec.name}' (strata-opt --help lists the passes)")
                 try:
                     configured = pass_class().from_pass_spec(spec)
+                except PassOptionError as e:  # names the pass itself
+                    raise StrataError(f"-p: {e}") from None
                 except ValueError as e:
                     raise StrataError(f"-p: {spec.name}: {e}") from None
                 ranges = getattr(configured, "ranges", "")

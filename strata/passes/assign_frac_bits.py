@@ -41,12 +41,12 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr, TensorType, f64, i64
 from xdsl.ir import Operation
-from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from strata.dialects import fixed as FX
 from strata.errors import StrataError
 from strata.ir.ranges import read_ranges_document
+from strata.passes.options import StrataPass
 
 MAX_FRAC = FX.MAX_FRAC
 
@@ -135,7 +135,7 @@ def assign(module: ModuleOp, tensors: Mapping[str, Any], headroom: int, source: 
 
 
 @dataclass(frozen=True)
-class AssignFracBitsPass(ModulePass):
+class AssignFracBitsPass(StrataPass):
     """Set every fixed op's result format from the calibration ranges (seed 004's rules)."""
 
     name = "assign-frac-bits"

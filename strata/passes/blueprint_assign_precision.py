@@ -34,7 +34,6 @@ from typing import Any
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
-from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import VerifyException
 
 from xdsl.dialects import func
@@ -47,6 +46,7 @@ from strata.ir.dtypes import has_kind
 from strata.dialects.blueprint.base import NodeOp
 from strata.errors import StrataError
 from strata.passes.node_patterns import matches_node, names
+from strata.passes.options import StrataPass
 
 __all__ = ["BlueprintAssignPrecisionPass", "Recipe", "RecipeError", "Rule", "RECIPE_DIR", "apply_recipe",
            "format_from_text", "format_text", "load_recipe", "parse_recipe", "recipe_names"]
@@ -221,7 +221,7 @@ class AssignPrecision(RewritePattern):
 
 
 @dataclass(frozen=True)
-class BlueprintAssignPrecisionPass(ModulePass):
+class BlueprintAssignPrecisionPass(StrataPass):
     """Set each blueprint node's `precision` and `steps` from a recipe (`recipe=fp8-bf16head`)."""
 
     name = "blueprint-assign-precision"

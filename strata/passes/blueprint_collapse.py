@@ -19,15 +19,15 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
 
 from strata.dialects.blueprint_graph import COLLAPSED_ATTR, blueprint_functions, collapsed_attr, read_graph
 from strata.dialects.blueprint_templates import collapse
 from strata.errors import StrataError
+from strata.passes.options import StrataPass
 
 
 @dataclass(frozen=True)
-class BlueprintCollapsePass(ModulePass):
+class BlueprintCollapsePass(StrataPass):
     name = "blueprint-collapse"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

@@ -60,13 +60,13 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
-from xdsl.passes import ModulePass
 
 from strata.dialects.blueprint.attrs import PlacementAttr
 from strata.dialects.blueprint.base import NodeOp
 from strata.dialects.blueprint.group import GroupOp, YieldOp
 from strata.errors import StrataError
 from strata.passes.node_patterns import matches_node, names
+from strata.passes.options import StrataPass
 
 __all__ = ["BlueprintFusePass", "FuseError", "FusionRules", "FUSION_DIR", "fuse_function", "load_rules",
            "parse_rules", "rule_set_names", "unwrap_groups"]
@@ -434,7 +434,7 @@ def _spread_points(members: list[NodeOp]) -> None:
 
 
 @dataclass(frozen=True)
-class BlueprintFusePass(ModulePass):
+class BlueprintFusePass(StrataPass):
     """Wrap every blueprint node into the group of its fusion rule (`rules=rules`)."""
 
     name = "blueprint-fuse"

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, UnitAttr
-from xdsl.passes import ModulePass
 
 from strata.dialects.blueprint.attrs import PlacementAttr, StateEffectAttr
 from strata.dialects.blueprint.base import NodeOp
 from strata.dialects.blueprint.gdn import Conv1dUpdateOp, GdnRecurrenceOp, StateSnapshotOp
 from strata.errors import StrataError
+from strata.passes.options import StrataPass
 
 __all__ = ["BlueprintPlaceStatePass", "PlaceStateError", "DEFAULT_EFFECTS", "KV_LAYOUTS", "MODES", "ROLLBACK_MODES"]
 
@@ -64,7 +64,7 @@ def _kind(op: NodeOp) -> str:
 
 
 @dataclass(frozen=True)
-class BlueprintPlaceStatePass(ModulePass):
+class BlueprintPlaceStatePass(StrataPass):
     """Set every node's placement, the KV layout, state effects and (verify/draft) snapshots."""
 
     name = "blueprint-place-state"

@@ -73,7 +73,6 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Block, Operation, Region, SSAValue
-from xdsl.passes import ModulePass
 
 from strata.dialects import blueprint as B
 from strata.dialects import fixed as FX
@@ -81,6 +80,7 @@ from strata.dialects import fixed_kv as KV
 from strata.errors import StrataError
 from strata.ir.int4 import dequantize_int4_block, quantize_int4_block
 from strata.passes.assign_frac_bits import frac_bits, read_tensor_ranges
+from strata.passes.options import StrataPass
 
 U8 = IntegerType(8, Signedness.UNSIGNED)
 I8 = IntegerType(8)
@@ -351,7 +351,7 @@ def convert_blueprint_to_fixed(module: ModuleOp, tensors: Mapping[str, Any], wei
 
 
 @dataclass(frozen=True)
-class ConvertBlueprintToFixedPass(ModulePass):
+class ConvertBlueprintToFixedPass(StrataPass):
     """The blueprint functions of the module replaced by their fixed functions (no weights:
     default weight formats, see the module docstring)."""
 

@@ -16,10 +16,10 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, TensorType, i64
 from xdsl.ir import SSAValue
-from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from strata.dialects import fixed as FX
+from strata.passes.options import StrataPass
 
 
 def pack_projections(module: ModuleOp) -> int:
@@ -48,7 +48,7 @@ def pack_projections(module: ModuleOp) -> int:
 
 
 @dataclass(frozen=True)
-class EpuPackProjectionsPass(ModulePass):
+class EpuPackProjectionsPass(StrataPass):
     """The w4a16 projections of one input share the smallest of their formats."""
 
     name = "epu-pack-projections"

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, i64
-from xdsl.passes import ModulePass
 
 from strata.dialects import op as O
 from strata.errors import StrataError
+from strata.passes.options import StrataPass
 
 __all__ = ["QuantizeW4A16Pass", "W4A16Error", "check_block", "targets_of", "plan_of"]
 
@@ -75,7 +75,7 @@ def plan_of(fn: func.FuncOp) -> tuple[list[str], int]:
 
 
 @dataclass(frozen=True)
-class QuantizeW4A16Pass(ModulePass):
+class QuantizeW4A16Pass(StrataPass):
     """Record which weights become int4 (block-wise asymmetric, MatMulNBits) on every op-level function."""
 
     name = "quantize-w4a16"

@@ -38,11 +38,11 @@ import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, FloatAttr, ModuleOp, StringAttr, f64
-from xdsl.passes import ModulePass
 
 from strata.dialects import op as O
 from strata.errors import StrataError
 from strata.ir.ranges import read_ranges_document
+from strata.passes.options import StrataPass
 
 __all__ = ["SmoothQuantPass", "SmoothGroup", "SmoothQuantError", "groups_of", "plan_of", "read_ranges", "EPS"]
 
@@ -142,7 +142,7 @@ def _check_ranges(groups: Sequence[SmoothGroup], ranges: Mapping[str, Any], shap
 
 
 @dataclass(frozen=True)
-class SmoothQuantPass(ModulePass):
+class SmoothQuantPass(StrataPass):
     """Record SmoothQuant's groups (norm weight -> projections) on every op-level function."""
 
     name = "smoothquant"

@@ -26,7 +26,6 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, ModuleOp, i64
 from xdsl.ir import Block, Region
-from xdsl.passes import ModulePass
 
 from strata.dialects import module as M
 from strata.dialects.instances import BlockInstance, InstanceError, find_model, instantiate
@@ -35,6 +34,7 @@ from strata.errors import StrataError
 # The expansions register themselves with EXPANSIONS when imported.
 from strata.passes.convert_module_to_op import attention, hybrid, model, moe, nn  # noqa: F401
 from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering, LoweringError
+from strata.passes.options import StrataPass
 
 __all__ = ["ConvertModuleToOpPass", "EXPANSIONS", "LoweringError", "lower_entry"]
 
@@ -44,7 +44,7 @@ MAX_CTX = 2**31 - 1
 
 
 @dataclass(frozen=True)
-class ConvertModuleToOpPass(ModulePass):
+class ConvertModuleToOpPass(StrataPass):
     """Lower the model's entries (`entry=prefill,decode`) to one `func.func` each."""
 
     name = "convert-module-to-op"

@@ -27,11 +27,11 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i32, i64
 from xdsl.ir import Block, Region
-from xdsl.passes import ModulePass
 
 from strata.dialects.blueprint.attrs import EdgeType
 from strata.passes.convert_op_to_blueprint import blocks
 from strata.passes.convert_op_to_blueprint.graph import ConversionError, Dims, OpGraph
+from strata.passes.options import StrataPass
 
 __all__ = ["ConvertOpToBlueprintPass", "ConversionError", "MODES", "convert_function"]
 
@@ -95,7 +95,7 @@ def _token_rows(fn: func.FuncOp) -> int:
 
 
 @dataclass(frozen=True)
-class ConvertOpToBlueprintPass(ModulePass):
+class ConvertOpToBlueprintPass(StrataPass):
     """Replace each op-level function by its blueprint function (`mode=auto`: @prefill in mode
     prefill, every other entry in mode decode with one row)."""
 
