@@ -10,8 +10,9 @@ Hence the split (weights never enter the IR):
   (`op.mul %rms_norm, %g`) whose product feeds only projections (`op.mul_mat %W, %x`, W an
   `op.param`); q/k/v share one group (one s), gate/up another, the LM head the final norm's.
   It records them as `smoothquant.groups = [[norm, linear, ...], ...]` with `smoothquant.alpha`
-  and, given `ranges=FILE` (from `strata calibrate`), `smoothquant.ranges` (the file's sha256),
-  after checking that the file has every linear's per-channel max|X| with K entries. A weight
+  and `smoothquant.ranges` (the sha256 of `ranges=FILE`, from `strata calibrate`: required, for
+  without ranges there is nothing to smooth by), after checking that the file has every
+  linear's per-channel max|X| with K entries. A weight
   is left out (listed in `smoothquant.skipped` with the reason) when changing it would change
   something else: a norm weight or projection read elsewhere or through a conversion (a tied
   embedding, Qwen3.5's `1 + w`), a norm product with another consumer. o_proj and down_proj
@@ -154,25 +155,24 @@ class SmoothQuantPass(StrataPass):
         alpha = float(self.alpha)
         if not 0.0 <= alpha <= 1.0:
             raise SmoothQuantError(f"smoothquant: alpha must be in [0, 1], got {alpha}")
-        ranges = digest = None
-        if self.ranges:
-            ranges = read_ranges(self.ranges)
-            digest = hashlib.sha256(Path(self.ranges).read_bytes()).hexdigest()
+        if not self.ranges:
+            raise SmoothQuantError("smoothquant: give ranges=FILE, the activation ranges `strata calibrate` writes "
+                                   "(SmoothQuant's scales come from them)")
+        ranges = read_ranges(self.ranges)
+        digest = hashlib.sha256(Path(self.ranges).read_bytes()).hexdigest()
         for fn in module.walk():
             if not isinstance(fn, func.FuncOp) or not any(isinstance(o, O.MulMatOp) for o in fn.walk()):
                 continue
             groups, skipped = groups_of(fn)
-            if ranges is not None:
-                shapes = {p.stored_name: p.result.type.get_shape()[-1] for p in fn.walk() if isinstance(p, O.ParamOp)}  # type: ignore[attr-defined]
-                _check_ranges(groups, ranges, shapes, self.ranges)
+            shapes = {p.stored_name: p.result.type.get_shape()[-1] for p in fn.walk() if isinstance(p, O.ParamOp)}  # type: ignore[attr-defined]
+            _check_ranges(groups, ranges, shapes, self.ranges)
             fn.attributes["smoothquant.alpha"] = FloatAttr(alpha, f64)
             fn.attributes["smoothquant.groups"] = ArrayAttr(
                 [ArrayAttr([StringAttr(g.norm), *map(StringAttr, g.linears)]) for g in groups])
             if skipped:
                 fn.attributes["smoothquant.skipped"] = ArrayAttr(
                     [ArrayAttr([StringAttr(n), StringAttr(why)]) for n, why in skipped])
-            if digest is not None:
-                fn.attributes["smoothquant.ranges"] = StringAttr(digest)
+            fn.attributes["smoothquant.ranges"] = StringAttr(digest)
 
 
 def read_ranges(path: str | Path) -> dict[str, Any]:

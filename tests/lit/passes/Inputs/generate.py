@@ -36,11 +36,34 @@ MODELS = {
 #: Hybrid models, from llama.cpp's reference checkpoints beside the checkout.
 REFS = {"qwen35moe_4l.mlir": HERE.parents[4] / "shared" / "refs" / "llamacpp" / "qwen3.5-moe-tiny"}
 
+#: SmoothQuant's input for the smoothquant pass's tests: the `linears` section of `strata
+#: calibrate` on seeded random weights of these models (2 random prompts of 4 tokens).
+RANGES = {"llama2l.ranges.json": "llama2l.mlir", "qwen2_2l.ranges.json": "qwen2_2l.mlir"}
+
+
+def linear_ranges(cfg: LlamaConfig) -> str:
+    import json
+    import tempfile
+
+    from strata.models import save_random_checkpoint
+    from strata.pipeline import load_model
+    from strata.quant.calibrate import calibrate, random_prompts
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = load_model(save_random_checkpoint(cfg, Path(tmp) / "m", seed=0, std=0.12))
+        ranges = calibrate(model, random_prompts(2, 4, cfg.vocab_size, seed=0))
+    linears = {k: {"rows": v["rows"], "absmax": [round(x, 5) for x in v["absmax"]]} for k, v in ranges["linears"].items()}
+    return json.dumps({"format": ranges["format"], "model": cfg.name, "linears": linears}, indent=1) + "\n"
+
+
 if __name__ == "__main__":
     from strata.pipeline import load_model
 
     for file, cfg in MODELS.items():
         (HERE / file).write_text(print_ir(build_module(cfg)))
+        print(HERE / file)
+    for file, source in RANGES.items():
+        (HERE / file).write_text(linear_ranges(MODELS[source]))
         print(HERE / file)
     for file, ref in REFS.items():
         (HERE / file).write_text(print_ir(load_model(ref).module))
