@@ -69,3 +69,31 @@ def test_a_gguf_compiles_and_runs_for_the_epu(tmp_path, capsys):
                  "--cache-dir", str(tmp_path / "epu"), "--dump-logits", str(dump), *knobs]) == 0
     ids = [int(t) for t in capsys.readouterr().out.strip().splitlines()[-1].removeprefix("ids=").split(",")]
     assert ids == [int(np.argmax(row)) for row in np.load(dump)]
+
+
+# ---------------------------------------------------------------------------------------------
+# One check per value, whichever entry point it comes through
+
+MODULE_LEVEL = Path(__file__).resolve().parents[1] / "lit" / "passes" / "Inputs" / "llama2l.mlir"
+
+
+def opt_refused(capsys, argv: list[str], *fragments: str) -> str:
+    from strata.cli.opt import main as opt_main
+
+    capsys.readouterr()
+    assert opt_main([str(a) for a in argv]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and err.startswith("strata-opt: error: "), err
+    for fragment in fragments:
+        assert fragment in err, err
+    return err
+
+
+def test_prefill_tokens_beyond_the_context_are_refused_at_any_start(model, capsys):
+    """strata ir and strata-opt reach the same check, with start known or not."""
+    refused(capsys, ["ir", str(model), "--level", "op", "--tokens", "1000000000"],
+            "1000000000 tokens exceed the context of 128")
+    refused(capsys, ["ir", str(model), "--level", "op", "--tokens", "200", "--start", "-1"],
+            "200 tokens exceed the context of 128")
+    opt_refused(capsys, [MODULE_LEVEL, "-p", "convert-module-to-op{tokens=1000000000}"],
+                "convert-module-to-op: 1000000000 tokens exceed the context of 64")

@@ -102,6 +102,8 @@ def lower_entry(root: BlockInstance, entry: str, opts: ConvertModuleToOpPass) ->
     """The `func.func @<entry>` of the model rooted at `root`."""
     n_ctx = opts.ctx or root.dim("MaxSeq")
     tokens = 1 if entry == "decode" else (opts.tokens or DYNAMIC_INDEX)
+    if tokens != DYNAMIC_INDEX and tokens > n_ctx:  # at any start, where it is not known
+        raise _error(f"{tokens} tokens exceed the context of {n_ctx}")
     if tokens != DYNAMIC_INDEX and opts.start >= 0:
         if opts.start + tokens > n_ctx:
             raise _error(f"{opts.start} + {tokens} tokens exceed the context of {n_ctx}")
