@@ -61,6 +61,41 @@ def _str_attr(op: Operation, name: str) -> str | None:
     return a.data
 
 
+#: The blueprint's modes (seed 001's arms); a prefill's rows may be 0 (any length), a draft's are 1.
+MODES = ("decode", "multi_seq", "verify", "draft", "prefill")
+#: The most rows a blueprint function may take (the IR's int64 products stay safe).
+MAX_ROWS = 2**31 - 1
+
+
+def check_mode_rows(mode: str, rows: int, where: str) -> None:
+    """The one rule for a blueprint's mode and rows, whoever gives them (a pass option, a CLI flag,
+    a function's attributes): a one-line error naming `where`."""
+    if mode not in MODES:
+        raise StrataError(f"{where}: unknown mode '{mode}' (known: {', '.join(MODES)})")
+    low = 0 if mode == "prefill" else 1
+    if isinstance(rows, bool) or not isinstance(rows, int) or not low <= rows <= MAX_ROWS \
+            or (mode == "draft" and rows != 1):
+        allowed = "exactly 1 row" if mode == "draft" else f"{low} to {MAX_ROWS} rows"
+        raise StrataError(f"{where}: mode {mode} takes {allowed}, got {rows}")
+
+
+def check_function(fn: func.FuncOp, where: str = "blueprint") -> None:
+    """Check the mode and rows a blueprint function records (where it records them), before a
+    pass or a printer relies on them."""
+    if "blueprint.mode" not in fn.attributes and "blueprint.rows" not in fn.attributes:
+        return
+    mode = fn_string(fn, "blueprint.mode", required=False) or "decode"
+    rows = fn_int(fn, "blueprint.rows") if "blueprint.rows" in fn.attributes else 1
+    check_mode_rows(mode, rows, f"{where}: @{fn.sym_name.data}")
+
+
+def check_functions(module: Operation, where: str) -> None:
+    """`check_function` on every function of `module`."""
+    for fn in module.walk():
+        if isinstance(fn, func.FuncOp):
+            check_function(fn, where)
+
+
 def fn_attr(fn: func.FuncOp, name: str) -> Attribute | None:
     return fn.attributes.get(name)
 
@@ -141,6 +176,7 @@ def _node_row(op: NodeOp, order: int, group: int, g: GroupOp | None, kinds: list
 
 def read_graph(fn: func.FuncOp) -> Graph:
     """The rows of a blueprint function (see the module's docstring)."""
+    check_function(fn)
     kinds = layer_kinds(fn)
     graph = Graph(fn)
     if not fn.body.blocks:

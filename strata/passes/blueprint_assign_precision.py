@@ -44,6 +44,7 @@ from strata.dialects.blueprint.attrs import EdgeType, FormatAttr, PrecisionAttr,
 from strata.dialects.blueprint.group import GroupOp
 from strata.ir.dtypes import has_kind
 from strata.dialects.blueprint.base import NodeOp
+from strata.dialects.blueprint_graph import check_functions
 from strata.errors import StrataError
 from strata.passes.node_patterns import matches_node, names
 from strata.passes.options import StrataPass
@@ -229,7 +230,9 @@ class BlueprintAssignPrecisionPass(StrataPass):
     recipe: str = "fp8-bf16head"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        apply_recipe(load_recipe(self.recipe), op)
+        recipe = load_recipe(self.recipe)
+        check_functions(op, self.name)
+        apply_recipe(recipe, op)
 
 
 def apply_recipe(recipe: Recipe, module: ModuleOp) -> None:

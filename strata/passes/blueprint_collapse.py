@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 
-from strata.dialects.blueprint_graph import COLLAPSED_ATTR, blueprint_functions, collapsed_attr, read_graph
+from strata.dialects.blueprint_graph import (COLLAPSED_ATTR, blueprint_functions, check_functions, collapsed_attr,
+                                            read_graph)
 from strata.dialects.blueprint_templates import collapse
 from strata.errors import StrataError
 from strata.passes.options import StrataPass
@@ -31,6 +32,7 @@ class BlueprintCollapsePass(StrataPass):
     name = "blueprint-collapse"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        check_functions(op, self.name)
         for fn in blueprint_functions(op):
             graph = read_graph(fn)
             try:

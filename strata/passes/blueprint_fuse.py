@@ -64,6 +64,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from strata.dialects.blueprint.attrs import PlacementAttr
 from strata.dialects.blueprint.base import NodeOp
 from strata.dialects.blueprint.group import GroupOp, YieldOp
+from strata.dialects.blueprint_graph import check_functions
 from strata.errors import StrataError
 from strata.passes.node_patterns import matches_node, names
 from strata.passes.options import StrataPass
@@ -443,6 +444,7 @@ class BlueprintFusePass(StrataPass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         rules = load_rules(self.rules)
+        check_functions(op, self.name)
         for fn in [o for o in op.walk() if isinstance(o, func.FuncOp)]:
             fuse_function(rules, fn)
         op.verify()

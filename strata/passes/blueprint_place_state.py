@@ -33,13 +33,13 @@ from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr, UnitAttr
 from strata.dialects.blueprint.attrs import PlacementAttr, StateEffectAttr
 from strata.dialects.blueprint.base import NodeOp
 from strata.dialects.blueprint.gdn import Conv1dUpdateOp, GdnRecurrenceOp, StateSnapshotOp
+from strata.dialects.blueprint_graph import MODES, check_functions
 from strata.errors import StrataError
 from strata.passes.options import StrataPass
 
 __all__ = ["BlueprintPlaceStatePass", "PlaceStateError", "DEFAULT_EFFECTS", "KV_LAYOUTS", "MODES", "ROLLBACK_MODES"]
 
 KV_LAYOUTS = ("paged", "contiguous")
-MODES = ("decode", "multi_seq", "verify", "draft", "prefill")
 #: Modes whose steps may be rolled back (speculative decoding): every recurrent state is snapshotted.
 ROLLBACK_MODES = ("verify", "draft")
 
@@ -78,12 +78,10 @@ class BlueprintPlaceStatePass(StrataPass):
                                     ("sample", self.sample, ("host", "device"))):
             if value not in allowed:
                 raise PlaceStateError(f"blueprint-place-state: {key}={value} is not one of {', '.join(allowed)}")
+        check_functions(op, self.name)
         for fn in [o for o in op.walk() if isinstance(o, func.FuncOp)]:
             mode_attr = fn.attributes.get("blueprint.mode")
-            mode = mode_attr.data if isinstance(mode_attr, StringAttr) else "decode"
-            if mode not in MODES:
-                raise PlaceStateError(f"blueprint-place-state: @{fn.sym_name.data}: unknown blueprint.mode '{mode}' "
-                                      f"(known: {', '.join(MODES)})")
+            mode = mode_attr.data if isinstance(mode_attr, StringAttr) else "decode"  # checked above
             nodes = [o for o in fn.walk() if isinstance(o, NodeOp)]
             for node in nodes:
                 self._place(node)

@@ -18,6 +18,7 @@ from xdsl.passes import PassPipeline
 from xdsl.utils.exceptions import VerifyException
 
 from strata.dialects import strata_context
+from strata.dialects.blueprint_graph import MODES, check_mode_rows
 from strata.errors import StrataError
 from strata.passes import strata_passes
 
@@ -53,18 +54,24 @@ def entry_pipeline(entry: str, *, tokens: int = 0, start: int = -1, ctx: int = 0
             f"flash_attn={flash}}}")
 
 
-BLUEPRINT_MODES = ("decode", "multi_seq", "verify", "draft", "prefill")
+BLUEPRINT_MODES = MODES
 
 
 def blueprint_pipeline(mode: str = "decode", rows: int = 1, recipe: str = "fp8-bf16head", *, kv: str = "paged",
-                       embed: str = "host", sample: str = "host", collapse: bool = True) -> str:
+                       embed: str = "host", sample: str = "host", collapse: bool = True,
+                       max_ctx: int | None = None) -> str:
     """The passes from the module level to the blueprint level of one mode: the op level of the
     entry that runs `rows` rows (decode for one, prefill otherwise), then convert-op-to-blueprint,
-    precision, state placement, fusion and collapse."""
-    if mode not in BLUEPRINT_MODES:
-        raise PipelineError(f"unknown mode '{mode}' (known: {', '.join(BLUEPRINT_MODES)})")
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-        raise PipelineError(f"rows must be a positive integer, got {rows!r}")
+    precision, state placement, fusion and collapse. `max_ctx`: the model's context (MaxSeq),
+    which the rows of one call may not exceed."""
+    try:
+        check_mode_rows(mode, rows, "blueprint")
+    except StrataError as e:
+        raise PipelineError(str(e)) from None
+    if rows < 1:
+        raise PipelineError(f"blueprint: rows must be a positive integer, got {rows!r}")
+    if max_ctx is not None and rows + (mode != "prefill" and rows == 1) > max_ctx:
+        raise PipelineError(f"blueprint: {rows} rows exceed the model's context of {max_ctx} (MaxSeq)")
     entry = "decode" if mode != "prefill" and rows == 1 else "prefill"
     # The blueprint keeps no context size: the smallest cache that holds the rows will do.
     lower = entry_pipeline(entry, tokens=rows if entry == "prefill" else 0, start=0 if entry == "prefill" else rows,
@@ -75,6 +82,16 @@ def blueprint_pipeline(mode: str = "decode", rows: int = 1, recipe: str = "fp8-b
     return ",".join(passes + (["blueprint-collapse"] if collapse else []))
 
 
+def max_seq(module: ModuleOp) -> int | None:
+    """The context size (MaxSeq) of a module-level program, or None if it has no model."""
+    from strata.dialects.instances import InstanceError, find_model, instantiate
+
+    try:
+        return int(instantiate(find_model(module)).dim("MaxSeq"))
+    except (InstanceError, KeyError, StrataError):
+        return None
+
+
 def blueprint_module(module: ModuleOp, model_name: str, mode: str = "decode", rows: int = 1,
                      recipe: str = "fp8-bf16head", **options: Any) -> ModuleOp:
     """The blueprint level of the module-level program `module` (one function, named after its
@@ -82,6 +99,7 @@ def blueprint_module(module: ModuleOp, model_name: str, mode: str = "decode", ro
     from xdsl.dialects import func
     from xdsl.dialects.builtin import StringAttr
 
+    options.setdefault("max_ctx", max_seq(module))
     out = lowered(module, blueprint_pipeline(mode, rows, recipe, **options))
     for fn in out.walk():
         if isinstance(fn, func.FuncOp):

@@ -19,7 +19,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from strata.errors import StrataError
-from strata.passes.pipelines import blueprint_module, blueprint_pipeline, entry_pipeline, lowered
+from strata.passes.pipelines import blueprint_module, blueprint_pipeline, entry_pipeline, lowered, max_seq
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def view(module: ModuleOp, level: str, fmt: str, *, lowering: Lowering, bp: Blue
         graph = V.op_graph(lowered(module, lowering.pipeline()))
         keys = V.layer_keys(graph)
     else:
-        spec = blueprint_pipeline(bp.mode, bp.rows, bp.recipe, kv=bp.kv)
+        spec = blueprint_pipeline(bp.mode, bp.rows, bp.recipe, kv=bp.kv, max_ctx=max_seq(module))
         graph, keys = V.blueprint_graph(_function(lowered(module, spec)))
     full = len(graph.nodes)
     if not expand:

@@ -97,3 +97,31 @@ def test_prefill_tokens_beyond_the_context_are_refused_at_any_start(model, capsy
             "200 tokens exceed the context of 128")
     opt_refused(capsys, [MODULE_LEVEL, "-p", "convert-module-to-op{tokens=1000000000}"],
                 "convert-module-to-op: 1000000000 tokens exceed the context of 64")
+
+
+@pytest.mark.parametrize("argv", [
+    ["inspect", "--level", "blueprint", "--rows", "100000"],
+    ["blueprint", "--rows", "129", "--format", "table"],
+    ["view", "--level", "blueprint", "--rows", "1000"],
+    ["ir", "--level", "blueprint", "--tokens", "1000"],
+])
+def test_blueprint_rows_beyond_the_context_are_refused(model, capsys, argv):
+    refused(capsys, [argv[0], str(model), *argv[1:]], "rows exceed the model's context of 128 (MaxSeq)")
+
+
+def test_the_largest_blueprint_the_context_holds_is_accepted(model, capsys):
+    assert main(["inspect", str(model), "--level", "blueprint", "--mode", "prefill", "--rows", "128"]) == 0
+
+
+def test_a_blueprint_function_s_rows_are_checked_by_every_pass_and_printer(model, tmp_path, capsys):
+    assert main(["ir", str(model), "--level", "blueprint", "--tokens", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "blueprint.rows = 3 : i64" in text
+    bad = tmp_path / "bad.mlir"
+    bad.write_text(text.replace("blueprint.rows = 3 : i64", "blueprint.rows = -5 : i64"))
+    for tool in (["-p", "blueprint-fuse"], ["-p", "blueprint-place-state"], ["-p", "blueprint-collapse"],
+                 ["-t", "kbp-graph"], ["-t", "blueprint-table"], ["-t", "blueprint-dot"]):
+        opt_refused(capsys, [bad, *tool], "@prefill: mode prefill takes 0 to 2147483647 rows, got -5")
+    draft = tmp_path / "draft.mlir"
+    draft.write_text(text.replace('blueprint.mode = "prefill"', 'blueprint.mode = "draft"'))
+    opt_refused(capsys, [draft, "-p", "blueprint-fuse"], "mode draft takes exactly 1 row, got 3")

@@ -15,6 +15,7 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from strata.dialects import parse_ir, strata_context
 from strata.dialects.blueprint.base import NodeOp
 from strata.dialects.blueprint.gdn import StateSnapshotOp
+from strata.errors import StrataError
 from strata.passes import strata_passes
 from strata.passes.blueprint_assign_precision import BlueprintAssignPrecisionPass
 from strata.passes.blueprint_place_state import BlueprintPlaceStatePass, PlaceStateError
@@ -101,7 +102,7 @@ def test_snapshots_by_mode(mode, inserted):
 
 
 def test_unknown_mode():
-    with pytest.raises(PlaceStateError, match="unknown blueprint.mode 'train'"):
+    with pytest.raises(StrataError, match="blueprint-place-state: @decode: unknown mode 'train'"):
         place(blueprint_text(["linear_attention"], mode="train"))
 
 

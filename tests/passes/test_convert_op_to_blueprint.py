@@ -83,7 +83,7 @@ def test_modes():
         fn = convert_function(dec, mode, 1)
         assert fn.attributes["blueprint.mode"].data == mode and "l0.gdn.conv_ckpt" in _nodes(fn)
     assert "l0.gdn.conv_ckpt" not in _nodes(convert_function(lower_fn(cfg, "prefill", tokens=4), "prefill", 4))
-    with pytest.raises(ConversionError, match="mode draft cannot have 4 rows"):
+    with pytest.raises(ConversionError, match="mode draft takes exactly 1 row, got 4"):
         convert_function(dec, "draft", 4)
     with pytest.raises(ConversionError, match="unknown mode 'chat'"):
         convert_function(dec, "chat", 1)

@@ -29,13 +29,13 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, Module
 from xdsl.ir import Block, Region
 
 from strata.dialects.blueprint.attrs import EdgeType
+from strata.dialects.blueprint_graph import MODES, check_mode_rows
 from strata.passes.convert_op_to_blueprint import blocks
 from strata.passes.convert_op_to_blueprint.graph import ConversionError, Dims, OpGraph
+from strata.errors import StrataError
 from strata.passes.options import StrataPass
 
 __all__ = ["ConvertOpToBlueprintPass", "ConversionError", "MODES", "convert_function"]
-
-MODES = ("decode", "multi_seq", "verify", "draft", "prefill")
 
 _MIXERS = {"linear_attention": blocks.gdn, "full_attention": blocks.attention}
 _FFNS = {"moe_ffn": blocks.moe, "ffn": blocks.ffn}
@@ -50,10 +50,10 @@ def _element(graph: OpGraph):
 
 def convert_function(fn: func.FuncOp, mode: str = "decode", rows: int = 1) -> func.FuncOp:
     """The blueprint function of the op-level function `fn`."""
-    if mode not in MODES:
-        raise ConversionError(f"convert-op-to-blueprint: unknown mode '{mode}' (known: {', '.join(MODES)})")
-    if rows < (0 if mode == "prefill" else 1) or (mode == "draft" and rows != 1):
-        raise ConversionError(f"convert-op-to-blueprint: mode {mode} cannot have {rows} rows")
+    try:
+        check_mode_rows(mode, rows, "convert-op-to-blueprint")
+    except StrataError as e:
+        raise ConversionError(str(e)) from None
     graph = OpGraph.of(fn)
     tok_type = EdgeType("n", "1", i32)
     block = Block(arg_types=[tok_type])

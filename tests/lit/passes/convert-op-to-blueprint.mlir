@@ -62,4 +62,4 @@
 // DENSE: %l0.ffn.d = blueprint.linear %l0.ffn.act weight "blk.0.ffn_down.weight" role "down"
 // DENSE: %l0.ffn.y = blueprint.residual_add %l0.attn.y, %l0.ffn.d
 
-// ERR: convert-op-to-blueprint: mode draft cannot have 2 rows
+// ERR: convert-op-to-blueprint: mode draft takes exactly 1 row, got 2
