@@ -43,6 +43,7 @@ from xdsl.printer import Printer
 from xdsl.traits import MemoryReadEffect, Pure
 from xdsl.utils.exceptions import VerifyException
 
+from strata.ir.checks import elem_of, require, shape_of
 from strata.ir.dtypes import DType, TensorOf, is_int, register_dtype
 
 MAX_FRAC = 31
@@ -108,25 +109,8 @@ def frac_of(value: SSAValue | Attribute) -> int:
     return el.frac
 
 
-def shape_of(value: SSAValue) -> tuple[int, ...]:
-    t = value.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
-
-
-def require(cond: bool, message: str) -> None:
-    if not cond:
-        raise VerifyException(message)
-
-
-def _elem(value: SSAValue) -> Attribute:
-    t = value.type
-    assert isinstance(t, TensorType)
-    return t.get_element_type()
-
-
 def _is_u8(value: SSAValue) -> bool:
-    el = _elem(value)
+    el = elem_of(value)
     return isinstance(el, IntegerType) and el.width.data == 8 and el.signedness.data == Signedness.UNSIGNED
 
 
@@ -144,7 +128,7 @@ class FixedOp(IRDLOperation):
             lo, hi = (f.value.data for f in self.calibrated.data)
             require(lo <= hi, f"{self.name}: range [{lo}, {hi}] has min > max")
         for r in self.results:
-            require(isinstance(_elem(r), FixedPointType), f"{self.name}: the result must be a fixed-point tensor, got {r.type}")
+            require(isinstance(elem_of(r), FixedPointType), f"{self.name}: the result must be a fixed-point tensor, got {r.type}")
         self.verify_op()
 
     def verify_op(self) -> None:
@@ -203,7 +187,7 @@ class ParamOp(IRDLOperation):
     def verify_(self) -> None:
         part = self.part_name
         require(part in PARTS, f"fixed.param: part must be one of {', '.join(PARTS)}, got '{part}'")
-        fixed = isinstance(_elem(self.result), FixedPointType)
+        fixed = isinstance(elem_of(self.result), FixedPointType)
         if part == "value":
             require(self.block is None, "fixed.param: a block is for an int4 part")
         else:
@@ -414,7 +398,7 @@ class DequantInt8Op(FixedOp):
     def verify_op(self) -> None:
         x, s, r = shape_of(self.src), shape_of(self.scales), shape_of(self.result)
         hd = self.head_dim.value.data
-        require(is_int(_elem(self.src), 8), f"fixed.dequant_int8: the source is an 8-bit tensor, got {self.src.type}")
+        require(is_int(elem_of(self.src), 8), f"fixed.dequant_int8: the source is an 8-bit tensor, got {self.src.type}")
         require(len(x) == 2 and hd > 0 and x[1] % hd == 0, f"fixed.dequant_int8: the source is [rows, heads*{hd}], got {list(x)}")
         require(s == (x[1] // hd,), f"fixed.dequant_int8: one scale per head: [{x[1] // hd}], got {list(s)}")
         require(r == x, f"fixed.dequant_int8: result shape {list(r)} must be the source's {list(x)}")
@@ -439,7 +423,7 @@ class QuantInt8Op(IRDLOperation):
     def verify_(self) -> None:
         x, s, r = shape_of(self.src), shape_of(self.scales), shape_of(self.result)
         hd = self.head_dim.value.data
-        require(is_int(_elem(self.result), 8), f"fixed.quant_int8: the result is an 8-bit tensor, got {self.result.type}")
+        require(is_int(elem_of(self.result), 8), f"fixed.quant_int8: the result is an 8-bit tensor, got {self.result.type}")
         require(len(x) == 2 and hd > 0 and x[1] % hd == 0, f"fixed.quant_int8: the source is [rows, heads*{hd}], got {list(x)}")
         require(s == (x[1] // hd,), f"fixed.quant_int8: one scale per head: [{x[1] // hd}], got {list(s)}")
         require(r == x, f"fixed.quant_int8: result shape {list(r)} must be the source's {list(x)}")

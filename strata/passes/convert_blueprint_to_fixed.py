@@ -79,6 +79,7 @@ from strata.dialects import blueprint as B
 from strata.dialects import fixed as FX
 from strata.dialects import fixed_kv as KV
 from strata.errors import StrataError
+from strata.ir.checks import shape_of
 from strata.ir.int4 import dequantize_int4_block, quantize_int4_block
 from strata.passes.assign_frac_bits import frac_bits, read_tensor_ranges
 
@@ -165,7 +166,7 @@ class _Builder:
     # ops --------------------------------------------------------------------------------------
 
     def projection(self, x: SSAValue, name: str, n: int, fmt, key: str) -> SSAValue:
-        k = FX.shape_of(x)[1]
+        k = shape_of(x)[1]
         attrs = {"node": StringAttr(key)}
         out = _t((self.rows, n), self.frac(key))
         if fmt is not None and fmt.elem.data == "int4":
@@ -240,7 +241,7 @@ def convert_function(fn: func.FuncOp, tensors: Mapping[str, Any], weights: Any =
         elif isinstance(op, (B.RmsNormOp, B.FinalNormOp)):
             name = "result_norm" if isinstance(op, B.FinalNormOp) else ("ffn_norm-" if ".ffn." in nid else "attn_norm-") + L
             key = b.key(name, node=nid)
-            shape = FX.shape_of(a[0])
+            shape = shape_of(a[0])
             w = b.value_param(op.param.data, shape[1:], 24)
             eps = op.attributes.get("eps")
             out = b.add(FX.RmsNormOp.create(operands=[a[0], w], result_types=[_t(shape, b.frac(key))], attributes={
@@ -274,7 +275,7 @@ def convert_function(fn: func.FuncOp, tensors: Mapping[str, Any], weights: Any =
             outs = []
             for x, name in zip(a, (f"Qcur-{L}", f"Kcur-{L}")):
                 key = b.key(name, "op.rope", nid)
-                outs.append(b.add(FX.RopeOp.create(operands=[x, cos, sin], result_types=[_t(FX.shape_of(x), b.frac(key))],
+                outs.append(b.add(FX.RopeOp.create(operands=[x, cos, sin], result_types=[_t(shape_of(x), b.frac(key))],
                                                    attributes={"node": StringAttr(key), "head_dim": IntegerAttr(hd, i64)})))
             for r, v in zip(op.results, outs):
                 vals[r] = v
@@ -285,7 +286,7 @@ def convert_function(fn: func.FuncOp, tensors: Mapping[str, Any], weights: Any =
             attrs = {"node": StringAttr(key), "head_dim": IntegerAttr(hd, i64),
                      "scale": FloatAttr(float(op.attributes["scale"].value.data), f64),  # type: ignore[attr-defined]
                      "sfrac": IntegerAttr(max(0, frac_bits(0.0, qk[0] * qk[1] * hd)), i64)}
-            out_t = _t(FX.shape_of(a[0]), b.frac(key))
+            out_t = _t(shape_of(a[0]), b.frac(key))
             if ctx:
                 vmax = max(map(abs, b.span(b.key(f"Vcur-{L}", "op.mul_mat", nid))))
                 k, v = (_cached(b, x, f"cache_{kv}_l{L}", top, ctx, hd, block.args[1])
@@ -296,14 +297,14 @@ def convert_function(fn: func.FuncOp, tensors: Mapping[str, Any], weights: Any =
                 out = b.add(FX.AttentionOp.create(operands=a[:3], result_types=[out_t], attributes=attrs))
         elif isinstance(op, B.ResidualAddOp):
             key = b.key(("l_out-" if ".ffn." in nid else "ffn_inp-") + L, node=nid)
-            out = b.add(FX.AddOp.create(operands=a[:2], result_types=[_t(FX.shape_of(a[0]), b.frac(key))],
+            out = b.add(FX.AddOp.create(operands=a[:2], result_types=[_t(shape_of(a[0]), b.frac(key))],
                                         attributes={"node": StringAttr(key)}))
         elif isinstance(op, B.SiluMulOp):
             gate, up = a[0]
             lo, hi = b.span(gate.owner.node.data)  # type: ignore[union-attr]
-            s = b.add(FX.SiluOp.create(operands=[gate], result_types=[_t(FX.shape_of(gate), frac_bits(SILU_MIN, max(hi, 0.0)))]))
+            s = b.add(FX.SiluOp.create(operands=[gate], result_types=[_t(shape_of(gate), frac_bits(SILU_MIN, max(hi, 0.0)))]))
             key = b.key(f"ffn_swiglu-{L}", node=nid)
-            out = b.add(FX.MulOp.create(operands=[s, up], result_types=[_t(FX.shape_of(up), b.frac(key))],
+            out = b.add(FX.MulOp.create(operands=[s, up], result_types=[_t(shape_of(up), b.frac(key))],
                                         attributes={"node": StringAttr(key)}))
         else:
             raise ConvertFixedError(f"convert-blueprint-to-fixed: blueprint node '{nid}' ({op.name}) has no fixed-level form")
@@ -325,14 +326,14 @@ def convert_function(fn: func.FuncOp, tensors: Mapping[str, Any], weights: Any =
 
 def _cached(b: _Builder, x: SSAValue, state: str, top: float, ctx: int, hd: int, pos: SSAValue) -> SSAValue:
     """x's rows quantized to int8 into the state at pos, and the whole state read back."""
-    width = FX.shape_of(x)[1]
+    width = shape_of(x)[1]
     scale = max(top, 2.0 ** -24) / 127.0
     sfrac = max(0, frac_bits(0.0, scale))
     s = min(int(np.floor(scale * 2.0 ** sfrac + 0.5)), 2 ** 31 - 1)  # rounded half away from zero (scale > 0)
     consts = b.add(KV.ConstOp.create(attributes={"value": DenseArrayBase.from_list(i64, [s] * (width // hd))},
                                      result_types=[_t((width // hd,), sfrac)]))
     hd_attr = {"head_dim": IntegerAttr(hd, i64)}
-    q8 = b.add(FX.QuantInt8Op.create(operands=[x, consts], result_types=[TensorType(I8, FX.shape_of(x))],
+    q8 = b.add(FX.QuantInt8Op.create(operands=[x, consts], result_types=[TensorType(I8, shape_of(x))],
                                      attributes=hd_attr))
     cache = b.add(KV.KvStateOp.create(attributes={"state": StringAttr(state)}, result_types=[TensorType(I8, [ctx, width])]))
     b.block.add_op(KV.CacheWriteOp.create(operands=[cache, q8, pos]))

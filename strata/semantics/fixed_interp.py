@@ -29,8 +29,9 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
 
 from strata.dialects import fixed as FX
-from strata.dialects.fixed import frac_of, shape_of
+from strata.dialects.fixed import frac_of
 from strata.errors import StrataError
+from strata.ir.checks import shape_of
 from strata.ir.impls import Implementations
 from strata.ir.int4 import pack_int4, quantize_int4_block, unpack_int4
 from strata.semantics.fixed_arith import (

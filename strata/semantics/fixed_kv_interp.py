@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from strata.dialects import fixed_kv as KV
-from strata.dialects.fixed import frac_of, shape_of
+from strata.dialects.fixed import frac_of
+from strata.ir.checks import shape_of
 from strata.semantics.fixed_arith import I64, ceil_log2, rshift_round, sat32, shift, softmax_q31, to_fixed
 from strata.semantics.fixed_interp import FIXED_INTERPRETER, Env, FixedRunError
 

@@ -39,7 +39,8 @@ from xdsl.ir import Operation, SSAValue
 
 from strata.dialects import fixed as FX
 from strata.dialects import fixed_kv as KV
-from strata.dialects.fixed import frac_of, shape_of
+from strata.dialects.fixed import frac_of
+from strata.ir.checks import shape_of
 from strata.ir.impls import Implementations
 from strata.semantics.fixed_arith import ceil_log2
 from strata.semantics.fixed_interp import FIXED_INTERPRETER, Env, rope_tables
