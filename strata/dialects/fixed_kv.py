@@ -24,7 +24,7 @@ from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, String
 from xdsl.irdl import IRDLOperation, attr_def, irdl_op_definition, operand_def, result_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-from strata.dialects.fixed import MAX_FRAC, FixedOp, FixedPointType, FixedTensor
+from strata.dialects.fixed_base import MAX_FRAC, FixedOp, FixedPointType, FixedTensor
 from strata.ir.checks import elem_of, require, shape_of
 from strata.ir.dtypes import TensorOf, is_int
 
