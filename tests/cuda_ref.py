@@ -43,9 +43,8 @@ class Bp:
         model = load_model(directory)
         self.fn = find_function(blueprint_of(model, mode, rows, recipe))
         self.store = model.open_weights(quiet=True)
-        self.dims = {k: int(v.value.data) for k, v in self.fn.attributes["blueprint.dims"].data.items()}
-        table = self.fn.attributes.get("blueprint.weights")
-        self.table = table.data if table is not None else {}
+        self.dims = B.function_dims(self.fn)
+        self.table = B.function_weights(self.fn)
 
     def groups(self, rule: str) -> list[B.GroupOp]:
         return [op for op in self.fn.walk() if isinstance(op, B.GroupOp) and op.rule.data == rule]
@@ -106,14 +105,12 @@ class Bp:
         """(the stored tensor of weight `name`, its conversion or None), as Env.raw reads them."""
         from strata.semantics.op_interp import PARAM_CONVERSIONS
 
-        info = self.table.get(name)
-        src = info.data["source"].data if info is not None and "source" in info.data else name
-        w = np.asarray(self.store.get(src), np.float32)
-        if info is None or "convert" not in info.data:
+        read = self.table.get(name) or B.WeightRead(name)
+        w = np.asarray(self.store.get(read.source), np.float32)
+        if read.convert is None:
             return w, None
-        args = tuple(info.data["convert_args"].get_values()) if "convert_args" in info.data else ()
-        fn = PARAM_CONVERSIONS[info.data["convert"].data]
-        return w, lambda x: np.asarray(fn(x, args))
+        fn = PARAM_CONVERSIONS[read.convert]
+        return w, lambda x: np.asarray(fn(x, read.args))
 
     def raw_weight(self, op) -> np.ndarray:
         env = self.env()

@@ -197,8 +197,7 @@ def _dim(b: _Builder, name: str) -> int:
 def convert_function(fn: func.FuncOp, tensors: Mapping[str, Any], weights: Any = None, ctx: int = 0) -> func.FuncOp:
     """The fixed function of one prefill blueprint function (see the module docstring); with
     `ctx` > 0 a decode step over a persistent int8 KV cache of ctx positions."""
-    dims_attr = fn.attributes.get("blueprint.dims")
-    dims = {k: int(v.value.data) for k, v in dims_attr.data.items()} if dims_attr is not None else {}  # type: ignore[attr-defined]
+    dims = B.function_dims(fn)
     rows_attr = fn.attributes.get("blueprint.rows")
     mode = fn.attributes.get("blueprint.mode")
     if rows_attr is None or mode is None or mode.data != "prefill":  # type: ignore[attr-defined]

@@ -54,6 +54,7 @@ from xdsl.ir import Operation, SSAValue
 
 from strata.dialects import blueprint as B
 from strata.dialects.blueprint.attrs import FormatAttr
+from strata.dialects.blueprint.facts import WeightRead, function_dims, function_weights
 from strata.errors import StrataError
 from strata.ir import fp8, ggml_blocks
 from strata.ir.int4 import dequantize_int4_block, quantize_int4_block, roundf  # noqa: F401 - re-exported
@@ -136,7 +137,7 @@ class Env:
     norm_topk_prob: bool = True
     cache: dict[tuple, np.ndarray] = field(default_factory=dict)
     #: weight name -> its stored name and conversion (the function's `blueprint.weights`)
-    table: Mapping[str, Any] = field(default_factory=dict)
+    table: Mapping[str, WeightRead] = field(default_factory=dict)
     observe: Callable[[Operation, tuple], None] | None = None
 
     def dim(self, name: str) -> int:
@@ -148,21 +149,19 @@ class Env:
         """The weight `name`: its stored tensor, in the format `fmt` (quantized as stored, as a
         quantized checkpoint holds it: one scale grid per stored tensor), then converted as the
         weight table says."""
-        info = self.table.get(name)
-        stored = info.data["source"].data if info is not None and "source" in info.data else name
+        read = self.table.get(name) or WeightRead(name)
         try:
-            w = self.weights[stored] if isinstance(self.weights, Mapping) else self.weights.get(stored)
+            w = self.weights[read.source] if isinstance(self.weights, Mapping) else self.weights.get(read.source)
         except (KeyError, StrataError):
             w = None
         if w is None:
-            raise BlueprintRunError(f"no weight '{stored}'")
+            raise BlueprintRunError(f"no weight '{read.source}'")
         if fmt is not None:
             w = quantize_weight(np.asarray(w), fmt)
-        if info is not None and "convert" in info.data:
+        if read.convert is not None:
             from strata.semantics.op_interp import PARAM_CONVERSIONS
 
-            args = tuple(info.data["convert_args"].get_values()) if "convert_args" in info.data else ()
-            w = PARAM_CONVERSIONS[info.data["convert"].data](w, args)
+            w = PARAM_CONVERSIONS[read.convert](w, read.args)
         return np.asarray(w)
 
     def node_weight(self, op: Operation) -> np.ndarray:
@@ -561,11 +560,8 @@ def run_blueprint(fn: func.FuncOp, weights: Any, state: dict[str, np.ndarray],
     args = fn.body.block.args
     if len(inputs) != len(args):
         raise BlueprintRunError(f"@{fn.sym_name.data}: takes {len(args)} inputs, got {len(inputs)}")
-    fn_dims = fn.attributes.get("blueprint.dims")
-    bound = {k: int(v.value.data) for k, v in fn_dims.data.items()} if fn_dims is not None else {}  # type: ignore[attr-defined]
-    table = fn.attributes.get("blueprint.weights")
-    env = Env(weights, state, bound | dict(dims or {}), pos, eps, rope_theta, norm_topk_prob,
-              cache if cache is not None else {}, table.data if table is not None else {}, observe)  # type: ignore[attr-defined]
+    env = Env(weights, state, function_dims(fn) | dict(dims or {}), pos, eps, rope_theta, norm_topk_prob,
+              cache if cache is not None else {}, function_weights(fn), observe)
     values: dict[SSAValue, np.ndarray] = {}
     for v, x in zip(args, inputs):
         x = np.asarray(x)
