@@ -22,7 +22,7 @@ from strata.exporters.onnx_graph import (
 )
 from strata.ir.checks import shape_of
 from strata.semantics import kernels as K
-from strata.semantics.op_interp import INTERPRETER, numpy_dtype
+from strata.semantics.op_interp import numpy_dtype, read_param
 
 # ---------------------------------------------------------------------------------------------
 # Leaves
@@ -31,10 +31,7 @@ from strata.semantics.op_interp import INTERPRETER, numpy_dtype
 @ONNX_EXPORT.register(O.ParamOp)
 def _param(ex: Exporter, op: O.ParamOp) -> None:
     # The interpreter's param: the stored tensor, converted and checked against the IR type.
-    class _Env:
-        weights = ex.weights
-
-    array = INTERPRETER[O.ParamOp](op, [], _Env)
+    array = read_param(op, ex.weights)
     try:
         name = ex.const(np.asarray(array), sanitize(op.tensor_name.data))
     except (TypeError, ValueError, KeyError) as e:
