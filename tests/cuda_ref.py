@@ -3,7 +3,7 @@
 A tiny model's blueprint (`Bp`) gives real groups: their nodes, attributes (eps, rope mode and
 sections, attention scale, top-k norm), dims and weights (converted as the function's weight
 table says). `Bp.reference(group, inputs)` runs the group's nodes with the blueprint
-interpreter's implementation of each node (`BLUEPRINT_INTERPRETER`), in f32: weights are
+interpreter's implementation of each node (`run_group`), in f32: weights are
 quantized and dequantized as the node's weight format says (the "pre-dequantized" weights), but
 activations and outputs are not rounded through bf16 (the Triton interpreter cannot do bf16
 arithmetic), so the kernels are compared with the reference's f32 computation.
@@ -19,7 +19,7 @@ import torch
 from strata.dialects import blueprint as B
 from strata.ir import fp8
 from strata.pipeline import blueprint_of, load_model
-from strata.semantics.blueprint_interp import BLUEPRINT_INTERPRETER, Env, quantize_int4_block
+from strata.semantics.blueprint_interp import Env, quantize_int4_block, run_group
 from strata.semantics.op_interp import find_function
 
 RNG = np.random.default_rng(7)
@@ -87,14 +87,7 @@ class Bp:
 
     def reference(self, group: B.GroupOp, values: dict, state: dict | None = None, pos: int = 0) -> list:
         """The group's yielded values: each node by its interpreter implementation, in f32."""
-        env = self.env(state, pos)
-        values = dict(values)
-        for op in group.body.block.ops:
-            if isinstance(op, B.YieldOp):
-                return [values[v] for v in op.operands]
-            results = BLUEPRINT_INTERPRETER.get(type(op))(op, [values[v] for v in op.operands], env)
-            values.update(zip(op.results, results))
-        raise AssertionError("a group without a yield")
+        return run_group(group, values, self.env(state, pos), emulate_precision=False)
 
     # -- weights, as the kernels take them ---------------------------------------------------
 
