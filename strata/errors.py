@@ -8,13 +8,27 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
 
 class StrataError(Exception):
     """An error for the user: printed as one line, no traceback, exit code 1."""
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """A StrataError raised inside comes out as it was raised. xDSL's interpreter loop and its
+    pattern walker attach the whole IR, the failing op underlined, as a note to any error raised
+    under them: kept for other errors (a bug), dropped from a StrataError, a message for the user."""
+    try:
+        yield
+    except StrataError as error:
+        if hasattr(error, "__notes__"):
+            del error.__notes__
+        raise
 
 
 def run_tool(prog: str, body: Callable[[], int], *, owns_process: bool = False) -> int:

@@ -91,7 +91,7 @@ from xdsl.pattern_rewriter import (
 from strata.dialects import blueprint as B
 from strata.dialects import fixed as FX
 from strata.dialects import fixed_kv as KV
-from strata.errors import StrataError
+from strata.errors import StrataError, one_line_errors
 from strata.ir.checks import shape_of
 from strata.ir.int4 import dequantize_int4_block, quantize_int4_block
 from strata.passes.assign_frac_bits import frac_bits, read_tensor_ranges
@@ -467,7 +467,8 @@ def convert_function(fn: func.FuncOp, tensors: Mapping[str, Any], weights: Any =
                            block.args[-2], block.args[-1])
     walker = PatternRewriteWalker(GreedyRewritePatternApplier(_patterns(conv), dce_enabled=False),
                                   apply_recursively=False)
-    walker.rewrite_region(body)
+    with one_line_errors():
+        walker.rewrite_region(body)
     if not conv.logits:
         raise ConvertFixedError(f"convert-blueprint-to-fixed: @{fn.sym_name.data} has no lm_head")
     for op in block.ops:

@@ -55,6 +55,7 @@ from xdsl.ir import Operation, SSAValue
 
 from strata.dialects import blueprint as B
 from strata.dialects.blueprint.facts import function_dims, function_weights
+from strata.errors import one_line_errors
 from strata.ir.impls import Implementations
 from strata.ir.int4 import roundf  # noqa: F401 - re-exported
 from strata.semantics import kernels as K
@@ -463,4 +464,5 @@ def run_group(group: B.GroupOp, values: Mapping[SSAValue, np.ndarray], env: Env,
     """The values one group yields, given the edges it reads from outside (`values`)."""
     interpreter = interpreter_for(group, [BlueprintFunctions(env, emulate_precision)])
     interpreter.set_values(values.items())
-    return list(interpreter.run_op(group, ()))
+    with one_line_errors():
+        return list(interpreter.run_op(group, ()))

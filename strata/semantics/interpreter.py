@@ -11,7 +11,8 @@ A listener sees each op right after it runs: `Observer` hands it and its results
 (the levels' `observe=`); a level adds its own checks the same way (the op level checks each
 result against its IR type). `implementations(...)` is the registry view of such classes that
 `tests/test_registries.py` reads to find an op without semantics, and a level's run function
-checks its input against it before running anything (`first_unimplemented`).
+checks its input against it before running anything (`first_unimplemented`). A Strata error
+an implementation raises comes out as raised (`strata.errors.one_line_errors`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from xdsl.interpreters.func import FuncFunctions
 from xdsl.ir import Operation
 from xdsl.traits import IsTerminator
 
+from strata.errors import one_line_errors
 from strata.ir.impls import Implementations
 
 
@@ -72,4 +74,5 @@ def interpreter_for(op: Operation, functions: Iterable[InterpreterFunctions],
 def run_body(fn: func.FuncOp, functions: Iterable[InterpreterFunctions], args: Sequence[Any] = (),
              listeners: Sequence[Interpreter.Listener] = ()) -> PythonValues:
     """Run `fn`'s body on `args` (its block arguments' values); returns what its `func.return` returns."""
-    return interpreter_for(fn, functions, listeners).run_ssacfg_region(fn.body, tuple(args), fn.sym_name.data)
+    with one_line_errors():
+        return interpreter_for(fn, functions, listeners).run_ssacfg_region(fn.body, tuple(args), fn.sym_name.data)
