@@ -330,24 +330,50 @@ def llama3_scaling(g: GgufFile, theta: float, head_dim: int) -> dict[str, Any]:
     if f.shape != (head_dim // 2,) or not np.isfinite(f).all() or (f <= 0).any():
         raise GgufError(f"{g.path}: tensor '{name}' must hold {head_dim // 2} positive factors (one per rotated pair)")
     factor = float(f[-1])  # the lowest frequency is scaled by the whole factor
-    wavelen = 2 * math.pi * theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    mid = (f > 1 + 1e-6) & (f < factor * (1 - 1e-6))
-    why = None
-    if factor <= 1 or mid.sum() < 2:
-        why = "fewer than two frequencies between the unscaled and the fully scaled ones"
-    else:
-        s = (1 / f[mid] - 1 / factor) / (1 - 1 / factor)  # = original / wavelen / span - low / span
-        (a, b), *_ = np.linalg.lstsq(np.stack([1 / wavelen[mid], -np.ones(int(mid.sum()))], axis=1), s, rcond=None)
-        span = LLAMA3_ORIGINAL_CTX / a if a > 0 else -1.0
+    if factor <= 1:
+        raise GgufError(f"{g.path}: tensor '{name}' cannot be read as llama3 RoPE scaling: "
+                        "its lowest frequency is not scaled down")
+    line = _llama3_line(1 / (2 * math.pi * theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)),
+                        f, factor)
+    why = "no llama3 parameters give them"
+    if line is not None:
+        a, b = line
+        span = LLAMA3_ORIGINAL_CTX / a
         rs = {"rope_type": "llama3", "factor": factor, "low_freq_factor": float(b * span),
               "high_freq_factor": float(b * span + span), "original_max_position_embeddings": LLAMA3_ORIGINAL_CTX}
-        if span <= 0 or rs["low_freq_factor"] <= 0:
-            why = "no llama3 parameters give them"
-        elif not np.allclose(llama3_freq_factors(theta, head_dim, rs), f, rtol=1e-5, atol=0):
-            why = "they are not llama3's (the fitted parameters do not give them back)"
-        else:
+        if np.allclose(llama3_freq_factors(theta, head_dim, rs), f, rtol=1e-5, atol=0):
             return rs
+        why = "they are not llama3's (the fitted parameters do not give them back)"
     raise GgufError(f"{g.path}: tensor '{name}' cannot be read as llama3 RoPE scaling: {why}")
+
+
+def _llama3_line(x: np.ndarray, f: np.ndarray, factor: float) -> tuple[float, float] | None:
+    """(a, b) with a > 0 and b > 0 of the smoothing line s = a x - b (x = 1 / wavelength) that
+    llama3 scaling draws through `f`, the factors of frequencies x: s is 1 at the shortest
+    scaled wavelength, 0 at the longest unscaled one, and f = 1 / ((1 - s) / factor + s) between.
+    Two or more frequencies between fix the line (least squares); one or none leave it free,
+    and any line through them that keeps the unscaled ones (s >= 1) and the fully scaled ones
+    (s <= 0) on their sides gives the same factors: a tiny head has few pairs."""
+    unscaled, full = f <= 1 + 1e-6, f >= factor * (1 - 1e-6)
+    mid = ~unscaled & ~full
+    s = (1 / f[mid] - 1 / factor) / (1 - 1 / factor)
+    x_lo = float(x[full].max())  # the highest fully scaled frequency (the last pair is one)
+    # the lowest unscaled frequency, or, when every pair is scaled, one above them all
+    x_hi = float(x[unscaled].min()) if unscaled.any() else 2 * float(x.max())
+    if mid.sum() >= 2:
+        (a, b), *_ = np.linalg.lstsq(np.stack([x[mid], -np.ones(int(mid.sum()))], axis=1), s, rcond=None)
+    elif mid.sum() == 1:
+        xm, sm = float(x[mid][0]), float(s[0])
+        if not x_lo < xm < x_hi:
+            return None
+        a = max((1 - sm) / (x_hi - xm), sm / (xm - x_lo))
+        b = a * xm - sm
+    else:
+        if not x_lo < x_hi:
+            return None
+        a = 1 / (x_hi - x_lo)
+        b = a * x_lo
+    return (float(a), float(b)) if a > 0 and b > 0 else None
 
 
 def read_gguf_config(path: str | Path, g: GgufFile | None = None) -> Any:
