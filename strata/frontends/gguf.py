@@ -262,10 +262,10 @@ def hf_config_dict(g: GgufFile) -> dict[str, Any]:
     }
     theta = g.number(k("rope.freq_base"), 10000.0)
     rope_dims = g.integer(k("rope.dimension_count"), head_dim)
+    if arch in ("llama", "qwen2", "qwen3", "qwen3moe") and rope_dims != head_dim:  # llama.cpp asserts it too
+        raise GgufError(f"{g.path}: metadata key '{k('rope.dimension_count')}' is {rope_dims}; partial RoPE "
+                        f"(head dim {head_dim}) is not supported for {arch}")
     if arch in ("llama", "qwen2", "qwen3"):
-        if rope_dims != head_dim:
-            raise GgufError(f"{g.path}: metadata key '{k('rope.dimension_count')}' is {rope_dims}; partial RoPE "
-                            f"(head dim {head_dim}) is not supported for {arch}")
         d["intermediate_size"] = g.integer(k("feed_forward_length"))
         d["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
         if "rope_freqs.weight" in g.tensors:

@@ -213,7 +213,11 @@ def read_config(data: Any, file: str, name: str) -> Qwen35Config:
         raise f.error("hidden_act", f"is {act!r}; only 'silu' is supported")
     if f.flag("attention_bias", default=False):
         raise f.error("attention_bias", "is true; attention biases are not supported for this family")
+    if arch == "Qwen3MoeForCausalLM" and f.flag("use_sliding_window", default=False):
+        raise f.error("use_sliding_window", "is true; sliding-window attention is not supported")
     theta, partial, section, interleaved = _rope(f, d)
+    if arch == "Qwen3MoeForCausalLM":  # its default RoPE (HF's and llama.cpp's) turns every dim
+        partial = 1.0
     rotary = int(head_dim * partial)
     if rotary <= 0 or rotary % 2:
         key = "rope_parameters.partial_rotary_factor" if "partial_rotary_factor" in (

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from strata.cli import main
+from strata.pipeline import load_model
 
 DATA = Path(__file__).resolve().parent / "data"
 LLAMAS = ("llama-tiny", "llama3-tiny")
@@ -47,3 +48,20 @@ def test_llama3_scaling_shows_in_the_values(tmp_path, capsys):
     d = copy_with(tmp_path, "llama3-tiny", rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
     rc, out = verify(d, DATA / "llama3-tiny" / "prefill.callback.log", capsys)
     assert rc == 1 and "ops 1-5 agree; op 6 diverges: ROPE 'Qcur-0'" in out, out
+
+
+def test_qwen3_moe_turns_every_dim_whatever_partial_rotary_factor_says(tmp_path):
+    """HF's Qwen3-MoE (its default RoPE reads no partial_rotary_factor) and llama.cpp's qwen3moe
+    (which asserts n_rot == head_dim) both turn all 8 dims of a head. (The logs cannot tell:
+    at theta 1e6 the last two pairs turn by under 0.01 rad over the prompt.)"""
+    d = copy_with(tmp_path, "qwen3moe-nonorm-tiny",
+                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5})
+    assert load_model(d).config.rotary_dim == 8
+
+
+def test_qwen3_moe_sliding_window_is_refused(tmp_path, capsys):
+    """HF's Qwen3-MoE honours use_sliding_window, llama.cpp's qwen3moe does not: Strata refuses it
+    (as it does for Qwen2 and Qwen3) rather than ignore it."""
+    d = copy_with(tmp_path, "qwen3moe-nonorm-tiny", use_sliding_window=True, sliding_window=4)
+    assert main(["verify", str(d), "--against", str(DATA / "qwen3moe-nonorm-tiny" / "prefill.callback.log")]) == 1
+    assert "field 'use_sliding_window' is true; sliding-window attention is not supported" in capsys.readouterr().err

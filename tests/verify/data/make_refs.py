@@ -35,7 +35,8 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parent
 ORACLE = DATA.parents[3] / "shared" / "tools" / "llamacpp-oracle"
-LLAMA_CPP = Path(os.environ.get("LLAMA_CPP", Path.home() / ".cache/llamacpp-oracle/llama_cpp_python-0.3.36/vendor/llama.cpp"))
+_VENDORED = ".cache/llamacpp-oracle/llama_cpp_python-0.3.36/vendor/llama.cpp"  # where build.sh puts it
+LLAMA_CPP = Path(os.environ.get("LLAMA_CPP", Path.home() / _VENDORED))
 PY = os.environ.get("PY", sys.executable)
 PREFILL, DECODE = "hello world", "h"
 KEPT = ("config.json", "model.safetensors")
