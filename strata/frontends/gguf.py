@@ -42,6 +42,7 @@ Every error is a one-line `GgufError` naming the file and the key or tensor.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections.abc import Callable, Mapping
@@ -66,6 +67,8 @@ ARCHITECTURES = {
 }
 HYBRID = ("qwen35", "qwen35moe", "qwen3next")
 MOE = ("qwen3moe", "qwen35moe", "qwen3next")
+#: The architectures llama.cpp ropes with IMROPE (interleaved M-RoPE sections).
+IMROPE_ARCHS = ("qwen35", "qwen35moe")
 #: The tensor types read (ggml type names). Q6_K is what llama-quantize gives the output tensor
 #: (or tied embedding) of a Q4_0 file whose rows split into its 256-blocks.
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q6_K")
@@ -280,7 +283,7 @@ def hf_config_dict(g: GgufFile) -> dict[str, Any]:
         sections = [int(s) for s in sections]
         while len(sections) > 3 and sections[-1] == 0:  # ggml pads to 4; HF configs list 3
             sections.pop()
-        rope.update(mrope_section=sections, mrope_interleaved=arch in ("qwen35", "qwen35moe"))
+        rope.update(mrope_section=sections, mrope_interleaved=arch in IMROPE_ARCHS)
     sparse = [f"blk.{i}.ffn_gate_inp.weight" in g.tensors for i in range(layers)] if arch in MOE else [False] * layers
     if not all(sparse):
         d["intermediate_size"] = g.integer(k("feed_forward_length"))
@@ -384,9 +387,12 @@ def read_gguf_config(path: str | Path, g: GgufFile | None = None) -> Any:
     g = g or GgufFile(path)
     data = hf_config_dict(g)
     try:
-        return read_config_dict(data, str(g.path), g.path.stem)
+        cfg = read_config_dict(data, str(g.path), g.path.stem)
     except ConfigError as e:  # the dict's fields are the GGUF's keys: say so
         raise GgufError(f"{e} (read from the GGUF's metadata)") from None
+    if g.arch in IMROPE_ARCHS:  # llama.cpp gives M-RoPE's fourth stream position 0 for text
+        cfg = dataclasses.replace(cfg, mrope_extra_stream="zero")
+    return cfg
 
 
 # ---------------------------------------------------------------------------------------------

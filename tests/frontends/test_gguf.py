@@ -104,6 +104,10 @@ def test_metadata_gives_the_config(case: Case, kind: str) -> None:
         assert ours.rope_scaling is not None
         np.testing.assert_allclose(factors(ours), factors(theirs), rtol=1e-6)
         ours, theirs = (dataclasses.replace(c, rope_scaling=None) for c in (ours, theirs))
+    if getattr(theirs, "mrope_section", ()):
+        # llama.cpp gives M-RoPE's fourth stream position 0 for text (HF: the position)
+        assert (ours.mrope_extra_stream, theirs.mrope_extra_stream) == ("zero", "position")
+        ours = dataclasses.replace(ours, mrope_extra_stream="position")
     assert ours == theirs
 
 

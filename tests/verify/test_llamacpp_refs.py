@@ -50,6 +50,18 @@ def test_llama3_scaling_shows_in_the_values(tmp_path, capsys):
     assert rc == 1 and "ops 1-5 agree; op 6 diverges: ROPE 'Qcur-0'" in out, out
 
 
+def test_mrope_gguf_leaves_the_fourth_streams_pairs_unturned_as_llama_cpp_does(capsys):
+    """Sections [2, 0, 2] send rotary pair 1 of 4 to M-RoPE's fourth stream, which llama.cpp
+    sets to 0 for text: read from the GGUF, Strata leaves that pair unturned too."""
+    d = DATA / "qwen35-mrope-tiny"
+    for entry in ENTRIES:
+        rc, out = verify(d / "model.gguf", d / f"{entry}.callback.log", capsys)
+        assert rc == 0 and out.startswith("all 111 ops agree"), out
+    # At position 0 every rotation is the identity: the one-token log agrees from the HF directory too.
+    rc, out = verify(d, d / "decode.callback.log", capsys)
+    assert rc == 0, out
+
+
 def test_qwen3_moe_turns_every_dim_whatever_partial_rotary_factor_says(tmp_path):
     """HF's Qwen3-MoE (its default RoPE reads no partial_rotary_factor) and llama.cpp's qwen3moe
     (which asserts n_rot == head_dim) both turn all 8 dims of a head. (The logs cannot tell:

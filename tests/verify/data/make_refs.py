@@ -65,6 +65,17 @@ SPECS: dict[str, dict] = {
                              "norm_topk_prob": False, "decoder_sparse_step": 1, "mlp_only_layers": [],
                              "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
                              "tie_word_embeddings": False},
+    # Interleaved M-RoPE sections [2, 0, 2] send rotary pair 1 of 4 to the fourth stream, which
+    # llama.cpp sets to position 0 for text (the pair is not turned); HF turns every pair by the
+    # token's position.
+    "qwen35-mrope-tiny": {"model_type": "qwen3_5_text", "architectures": ["Qwen3_5ForCausalLM"], "vocab_size": 272,
+                          "hidden_size": 32, "num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"],
+                          "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "intermediate_size": 64,
+                          "linear_conv_kernel_dim": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 8,
+                          "linear_num_key_heads": 2, "linear_num_value_heads": 4, "max_position_embeddings": 512,
+                          "rms_norm_eps": 1e-6,
+                          "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                                              "mrope_section": [2, 0, 2], "mrope_interleaved": True}},
 }
 
 
@@ -82,7 +93,8 @@ def convert(spec: dict, work: Path, gguf: Path) -> Path:
     hf = work / "hf"
     run(PY, str(ORACLE / "mk_tiny.py"), str(work / "spec.json"), str(hf))
     run(PY, str(ORACLE / "tok.py"), str(hf))
-    run(PY, str(ORACLE / "convert.py"), str(hf), "--outtype", "f32", "--outfile", str(gguf))
+    hybrid = spec["architectures"][0].startswith("Qwen3_5")  # no multi-token-prediction layers here
+    run(PY, str(ORACLE / "convert.py"), str(hf), "--outtype", "f32", "--outfile", str(gguf), *(["--no-mtp"] if hybrid else []))
     return hf
 
 
