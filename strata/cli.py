@@ -324,12 +324,11 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Run the model on a llama-eval-callback log's prompt and compare every op's sum with it."""
-    from strata.verify.llamacpp import compare, parse_callback_log, strata_values
+    from strata.verify.llamacpp import parse_callback_log, verify
 
     log = parse_callback_log(Path(args.against))
     model = _model(args)
-    ours = strata_values(model, log.tokens, ctx=args.ctx, kv_pad=args.kv_pad)
-    agreed, divergence = compare(log, ours, args.rtol)
+    agreed, divergence = verify(model, log, args.rtol, ctx=args.ctx, kv_pad=args.kv_pad)
     if divergence is None:
         print(f"all {agreed} ops agree with {args.against} (rtol {args.rtol} of each tensor's magnitude)")
         return 0

@@ -141,3 +141,13 @@ def strata_values(model, tokens: Sequence[int], ctx: int, kv_pad: int) -> list[t
     ops = [op for op in fn.body.block.ops
            if not isinstance(op, func.ReturnOp) and TRACE[type(op)].ggml_op is not None]
     return [(name, kind, values[op]) for (name, kind, _, _), op in zip(trace_rows(fn), ops)]
+
+
+def verify(model, log: CallbackLog, rtol: float, ctx: int, kv_pad: int) -> tuple[int, Divergence | None]:
+    """`compare` of the model's values on the log's prompt with the log. Where the first
+    divergence is an op at which a field of the model's HF config that llama.cpp does not
+    represent shows (`strata.verify.llamacpp_fields`), its reason names that field."""
+    from strata.verify.llamacpp_fields import explain
+
+    agreed, divergence = compare(log, strata_values(model, log.tokens, ctx=ctx, kv_pad=kv_pad), rtol)
+    return agreed, None if divergence is None else explain(model, divergence)

@@ -12,6 +12,7 @@ import pytest
 
 from strata.cli import main
 from strata.pipeline import load_model
+from support import REFS
 
 DATA = Path(__file__).resolve().parent / "data"
 LLAMAS = ("llama-tiny", "llama3-tiny")
@@ -50,6 +51,41 @@ def test_llama3_scaling_shows_in_the_values(tmp_path, capsys):
     assert rc == 1 and "ops 1-5 agree; op 6 diverges: ROPE 'Qcur-0'" in out, out
 
 
+def test_norm_topk_prob_false_is_named_where_it_shows(capsys):
+    d = DATA / "qwen3moe-nonorm-tiny"
+    for entry in ENTRIES:
+        rc, out = verify(d, d / f"{entry}.callback.log", capsys)
+        assert rc == 1, out
+        assert "op 40 diverges: CLAMP 'ffn_moe_weights_sum_clamped-0'" in out, out
+        assert "llama.cpp ignores this HF config's 'norm_topk_prob': false: its qwen3moe graph always " \
+            "renormalises the top-k expert weights" in out, out
+        assert "\n" not in out
+        # The GGUF is what llama.cpp computed: Strata reads it as llama.cpp does.
+        rc, out = verify(d / "model.gguf", d / f"{entry}.callback.log", capsys)
+        assert rc == 0 and out.startswith("all 108 ops agree"), out
+
+
+@pytest.mark.skipif(not (REFS / "llamacpp" / "qwen3-next-tiny").is_dir(), reason="no ../shared/refs/llamacpp")
+def test_norm_topk_prob_false_is_named_for_qwen3_next_too(tmp_path, capsys):
+    """qwen3next.cpp renormalises too; the log of the norm_topk_prob: true model is llama.cpp's
+    for the false one (the GGUF has no key for it)."""
+    ref = REFS / "llamacpp" / "qwen3-next-tiny"
+    d = tmp_path / "next"
+    shutil.copytree(ref, d, ignore=shutil.ignore_patterns("*.log", "*.txt"))
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**config, "norm_topk_prob": False}))
+    rc, out = verify(d, ref / "prefill.callback.log", capsys)
+    assert rc == 1 and "diverges: CLAMP 'ffn_moe_weights_sum_clamped-0'" in out, out
+    assert "ignores this HF config's 'norm_topk_prob': false: its qwen3next graph" in out, out
+
+
+def test_an_unrelated_divergence_names_no_field(tmp_path, capsys):
+    """The field is named only at the op where it shows."""
+    d = copy_with(tmp_path, "qwen3moe-nonorm-tiny", rms_norm_eps=1e-2)
+    rc, out = verify(d, DATA / "qwen3moe-nonorm-tiny" / "prefill.callback.log", capsys)
+    assert rc == 1 and "op 3 diverges: MUL 'attn_norm-0'" in out and "norm_topk_prob" not in out, out
+
+
 def test_mrope_gguf_leaves_the_fourth_streams_pairs_unturned_as_llama_cpp_does(capsys):
     """Sections [2, 0, 2] send rotary pair 1 of 4 to M-RoPE's fourth stream, which llama.cpp
     sets to 0 for text: read from the GGUF, Strata leaves that pair unturned too."""
@@ -60,6 +96,15 @@ def test_mrope_gguf_leaves_the_fourth_streams_pairs_unturned_as_llama_cpp_does(c
     # At position 0 every rotation is the identity: the one-token log agrees from the HF directory too.
     rc, out = verify(d, d / "decode.callback.log", capsys)
     assert rc == 0, out
+
+
+def test_mrope_sections_reaching_the_fourth_stream_are_named_where_they_show(capsys):
+    """HF turns every pair by the token's position (Strata's HF path does, as transformers)."""
+    d = DATA / "qwen35-mrope-tiny"
+    rc, out = verify(d, d / "prefill.callback.log", capsys)
+    assert rc == 1 and "ops 1-74 agree; op 75 diverges: ROPE 'Qcur-1'" in out, out
+    assert "this HF config's 'rope_parameters.mrope_section': [2, 0, 2] otherwise than HF" in out, out
+    assert "turns rotary pair 1 of 4 by M-RoPE's fourth stream" in out and "\n" not in out, out
 
 
 def test_qwen3_moe_turns_every_dim_whatever_partial_rotary_factor_says(tmp_path):
