@@ -44,6 +44,14 @@ def test_llama_agrees_op_for_op(name, entry, source, capsys):
     assert rc == 0 and out.startswith("all 68 ops agree"), out
 
 
+@pytest.mark.parametrize("name, ops", [("qwen2", 74), ("qwen3", 76)])
+def test_qwen2_and_qwen3_keep_the_output_row_for_one_token_too(name, ops, capsys):
+    """llama.cpp's qwen2 and qwen3 gather out_ids in the last layer for a one-token call too."""
+    gguf = DATA.parents[1] / "frontends" / "data" / f"{name}-f32.gguf"
+    rc, out = verify(gguf, DATA / "fixtures" / f"{name}.decode.callback.log", capsys)
+    assert rc == 0 and out.startswith(f"all {ops} ops agree"), out
+
+
 def test_llama3_scaling_shows_in_the_values(tmp_path, capsys):
     """The llama3 logs tell a scaled RoPE from a plain one: the check above is not vacuous."""
     d = copy_with(tmp_path, "llama3-tiny", rope_parameters={"rope_type": "default", "rope_theta": 500000.0})

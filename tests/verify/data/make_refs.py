@@ -1,21 +1,24 @@
 """Regenerate the llama.cpp reference logs of tests/verify/test_llamacpp_refs.py (never run in CI).
 
-For each model below: a tiny random HF checkpoint written by transformers itself
+For each model of SPECS: a tiny random HF checkpoint written by transformers itself
 (../shared/tools/llamacpp-oracle/mk_tiny.py: transformers' init plus 0.15 randn, seed 0), the
 oracle's byte-level tokenizer (tok.py: "hello" is 256, 257, 78), llama.cpp's own
 convert_hf_to_gguf.py (through the oracle's convert.py, which skips the tokenizer-hash check)
-with --outtype f32, then llama-eval-callback on two prompts, context 256, one thread:
+with --outtype f32 (--no-mtp for Qwen3.5), then llama-eval-callback on two prompts, context
+256, one thread:
 
-    prefill.callback.log   PREFILL ("hello world", 11 tokens at positions 0-10)
-    decode.callback.log    DECODE ("h", one token at position 0: the shape of a decode step)
+    prefill.callback.log   PREFILL ("hello world": 9 tokens at positions 0-8)
+    decode.callback.log    DECODE ("h": one token at position 0, the shape of a decode step)
 
 What is kept, per model directory: config.json and model.safetensors (the HF directory as
 transformers wrote it, without the tokenizer, which verify does not read), model.gguf and the
-two logs. A second conversion checks the claims the tests make about the converter:
+two logs. For the GGUF fixtures of tests/frontends/data named in FIXTURES, the DECODE log only
+(`fixtures/<name>.decode.callback.log`): the one-token graph of llama.cpp's other llama-style
+builders.
 
-* `tie_word_embeddings`: the Llama converter writes the checkpoint's lm_head.weight as
-  output.weight whatever the config says, so a copy of llama-tiny with the field set true
-  converts to the same tensors (checked here), and llama-tiny's logs are llama.cpp's for it.
+One more conversion checks a claim of strata/verify/llamacpp_fields.py about the converter:
+llama-tiny's checkpoint (which stores lm_head.weight) with `tie_word_embeddings: true`
+converts to llama-tiny's tensors, its lm_head.weight as output.weight.
 
 Usage (the oracle built by ../shared/tools/llamacpp-oracle/build.sh):
 
@@ -79,6 +82,10 @@ SPECS: dict[str, dict] = {
 }
 
 
+#: GGUF fixtures of tests/frontends/data whose one-token log is kept.
+FIXTURES = ("qwen2", "qwen3")
+
+
 def run(*cmd: str, out: Path | None = None) -> None:
     print("+", " ".join(cmd), flush=True)
     env = {**os.environ, "LLAMA_CPP": str(LLAMA_CPP)}
@@ -138,10 +145,15 @@ def check_tied_converts_the_same(hf: Path, gguf: Path, work: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    names = argv or list(SPECS)
+    names = argv or [*SPECS, *FIXTURES]
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            make(name, Path(tmp))
+            if name in FIXTURES:
+                (DATA / "fixtures").mkdir(exist_ok=True)
+                gguf = DATA.parents[1] / "frontends" / "data" / f"{name}-f32.gguf"
+                callback(gguf, DECODE, DATA / "fixtures" / f"{name}.decode.callback.log")
+            else:
+                make(name, Path(tmp))
     return 0
 
 
