@@ -130,3 +130,8 @@ def test_qwen3_moe_sliding_window_is_refused(tmp_path, capsys):
     d = copy_with(tmp_path, "qwen3moe-nonorm-tiny", use_sliding_window=True, sliding_window=4)
     assert main(["verify", str(d), "--against", str(DATA / "qwen3moe-nonorm-tiny" / "prefill.callback.log")]) == 1
     assert "field 'use_sliding_window' is true; sliding-window attention is not supported" in capsys.readouterr().err
+
+
+def test_reference_data_is_small():
+    total = sum(p.stat().st_size for p in DATA.rglob("*") if p.is_file())
+    assert total < 3 * 2**20, total
