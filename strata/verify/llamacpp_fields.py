@@ -16,7 +16,7 @@ where such a field takes effect. `explain` names the field at that op:
   layer's ROPE of Q, from the second position on.
 
 Fields checked and not listed:
-* llama.cpp honours them as HF does: Llama's attention and MLP biases, Qwen2's q/k/v biases,
+* llama.cpp honours them as HF does: Llama's attention biases, Qwen2's q/k/v biases,
   `head_dim`, `rms_norm_eps`, the llama3 RoPE scaling (the converter's rope_freqs),
   `layer_types` and `full_attention_interval` (written as recurrent layers),
   `partial_rotary_factor` of the hybrids, `linear_conv_kernel_dim`; and
@@ -37,14 +37,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from strata.frontends.gguf import ARCHITECTURES
+from strata.models.qwen35 import MROPE_DEFAULT, QWEN35
 from strata.verify.llamacpp import Divergence
 
-#: llama.cpp's architecture name for each HF architecture these fields concern.
-_GGML_ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
-              "Qwen3MoeForCausalLM": "qwen3moe", "Qwen3NextForCausalLM": "qwen3next",
-              "Qwen3_5ForCausalLM": "qwen35", "Qwen3_5MoeForCausalLM": "qwen35moe"}
-#: The sections llama.cpp's converter writes for Qwen3.5 when the config gives none.
-_QWEN35_DEFAULT_SECTIONS = (11, 11, 10, 0)
+#: llama.cpp's architecture name of each HF architecture.
+_GGML_ARCH = {hf: ggml for ggml, hf in ARCHITECTURES.items()}
+
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ def ignored_fields(model: Any) -> list[IgnoredField]:
             field, "CLAMP", re.compile(r"ffn_moe_weights_sum_clamped-\d+"),
             f"llama.cpp ignores this HF config's {field}: its {arch} graph always renormalises the top-k "
             "expert weights, which HF leaves as softmax probabilities"))
-    if cfg.arch in ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"):
+    if cfg.arch in QWEN35:
         out += _mrope_sections(cfg, arch)
     return out
 
@@ -91,7 +90,8 @@ def _mrope_sections(cfg: Any, arch: str) -> list[IgnoredField]:
     from strata.passes.convert_module_to_op.attention import extra_stream_pairs
 
     given = tuple(cfg.mrope_section)
-    sections = (given + (0,) * 4)[:4] if given else _QWEN35_DEFAULT_SECTIONS
+    # Without sections in the config, llama.cpp's converter writes [11, 11, 10, 0], as Strata's builder.
+    sections = ((given or MROPE_DEFAULT) + (0,) * 4)[:4]
     pairs = cfg.rotary_dim // 2
     extra = extra_stream_pairs(sections, pairs, interleaved=True)  # llama.cpp's qwen35 ropes are IMROPE
     if not extra:
