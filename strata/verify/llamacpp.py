@@ -7,7 +7,9 @@ llama-eval-callback prints each tensor it computes, in firing order, with its na
 shapes, output shape and `sum`. The op level follows llama.cpp's graph row for row (the trace
 equals llama.cpp's), so the i-th computed op of ours is llama.cpp's i-th row: names and ops are
 checked to agree, then sums are compared with a tolerance relative to the tensor's magnitude
-(Σ|x| of ours), since a sum can cancel to near zero while its terms do not.
+(Σ|x| of ours), since a sum can cancel to near zero while its terms do not. `verify` does
+both for a model, and names the HF config field that llama.cpp does not represent where the
+first divergence is the op at which that field shows (`strata.verify.llamacpp_fields`).
 """
 
 from __future__ import annotations
