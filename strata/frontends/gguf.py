@@ -1,7 +1,10 @@
 """Read llama.cpp's GGUF files: the metadata gives the config, the tensors give the weights.
 
-    config = read_gguf_config("tiny.gguf")         # the family's config (LlamaConfig, Qwen35Config)
-    store = GgufWeights(gguf_file, params, ...)     # what `Model.open_weights` returns for a GGUF
+    g = GgufFile("tiny.gguf")
+    fields = hf_config_dict(g)                      # the metadata as the HF config fields it stands for
+    store = GgufWeights(g, config, params, ...)     # what `Model.open_weights` returns for a GGUF
+
+The pipeline reads `fields` by the family they name (`strata.pipeline.model.gguf_config`).
 
 The file is parsed by the `gguf` package's `GGUFReader` and quantized tensors are dequantized by
 `gguf.quants.dequantize` (an optional dependency, imported only here). Types read: F32, F16 and
