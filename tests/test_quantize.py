@@ -235,9 +235,12 @@ def test_cli_writes_and_prints_the_table(moe, tmp_path):
 
 
 def test_cli_report_only_writes_nothing(moe, tmp_path):
-    r = run_tool("quantize", str(moe), "--report-only", "-o", str(tmp_path / "out"))
+    r = run_tool("quantize", str(moe), "--report-only", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert not (tmp_path / "out").exists() and r.stdout.startswith("tensor")
+    assert list(tmp_path.iterdir()) == [] and r.stdout.startswith("tensor")
+    r = run_tool("quantize", str(moe), "--report-only", "-o", str(tmp_path / "out"))  # an -o it would ignore
+    assert r.returncode == 1 and "-o does not apply with --report-only" in r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("case, match", [

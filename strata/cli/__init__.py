@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"strata.cli.{name}").add(sub)
+    for command in sub.choices.values():  # what `refuse_unused` compares a flag's value with
+        command.set_defaults(command_parser=command)
     return parser
 
 

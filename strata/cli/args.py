@@ -7,6 +7,10 @@ import argparse
 #: The largest --ctx / --tokens / --start the IR can describe (it keeps int64 products safe).
 MAX_INT = 2**31 - 1
 
+#: The flags of `add_lowering` and `add_blueprint`, for `refuse_unused`.
+LOWERING_FLAGS = ("--entry", "--tokens", "--start", "--ctx", "--kv-pad", "--no-flash-attn")
+BLUEPRINT_FLAGS = ("--mode", "--rows", "--recipe", "--kv")
+
 MODEL_HELP = ("the model: a directory holding an HF config.json and its safetensors (or the config.json itself), "
               "or a llama.cpp GGUF file")
 
@@ -26,6 +30,18 @@ def bounded_int(low: int, high: int = MAX_INT):
 
     parse.__name__ = "integer"
     return parse
+
+
+def refuse_unused(args: argparse.Namespace, when: str, *flags: str) -> None:
+    """Refuse each of `flags` given a value other than its default: the command ignores it `when`
+    (as "with --level module"), and a flag that is silently ignored is a wrong answer."""
+    from strata.errors import StrataError
+
+    parser = args.command_parser
+    for flag in flags:
+        dest = next(a.dest for a in parser._actions if flag in a.option_strings)  # noqa: SLF001 - argparse's table
+        if getattr(args, dest) != parser.get_default(dest):
+            raise StrataError(f"{flag} does not apply {when}")
 
 
 def add_model(p: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_blueprint, add_model, blueprint_of, bounded_int
+from strata.cli.args import add_blueprint, add_model, blueprint_of, bounded_int, refuse_unused
 
 
 def add(sub) -> None:
@@ -29,6 +29,11 @@ def run(args: argparse.Namespace) -> int:
     from strata.pipeline.views import blueprint_text
     from strata.runtime.request import parse_prompt_ids
 
+    if args.errors is not None:
+        refuse_unused(args, "with --errors (it reports on the prefill and decode of --recipe)", "--mode", "--rows",
+                      "--kv", "--format")
+    else:
+        refuse_unused(args, "without --errors", "--steps")
     prompt = parse_prompt_ids(args.errors, "--errors") if args.errors is not None else None
     model = load_model(args.model)
     if args.output is not None:

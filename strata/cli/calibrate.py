@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_model, bounded_int
+from strata.cli.args import add_model, bounded_int, refuse_unused
 
 
 def add(sub) -> None:
@@ -24,6 +24,9 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from strata.errors import say
+
+    if args.prompts is not None:
+        refuse_unused(args, "with --prompts (they apply to --random)", "--length", "--seed")
     from strata.pipeline import load_model
     from strata.quant.calibrate import calibrate_to
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_model, add_target, knobs_of
+from strata.cli.args import add_model, add_target, knobs_of, refuse_unused
 
 
 def add(sub) -> None:
@@ -24,6 +24,10 @@ def run(args: argparse.Namespace) -> int:
     from strata.pipeline import load_model, target_pipeline
     from strata.pipeline.compile import compile_to
 
+    if args.print_pipeline:
+        refuse_unused(args, "with --print-pipeline (nothing is compiled)", "-o", "--aot", "--allow-spills")
+    elif args.aot is None:
+        refuse_unused(args, "without --aot", "--allow-spills")
     knobs = knobs_of(args)
     model = load_model(args.model)
     if args.print_pipeline:

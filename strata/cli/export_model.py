@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import MODEL_HELP, bounded_int
+from strata.cli.args import MODEL_HELP, bounded_int, refuse_unused
 
 
 def add(sub) -> None:
@@ -31,6 +31,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "onnx":
         from strata.pipeline import load_model
+
+        if args.entry == "decode":
+            refuse_unused(args, "with --entry decode (it takes one token)", "--tokens")
         from strata.pipeline.formats import export_onnx_file
         from strata.runtime.engine import resolved_knobs
 
@@ -43,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from strata.pipeline.formats import input_files_of, tensorviz_text
 
+    refuse_unused(args, "with --format tensorviz (the module level)", "--entry", "--tokens", "--ctx", "--no-flash-attn")
     if args.output is not None:
         check_output_path(args.output, input_files_of(args.model))
     emit_text(tensorviz_text(args.model), args.output)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from strata.cli.args import add_blueprint, add_model, blueprint_of
+from strata.cli.args import BLUEPRINT_FLAGS, add_blueprint, add_model, blueprint_of, refuse_unused
 
 
 def add(sub) -> None:
@@ -22,6 +22,8 @@ def run(args: argparse.Namespace) -> int:
     from strata.pipeline import load_model
     from strata.pipeline.views import group_table, listing
 
+    if args.level == "module":
+        refuse_unused(args, "with --level module (the listing)", *BLUEPRINT_FLAGS)
     model = load_model(args.model)
     sys.stdout.write(group_table(model, blueprint_of(args)) if args.level == "blueprint" else listing(model))
     return 0

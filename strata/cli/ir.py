@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from strata.cli.args import add_lowering, add_model, lowering_of
+from strata.cli.args import LOWERING_FLAGS, add_lowering, add_model, lowering_of, refuse_unused
 
 
 def add(sub) -> None:
@@ -20,6 +20,13 @@ def add(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.level == "module":
+        refuse_unused(args, "with --level module", *LOWERING_FLAGS, "--recipe", "--kv")
+    elif args.level == "op":
+        refuse_unused(args, "with --level op (they choose the blueprint)", "--recipe", "--kv")
+    else:
+        refuse_unused(args, "with --level blueprint (it takes --entry and --tokens)", "--start", "--ctx", "--kv-pad",
+                      "--no-flash-attn")
     from strata.pipeline import load_model
     from strata.pipeline.views import level_ir
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_model, add_target, bounded_int, knobs_of
+from strata.cli.args import add_model, add_target, bounded_int, knobs_of, refuse_unused
 
 
 def add(sub) -> None:
@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.via is not None and args.target != "cpu":
         raise StrataError(f"--via {args.via} runs the op level exported to ONNX; it takes no --target {args.target}")
+    if args.via is not None:
+        refuse_unused(args, f"with --via {args.via} (nothing is compiled)", "--cache-dir")
     prompt = parse_prompt_ids(args.prompt_ids)
     run_prompt(args.model, prompt, args.max_new_tokens, target_name=args.target, knobs=knobs_of(args), via=args.via,
                interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir, dump_logits=args.dump_logits,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import MODEL_HELP, add_blueprint, add_lowering, blueprint_of, lowering_of
+from strata.cli.args import (BLUEPRINT_FLAGS, LOWERING_FLAGS, MODEL_HELP, add_blueprint, add_lowering, blueprint_of,
+                             lowering_of, refuse_unused)
 
 
 def add(sub) -> None:
@@ -29,6 +30,10 @@ def run(args: argparse.Namespace) -> int:
     from strata.pipeline.formats import input_files_of, module_of
     from strata.pipeline.views import view
 
+    unused = {"module": (*LOWERING_FLAGS, *BLUEPRINT_FLAGS), "op": BLUEPRINT_FLAGS, "blueprint": LOWERING_FLAGS}
+    refuse_unused(args, f"with --level {args.level}", *unused[args.level])
+    if args.format == "dot":
+        refuse_unused(args, "with --format dot (Graphviz text needs no dot)", "--require-dot")
     if args.output is not None:
         check_output_path(args.output, input_files_of(args.model))
     text, summary = view(module_of(args.model), args.level, args.format, lowering=lowering_of(args),

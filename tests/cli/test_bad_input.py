@@ -125,3 +125,47 @@ def test_a_blueprint_function_s_rows_are_checked_by_every_pass_and_printer(model
     draft = tmp_path / "draft.mlir"
     draft.write_text(text.replace('blueprint.mode = "prefill"', 'blueprint.mode = "draft"'))
     opt_refused(capsys, [draft, "-p", "blueprint-fuse"], "mode draft takes exactly 1 row, got 3")
+
+
+# ---------------------------------------------------------------------------------------------
+# No flag silently ignored: a flag the command would not read in this use is refused
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["quantize", "-o", "{tmp}/q", "--alpha", "7"], "--alpha"),
+    (["quantize", "-o", "{tmp}/q", "--block", "32"], "--block"),
+    (["quantize", "-o", "{tmp}/q", "--smoothquant", "{tmp}/ranges.json"], "--smoothquant"),
+    (["quantize", "--report-only", "-o", "{tmp}/q"], "-o"),
+    (["quantize", "--w4a16", "-o", "{tmp}/q", "--recipe", "bf16"], "--recipe"),
+    (["quantize", "--w4a16", "-o", "{tmp}/q", "--alpha", "0.3"], "--alpha"),
+    (["inspect", "--rows", "3"], "--rows"),
+    (["ir", "--recipe", "bf16"], "--recipe"),
+    (["ir", "--level", "op", "--kv", "contiguous"], "--kv"),
+    (["ir", "--level", "blueprint", "--ctx", "64"], "--ctx"),
+    (["blueprint", "--errors", "1", "--format", "dot"], "--format"),
+    (["blueprint", "--errors", "1", "--rows", "2"], "--rows"),
+    (["blueprint", "--steps", "3"], "--steps"),
+    (["view", "--rows", "2"], "--rows"),
+    (["view", "--level", "op", "--mode", "prefill"], "--mode"),
+    (["view", "--level", "blueprint", "--entry", "decode"], "--entry"),
+    (["view", "--require-dot"], "--require-dot"),
+    (["export", "--format", "tensorviz", "--tokens", "3"], "--tokens"),
+    (["export", "--format", "onnx", "--entry", "decode", "--tokens", "3", "-o", "{tmp}/x.onnx"], "--tokens"),
+    (["calibrate", "--prompts", "{tmp}/prompts.txt", "--length", "3", "-o", "{tmp}/r.json"], "--length"),
+    (["run", "--prompt-ids", "1", "--via", "onnxruntime", "--cache-dir", "{tmp}/c"], "--cache-dir"),
+    (["compile", "--print-pipeline", "-o", "{tmp}/x"], "-o"),
+    (["compile", "-o", "{tmp}/x", "--allow-spills"], "--allow-spills"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_a_flag_the_command_would_ignore_is_refused(model, tmp_path, capsys, argv, flag):
+    (tmp_path / "prompts.txt").write_text("1,2\n")
+    (tmp_path / "ranges.json").write_text('{"format": "strata-ranges/v1"}\n')
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    refused(capsys, [argv[0], str(model), *argv[1:]], f"{flag} does not apply")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.txt", "ranges.json"]  # nothing written
+
+
+@pytest.mark.parametrize("target, knob", [("cpu", "alpha=0.5"), ("cpu", "recipe=bf16"), ("epu", "kv_pad=4"),
+                                          ("cuda", "flash_attn=false")])
+def test_a_knob_of_another_target_is_refused(model, tmp_path, capsys, target, knob):
+    refused(capsys, ["compile", str(model), "--target", target, "-o", str(tmp_path / "x"), "--set", knob],
+            f"--set '{knob}': expected KEY=VALUE with KEY a knob of target '{target}'")

@@ -28,8 +28,9 @@ def ids_of(stdout: str) -> list[int]:
 
 def _run(model, tmp_path, *flags):
     tmp_path.mkdir(parents=True, exist_ok=True)
-    r = run_tool("run", str(model), "--prompt-ids", PROMPT, "--max-new-tokens", "5", "--ctx", "32",
-                 "--cache-dir", str(tmp_path / "cache"), "--dump-logits", str(tmp_path / "l.npy"), *flags)
+    cache = [] if "--via" in flags else ["--cache-dir", str(tmp_path / "cache")]  # --via compiles nothing
+    r = run_tool("run", str(model), "--prompt-ids", PROMPT, "--max-new-tokens", "5", "--ctx", "32", *cache,
+                 "--dump-logits", str(tmp_path / "l.npy"), *flags)
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
     return ids_of(r.stdout), np.load(tmp_path / "l.npy")
@@ -66,6 +67,7 @@ def test_the_epu_driver_under_the_loop_is_its_interpreter(model, tmp_path):
     (("--target", "epu"), "prompt token id 48 is outside the vocabulary [0, 48)"),
 ])
 def test_a_bad_request_is_refused_before_any_compile(model, tmp_path, flags, message):
-    r = run_tool("run", str(model), "--prompt-ids", "1,48", "--cache-dir", str(tmp_path / "c"), *flags)
+    cache = [] if "--via" in flags else ["--cache-dir", str(tmp_path / "c")]  # --via compiles nothing
+    r = run_tool("run", str(model), "--prompt-ids", "1,48", *cache, *flags, cwd=tmp_path)
     assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
-    assert not (tmp_path / "c").exists()
+    assert list(tmp_path.iterdir()) == [] and not (model / ".strata-cache").exists()
