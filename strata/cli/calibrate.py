@@ -14,9 +14,10 @@ def add(sub) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompts", metavar="FILE", default=None,
                      help="one prompt per line, token ids separated by commas or spaces")
-    src.add_argument("--random", metavar="N", type=bounded_int(1, 1 << 20), default=None,
-                     help="N random prompts (the default: 8)")
-    p.add_argument("--length", type=bounded_int(1, 1 << 16), default=16, help="tokens per random prompt (default 16)")
+    src.add_argument("--random", metavar="N", type=bounded_int(1), default=None,
+                     help="N random prompts, at most 65536 (the default: 8)")
+    p.add_argument("--length", type=bounded_int(1), default=16,
+                   help="tokens per random prompt, at most the model's context (default 16)")
     p.add_argument("--seed", type=bounded_int(0), default=0, help="the random prompts' seed (default 0)")
     p.add_argument("-o", "--output", metavar="RANGES", required=True, help="the ranges file to write (JSON)")
     p.set_defaults(func=run)

@@ -16,6 +16,7 @@ import re
 import sys
 from functools import cache
 from io import StringIO
+from pathlib import Path
 
 from strata.errors import StrataError, run_tool
 from strata.artifacts.files import check_not_an_input, write_output
@@ -124,6 +125,23 @@ def strata_opt_main_class() -> type[xDSLOptMain]:
                 raise StrataError(f"{self.get_input_name()}: IR nested too deeply (over Python's recursion limit)") from None
             if self.held is not None:
                 write_output(self.args.output_file, self.held.getvalue().encode("utf-8"))
+
+        def get_input_stream(self):
+            """The input, read whole but never more than the IR limit (/dev/zero is refused)."""
+            from io import BytesIO
+
+            from strata.ir.inputs import read_bytes, size_text
+            from strata.ir.text import IR_LIMIT
+
+            stream, extension = super().get_input_stream() if self.args.input_file is None else (None, None)
+            if stream is not None:  # standard input
+                data = stream.read(IR_LIMIT + 1)
+                if len(data) > IR_LIMIT:
+                    raise StrataError(f"stdin: the input is larger than {size_text(IR_LIMIT)}, the most strata-opt "
+                                      "reads")
+                return BytesIO(data), extension
+            path = self.args.input_file
+            return BytesIO(read_bytes(path, "input file", IR_LIMIT)), Path(path).suffix.replace(".", "")
 
         def register_all_dialects(self) -> None:
             self.ctx = strata_context()

@@ -71,11 +71,10 @@ def _show(value: Any) -> str:
 
 def read_document(path: str | Path) -> dict:
     """The parsed document at `path`, checked to be a tensorviz.graph of version 3."""
+    from strata.ir.inputs import MiB, read_text
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise TensorvizError(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    text = read_text(p, "tensorviz document", 256 * MiB, TensorvizError)
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as e:

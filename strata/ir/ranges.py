@@ -8,18 +8,20 @@ from pathlib import Path
 from typing import Any
 
 from strata.errors import StrataError
+from strata.ir.inputs import MiB, read_text
+
+#: The largest ranges file read (a per-channel max for every linear of a large model fits).
+RANGES_LIMIT = 256 * MiB
 
 
 def read_ranges_document(path: str | Path, error: type[StrataError] = StrataError) -> dict[str, Any]:
     """The file's JSON object, or a one-line `error` naming the file (missing, unreadable, not JSON,
     not a ranges file)."""
     p = Path(path)
+    text = read_text(p, "ranges file", RANGES_LIMIT, error,
+                     missing=f"{p}: no such ranges file (write one with `strata calibrate MODEL -o {p.name}`)")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise error(f"{p}: no such ranges file (write one with `strata calibrate MODEL -o {p.name}`)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise error(f"{p}: cannot read the ranges file ({getattr(e, 'strerror', None) or e})") from None
+        data = json.loads(text)
     except (ValueError, RecursionError) as e:
         raise error(f"{p}: not JSON ({str(e).splitlines()[0][:80]})") from None
     if not isinstance(data, dict) or not str(data.get("format", "")).startswith("strata-ranges/"):

@@ -71,13 +71,15 @@ def parse_ir(text: str, filename: str, ctx: Context) -> ModuleOp:
         raise StrataError(str(e).strip()) from None
 
 
+#: The largest IR file read (a module level is kilobytes; the op level of a large model megabytes).
+IR_LIMIT = 256 << 20
+
+
 def read_ir(path: str | Path, ctx: Context) -> ModuleOp:
+    from strata.ir.inputs import read_text
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise StrataError(f"{p}: cannot read IR: {e}") from None
-    return parse_ir(text, str(p), ctx)
+    return parse_ir(read_text(p, "IR file", IR_LIMIT), str(p), ctx)
 
 
 def print_ir(module: ModuleOp) -> str:

@@ -60,7 +60,7 @@ def import_tensorviz(path: str | Path) -> tuple[Any, ModuleOp]:
 def module_of(path: str) -> ModuleOp:
     """The module level of MODEL_OR_MLIR: a model directory (or config.json, or GGUF), or a
     module-level .mlir file."""
-    if path.endswith(".mlir") and Path(path).is_file():
+    if path.endswith(".mlir") and Path(path).exists() and not Path(path).is_dir():
         from strata.dialects import strata_context
         from strata.ir.text import read_ir
 
@@ -72,7 +72,7 @@ def module_of(path: str) -> ModuleOp:
 
 def input_files_of(path: str) -> dict[Path, str]:
     """The files MODEL_OR_MLIR is read from (what no output of the command may replace)."""
-    if path.endswith(".mlir") and Path(path).is_file():
+    if path.endswith(".mlir") and Path(path).exists() and not Path(path).is_dir():
         return {Path(path): "the input IR"}
     from strata.pipeline.model import model_files
 

@@ -41,6 +41,10 @@ from strata.errors import StrataError
 from strata.passes.pipelines import entry_pipeline, lowered
 
 FORMAT = "strata-ranges/v1"
+#: The most prompts one calibration runs (each is a prefill through the interpreter), and the
+#: largest prompts file read.
+MAX_PROMPTS = 1 << 16
+PROMPTS_LIMIT = 64 << 20
 
 
 class CalibrationError(StrataError):
@@ -51,20 +55,29 @@ class CalibrationError(StrataError):
 # Prompts
 
 
-def read_prompts(path: str | Path, vocab: int) -> list[list[int]]:
-    """The prompts of a prompts file (one per line, token ids); errors name the file and line."""
+def check_sizes(count: int, length: int, context: int, names: tuple[str, str] = ("--random", "--length")) -> None:
+    """The one check of a calibration's random prompts, whoever asks (`strata calibrate --random N
+    --length L`, the EPU target's knobs calib_prompts and calib_len: `names`): 1 to MAX_PROMPTS
+    prompts, each 1 to the model's context long."""
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PROMPTS:
+        raise CalibrationError(f"{names[0]} must be 1 to {MAX_PROMPTS} prompts, got {count!r}")
+    if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= context:
+        raise CalibrationError(f"{names[1]} must be 1 to {context} tokens (the model's context), got {length!r}")
+
+
+def read_prompts(path: str | Path, vocab: int, context: int | None = None) -> list[list[int]]:
+    """The prompts of a prompts file (one per line, token ids, each at most `context` long);
+    errors name the file and line."""
+    from strata.ir.inputs import text_lines
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CalibrationError(f"{p}: no such prompts file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise CalibrationError(f"{p}: cannot read the prompts file ({getattr(e, 'strerror', None) or e})") from None
     prompts = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in text_lines(p, "prompts file", PROMPTS_LIMIT, CalibrationError):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
+        if len(prompts) == MAX_PROMPTS:
+            raise CalibrationError(f"{p}:{number}: more than {MAX_PROMPTS} prompts, the most one calibration runs")
         ids = []
         for item in line.replace(",", " ").split():
             try:
@@ -73,6 +86,9 @@ def read_prompts(path: str | Path, vocab: int) -> list[list[int]]:
                 raise CalibrationError(f"{p}:{number}: '{item[:40]}' is not a token id") from None
             if not 0 <= ids[-1] < vocab:
                 raise CalibrationError(f"{p}:{number}: token id {ids[-1]} is outside the vocabulary [0, {vocab})")
+        if context is not None and len(ids) > context:
+            raise CalibrationError(f"{p}:{number}: the prompt has {len(ids)} tokens, more than the model's context "
+                                   f"of {context}")
         prompts.append(ids)
     if not prompts:
         raise CalibrationError(f"{p}: no prompts (one line of token ids per prompt)")
@@ -144,10 +160,14 @@ def calibrate(model: Any, prompts: Sequence[Sequence[int]], weights=None,
 
     if not prompts:
         raise CalibrationError("calibration needs at least one prompt")
-    vocab = int(model.config.vocab_size)
+    if len(prompts) > MAX_PROMPTS:
+        raise CalibrationError(f"{len(prompts)} prompts: one calibration runs at most {MAX_PROMPTS}")
+    vocab, context = int(model.config.vocab_size), int(model.config.max_position_embeddings)
     for i, p in enumerate(prompts):
         if not len(p):
             raise CalibrationError(f"prompt {i} is empty")
+        if len(p) > context:
+            raise CalibrationError(f"prompt {i} has {len(p)} tokens, more than the model's context of {context}")
         bad = [t for t in p if not 0 <= int(t) < vocab]
         if bad:
             raise CalibrationError(f"prompt {i}: token id {bad[0]} is outside the vocabulary [0, {vocab})")
@@ -206,10 +226,11 @@ def calibrate_to(model: Any, output: str | Path, prompts_file: str | Path | None
 
     inputs = {**model.input_files(), **({prompts_file: "the prompts file"} if prompts_file is not None else {})}
     check_output_path(output, inputs)
-    vocab = int(model.config.vocab_size)
+    vocab, context = int(model.config.vocab_size), int(model.config.max_position_embeddings)
     if prompts_file is not None:
-        prompts = read_prompts(prompts_file, vocab)
+        prompts = read_prompts(prompts_file, vocab, context)
     else:
+        check_sizes(count or 8, length, context)
         prompts = random_prompts(count or 8, length, vocab, seed)
     ranges = calibrate(model, prompts, progress=counter("calibrated", "prompts"))
     write_output(output, ranges_bytes(ranges))

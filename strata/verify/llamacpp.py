@@ -29,6 +29,10 @@ _TOKENS = re.compile(r"number of input tokens = (\d+)")
 _TOKEN = re.compile(r"^\S+ I\s+(\d+)\s*$")
 
 
+#: The largest log read (llama-eval-callback prints a few lines per tensor: megabytes for a large model).
+LOG_LIMIT = 4 << 30
+
+
 class VerifyError(StrataError):
     """A log that cannot be read, or a graph that does not line up with it."""
 
@@ -47,16 +51,16 @@ class CallbackLog:
 
 
 def parse_callback_log(path: Path) -> CallbackLog:
-    """The prompt's tokens and every (tensor, op, sum) of a llama-eval-callback log."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as e:
-        raise VerifyError(f"{path}: cannot read: {e.strerror or e}") from None
+    """The prompt's tokens and every (tensor, op, sum) of a llama-eval-callback log (read as it
+    goes, at most LOG_LIMIT bytes)."""
+    from strata.ir.inputs import text_lines
+
+    lines = text_lines(path, "llama-eval-callback log", LOG_LIMIT, VerifyError)
     tokens: list[int] = []
     expected_tokens = None
     rows: list[LogRow] = []
     pending: tuple[str, str] | None = None
-    for number, line in enumerate(lines, start=1):
+    for number, line in lines:
         m = _TOKENS.search(line)
         if m:
             expected_tokens = int(m.group(1))
@@ -135,7 +139,10 @@ def strata_values(model, tokens: Sequence[int], ctx: int, kv_pad: int) -> list[t
     from strata.pipeline import entry_pipeline, lower
     from strata.semantics.op_interp import alloc_state, find_function, run_function
 
+    from strata.pipeline.compile import check_state_fits
+
     fn = find_function(lower(model, entry_pipeline("prefill", tokens=len(tokens), start=0, ctx=ctx, kv_pad=kv_pad)))
+    check_state_fits(fn, ctx)  # the interpreter allocates the whole cache
     values: dict = {}
     run_function(fn, model.open_weights(quiet=True), alloc_state(fn), np.asarray(tokens, dtype=np.int32), 0,
                  observe=lambda op, value: values.__setitem__(op, np.array(value, copy=True)))

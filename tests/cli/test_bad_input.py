@@ -169,3 +169,46 @@ def test_a_flag_the_command_would_ignore_is_refused(model, tmp_path, capsys, arg
 def test_a_knob_of_another_target_is_refused(model, tmp_path, capsys, target, knob):
     refused(capsys, ["compile", str(model), "--target", target, "-o", str(tmp_path / "x"), "--set", knob],
             f"--set '{knob}': expected KEY=VALUE with KEY a knob of target '{target}'")
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded reads and bounded work: each bound named
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["calibrate", "{m}", "--prompts", "/dev/zero", "-o", "{tmp}/r.json"], "/dev/zero:1: a line longer than 1 MiB"),
+    (["verify", "{m}", "--against", "/dev/zero"], "/dev/zero:1: a line longer than 1 MiB: not a llama-eval-callback"),
+    (["quantize", "{m}", "--w4a16", "--smoothquant", "/dev/zero", "-o", "{tmp}/q"],
+     "/dev/zero: the ranges file is larger than 256 MiB"),
+    (["view", "{tmp}/zero.mlir"], "the IR file is larger than 256 MiB"),
+    (["import", "/dev/zero", "--format", "tensorviz"], "/dev/zero: the tensorviz document is larger than 256 MiB"),
+])
+def test_an_endless_input_is_refused_naming_the_bound(model, tmp_path, capsys, argv, words):
+    (tmp_path / "zero.mlir").symlink_to("/dev/zero")
+    argv = [a.replace("{m}", str(model)).replace("{tmp}", str(tmp_path)) for a in argv]
+    refused(capsys, argv, words)
+
+
+def test_strata_opt_reads_a_bounded_input(tmp_path, capsys):
+    opt_refused(capsys, ["/dev/zero"], "/dev/zero: the input file is larger than 256 MiB")
+    opt_refused(capsys, [tmp_path / "none.mlir"], "none.mlir: no such input file")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["calibrate", "{m}", "--random", "100000", "-o", "{tmp}/r.json"], "--random must be 1 to 65536 prompts, got 100000"),
+    (["calibrate", "{m}", "--length", "129", "-o", "{tmp}/r.json"], "--length must be 1 to 128 tokens (the model's context)"),
+    (["calibrate", "{m}", "--prompts", "{tmp}/long.txt", "-o", "{tmp}/r.json"],
+     "long.txt:2: the prompt has 129 tokens, more than the model's context of 128"),
+    (["compile", "{m}", "--target", "epu", "-o", "{tmp}/e", "--set", "calib_len=100000"],
+     "knob calib_len must be 1 to 128 tokens (the model's context), got 100000"),
+    (["compile", "{m}", "--target", "epu", "-o", "{tmp}/e", "--set", "calib_prompts=1000000000"],
+     "knob calib_prompts must be 1 to 65536 prompts, got 1000000000"),
+    (["verify", "{m}", "--against", "{tmp}/p.log", "--ctx", "2000000000"], "ctx 2000000000 needs"),
+])
+def test_work_beyond_its_bound_is_refused_before_it_starts(model, tmp_path, capsys, argv, words):
+    (tmp_path / "long.txt").write_text("1,2\n" + ",".join(["1"] * 129) + "\n")
+    (tmp_path / "p.log").write_text("0.00.024.277 I number of input tokens = 1\n0.00.024.277 I   5\n"
+                                    "common_debug_cb_eval:   inp_embd = (f32)   GET_ROWS(x{1}) = {1}\n    sum = 1.0\n")
+    argv = [a.replace("{m}", str(model)).replace("{tmp}", str(tmp_path)) for a in argv]
+    refused(capsys, argv, words)
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "e").exists()

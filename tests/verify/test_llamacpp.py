@@ -66,7 +66,7 @@ def test_not_a_log(tmp_path, model_dir, capsys):
     with pytest.raises(VerifyError, match="no prompt found"):
         parse_callback_log(tmp_path / "x.log")
     assert main(["verify", str(model_dir), "--against", str(tmp_path / "missing.log")]) == 1
-    assert "missing.log: cannot read" in capsys.readouterr().err
+    assert "missing.log: no such llama-eval-callback log" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not (REFS / "llamacpp").is_dir(), reason="no ../shared/refs/llamacpp beside the checkout")

@@ -86,6 +86,10 @@ def resolve(model: Any, knobs: Mapping[str, Any] | None) -> dict[str, Any]:
                            f"integer, got {out[k]!r}")
     if out["ctx"] > int(model.config.max_position_embeddings):
         raise EpuError(f"knob ctx {out['ctx']} exceeds the model's max_position_embeddings")
+    from strata.quant.calibrate import check_sizes
+
+    check_sizes(out["calib_prompts"], out["calib_len"], int(model.config.max_position_embeddings),
+                ("knob calib_prompts", "knob calib_len"))
     if isinstance(out["alpha"], bool) or not isinstance(out["alpha"], (int, float)) or not 0 <= out["alpha"] <= 1:
         raise EpuError(f"knob alpha must be a number in [0, 1], got {out['alpha']!r}")
     out["alpha"] = float(out["alpha"])
