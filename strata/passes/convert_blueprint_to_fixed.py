@@ -501,6 +501,10 @@ def convert_blueprint_to_fixed(module: ModuleOp, tensors: Mapping[str, Any], wei
     return ModuleOp([convert_function(fn, tensors, weights, ctx) for fn in fns])
 
 
+#: The largest KV cache the fixed level describes (int64 products stay safe).
+MAX_KV_CTX = 2**31 - 1
+
+
 @dataclass(frozen=True)
 class ConvertBlueprintToFixedPass(StrataPass):
     """The blueprint functions of the module replaced by their fixed functions (no weights:
@@ -509,12 +513,16 @@ class ConvertBlueprintToFixedPass(StrataPass):
     name = "convert-blueprint-to-fixed"
 
     ranges: str = ""
-    kv_ctx: int = 0
+    #: The int8 KV cache's positions (a decode step); left out, the prefill form without a cache.
+    kv_ctx: int | None = None
 
     def apply(self, ctx: Context, module: ModuleOp) -> None:  # noqa: D102
         if not self.ranges:
             raise ConvertFixedError("convert-blueprint-to-fixed: needs ranges=FILE (from `strata calibrate`)")
-        new = convert_blueprint_to_fixed(module, read_tensor_ranges(self.ranges), ctx=self.kv_ctx)
+        if self.kv_ctx is not None and not 1 <= self.kv_ctx <= MAX_KV_CTX:
+            raise ConvertFixedError(f"convert-blueprint-to-fixed: kv_ctx must be 1 to {MAX_KV_CTX} positions (leave "
+                                    f"it out for the prefill form without a cache), got {self.kv_ctx}")
+        new = convert_blueprint_to_fixed(module, read_tensor_ranges(self.ranges), ctx=self.kv_ctx or 0)
         for op in list(module.ops):
             op.detach()
             op.erase()

@@ -200,17 +200,37 @@ def calibrate(model: Any, prompts: Sequence[Sequence[int]], weights=None,
                 tensors[k] = dict(row)
             else:
                 have["min"], have["max"] = min(have["min"], row["min"]), max(have["max"], row["max"])
-    config = model.root / "config.json"
     ids = json.dumps([list(map(int, p)) for p in prompts], separators=(",", ":")).encode()
     return {
         "format": FORMAT,
         "model": model.name,
-        "config_sha256": hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else None,
+        "config_sha256": config_sha256(model),
         "prompts": {"count": len(prompts), "lengths": [len(p) for p in prompts],
                     "sha256": hashlib.sha256(ids).hexdigest()},
         "linears": {k: {"rows": v["rows"], "absmax": [float(x) for x in v["absmax"]]} for k, v in linears.items()},
         "tensors": tensors,
     }
+
+
+def config_sha256(model: Any) -> str | None:
+    """What a ranges file records of the model it was calibrated on: its config.json's sha256 (a
+    GGUF's: of its metadata and tensor infos); None for a model with neither."""
+    fingerprint = model.config_fingerprint() if hasattr(model, "config_fingerprint") else {}
+    digest = fingerprint.get("sha256") or fingerprint.get("header_sha256")
+    if digest is None and (model.root / "config.json").is_file():
+        digest = hashlib.sha256((model.root / "config.json").read_bytes()).hexdigest()
+    return digest
+
+
+def check_ranges_model(ranges: dict[str, Any], model: Any, path: str | Path) -> None:
+    """Refuse ranges calibrated on another model (their config_sha256 is not this model's): the
+    one check, for every command that reads ranges with a model at hand."""
+    recorded, own = ranges.get("config_sha256"), config_sha256(model)
+    if recorded is not None and own is not None and recorded != own:
+        named = ranges.get("model")
+        which = f"model {str(named)[:60]!r}" if isinstance(named, str) and named != model.name else "another config"
+        raise CalibrationError(f"{path}: these ranges were calibrated on {which} (config_sha256 {str(recorded)[:12]}...), "
+                               f"not on {model.source} ({own[:12]}...); calibrate this model with strata calibrate")
 
 
 def ranges_bytes(ranges: dict[str, Any]) -> bytes:

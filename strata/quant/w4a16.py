@@ -73,6 +73,10 @@ def plan_model(model: Any, ranges: str | Path | None = None, alpha: float = 0.5,
     from strata.semantics.op_interp import find_function
 
     QW.check_block(block)
+    if ranges is not None:  # calibrated on this model, before any work
+        from strata.quant.calibrate import check_ranges_model
+
+        check_ranges_model(SQ.read_ranges(ranges), model, ranges)
     passes = [entry_pipeline("decode", start=1, ctx=2, kv_pad=1)]
     if ranges is not None:
         spec = json.dumps(str(ranges))  # a quoted string in the pipeline syntax

@@ -107,8 +107,17 @@ def close(theirs: float, ours: float, scale: float, rtol: float) -> bool:
     return abs(theirs - ours) <= rtol * max(scale, 1e-30)
 
 
+def check_rtol(rtol: float) -> float:
+    """The tolerance of a comparison: a finite number >= 0 (a NaN would pass every sum, a negative
+    one fail every sum)."""
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not math.isfinite(rtol) or rtol < 0:
+        raise VerifyError(f"rtol must be a finite number >= 0, got {rtol!r}")
+    return float(rtol)
+
+
 def compare(log: CallbackLog, ours: Sequence[tuple[str, str, np.ndarray]], rtol: float) -> tuple[int, Divergence | None]:
     """(rows that agree, the first that does not, or None). `ours` are (name, op, value) in order."""
+    rtol = check_rtol(rtol)
     if len(ours) != len(log.rows):
         n = min(len(ours), len(log.rows))
         first = next((i for i in range(n) if (ours[i][0], ours[i][1]) != (log.rows[i].name, log.rows[i].op)), n)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from strata.verify.llamacpp import CallbackLog, Divergence, VerifyError, compare, parse_callback_log, strata_values
+from strata.verify.llamacpp import (CallbackLog, Divergence, VerifyError, check_rtol, compare, parse_callback_log,
+                                    strata_values)
 from strata.verify.llamacpp_fields import explain
 
 
@@ -27,6 +28,7 @@ def verify_against(model: Any, log_path: str | Path, ctx: int, kv_pad: int, rtol
     with llama.cpp's; (whether all agree, the one-line verdict)."""
     from strata.runtime.request import RequestError, check_prompt
 
+    check_rtol(rtol)  # before the log is read and the model run
     log = parse_callback_log(Path(log_path))
     try:
         check_prompt(log.tokens, int(model.config.vocab_size))
@@ -36,5 +38,5 @@ def verify_against(model: Any, log_path: str | Path, ctx: int, kv_pad: int, rtol
     if divergence is None:
         return True, f"all {agreed} ops agree with {log_path} (rtol {rtol} of each tensor's magnitude)"
     d = divergence
-    return False, (f"ops 1-{agreed} agree; op {d.index} diverges: {d.op} '{d.name}': llama.cpp sum {d.theirs:.6g}, "
+    return False, ((f"ops 1-{agreed} agree; " if agreed else "") + f"op {d.index} diverges: {d.op} '{d.name}': llama.cpp sum {d.theirs:.6g}, "
                    f"strata {d.ours:.6g} (magnitude {d.scale:.6g}): {d.why}")

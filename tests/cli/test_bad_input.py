@@ -212,3 +212,34 @@ def test_work_beyond_its_bound_is_refused_before_it_starts(model, tmp_path, caps
     argv = [a.replace("{m}", str(model)).replace("{tmp}", str(tmp_path)) for a in argv]
     refused(capsys, argv, words)
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize("rtol", ["-1", "nan", "inf"])
+def test_verify_refuses_a_tolerance_that_is_not_one(model, tmp_path, capsys, rtol):
+    log = tmp_path / "p.log"
+    log.write_text("0.00.024.277 I number of input tokens = 1\n0.00.024.277 I   5\n"
+                   "common_debug_cb_eval:   inp_embd = (f32)   GET_ROWS(x{1}) = {1}\n    sum = 1.0\n")
+    refused(capsys, ["verify", str(model), "--against", str(log), "--rtol", rtol], "rtol must be a finite number >= 0")
+
+
+def test_ranges_of_another_model_are_refused(model, tmp_path, capsys):
+    other = Path(shutil.copytree(model, tmp_path / "other"))
+    config = other / "config.json"
+    config.write_text(config.read_text().replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": 1e-06'))
+    assert main(["calibrate", str(other), "--random", "1", "--length", "2", "-o", str(tmp_path / "r.json")]) == 0
+    refused(capsys, ["quantize", str(model), "--w4a16", "--smoothquant", str(tmp_path / "r.json"), "-o",
+                     str(tmp_path / "q")], "r.json: these ranges were calibrated on model 'other'")
+    assert not (tmp_path / "q").exists()
+    copy = Path(shutil.copytree(model, tmp_path / "copy"))  # the same config under another name: its own
+    assert main(["quantize", str(copy), "--w4a16", "--smoothquant", str(tmp_path / "r.json"), "-o",
+                 str(tmp_path / "q")]) == 1  # (other's ranges still)
+    assert main(["calibrate", str(copy), "--random", "1", "--length", "2", "-o", str(tmp_path / "c.json")]) == 0
+    assert main(["quantize", str(model), "--w4a16", "--smoothquant", str(tmp_path / "c.json"), "-o",
+                 str(tmp_path / "q")]) == 0
+
+
+def test_convert_blueprint_to_fixed_refuses_an_empty_cache(tmp_path, capsys):
+    """kv_ctx: the cache's positions; left out, the prefill form (kv_ctx=0 asked for a cache of none)."""
+    opt_refused(capsys, [MODULE_LEVEL, "-p", "convert-module-to-op{entry=prefill tokens=1 start=0 ctx=8},"
+                         "convert-op-to-blueprint{mode=prefill rows=1},convert-blueprint-to-fixed{ranges=\"r.json\" "
+                         "kv_ctx=0}"], "kv_ctx must be 1 to 2147483647 positions")

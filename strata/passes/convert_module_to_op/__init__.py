@@ -95,7 +95,7 @@ def _check_options(opts: ConvertModuleToOpPass, entries: tuple[str, ...]) -> Non
     if not 0 <= opts.ctx <= MAX_CTX:
         raise _error(f"ctx must be >= 0 (0: the model's MaxSeq) and at most {MAX_CTX}, got {opts.ctx}")
     if not 1 <= opts.kv_pad <= MAX_CTX:
-        raise _error(f"kv-pad must be >= 1, got {opts.kv_pad}")
+        raise _error(f"kv-pad must be 1 to {MAX_CTX}, got {opts.kv_pad}")
 
 
 def lower_entry(root: BlockInstance, entry: str, opts: ConvertModuleToOpPass) -> func.FuncOp:
