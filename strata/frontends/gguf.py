@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -316,6 +317,35 @@ def hf_config_dict(g: GgufFile) -> dict[str, Any]:
                  linear_value_head_dim=g.integer(k("ssm.inner_size")) // v_heads,
                  linear_conv_kernel_dim=g.integer(k("ssm.conv_kernel")))
     return d
+
+
+#: The GGUF metadata key (after `ARCH.`) each HF field of `hf_config_dict` is read from, so that a
+#: message about a field names what the file holds.
+HF_FIELD_KEYS = {
+    "vocab_size": "vocab_size", "hidden_size": "embedding_length", "num_hidden_layers": "block_count",
+    "num_attention_heads": "attention.head_count", "num_key_value_heads": "attention.head_count_kv",
+    "head_dim": "attention.key_length", "rms_norm_eps": "attention.layer_norm_rms_epsilon",
+    "max_position_embeddings": "context_length", "intermediate_size": "feed_forward_length",
+    "rope_parameters.rope_theta": "rope.freq_base", "rope_parameters.partial_rotary_factor": "rope.dimension_count",
+    "rope_parameters.mrope_section": "rope.dimension_sections", "num_experts": "expert_count",
+    "num_experts_per_tok": "expert_used_count", "moe_intermediate_size": "expert_feed_forward_length",
+    "shared_expert_intermediate_size": "expert_shared_feed_forward_length",
+    "layer_types": "attention.recurrent_layers", "linear_num_key_heads": "ssm.group_count",
+    "linear_num_value_heads": "ssm.time_step_rank", "linear_key_head_dim": "ssm.state_size",
+    "linear_value_head_dim": "ssm.inner_size", "linear_conv_kernel_dim": "ssm.conv_kernel",
+}
+
+
+def gguf_message(g: GgufFile, message: str) -> str:
+    """A message about the HF fields read from `g`'s metadata, naming the file's keys instead."""
+    def key(match: re.Match) -> str:
+        field = match.group(2)
+        if field not in HF_FIELD_KEYS:
+            return match.group(0)
+        return f"{'metadata key ' if match.group(1) else ''}'{g.arch}.{HF_FIELD_KEYS[field]}'"
+
+    named = re.sub(r"(field )?'([A-Za-z_][A-Za-z0-9_.]*)'", key, message)
+    return named if named != message else f"{message} (read from the GGUF's metadata)"
 
 
 #: The original context a llama3 RoPE scaling read from `rope_freqs` is given (the converter's

@@ -209,13 +209,13 @@ def gguf_config(g: Any) -> Any:
     its metadata read as the HF fields they stand for, then by the family."""
     import dataclasses
 
-    from strata.frontends.gguf import GgufError, config_overrides, hf_config_dict
+    from strata.frontends.gguf import GgufError, config_overrides, gguf_message, hf_config_dict
     from strata.frontends.hf_config import ConfigError
 
     try:
         config = read_config_dict(hf_config_dict(g), str(g.path), g.path.stem)
-    except ConfigError as e:  # the dict's fields are the GGUF's keys: say so
-        raise GgufError(f"{e} (read from the GGUF's metadata)") from None
+    except ConfigError as e:  # the dict's fields come from the GGUF's keys: name those
+        raise GgufError(gguf_message(g, str(e))) from None
     return dataclasses.replace(config, **config_overrides(g))
 
 

@@ -243,3 +243,26 @@ def test_convert_blueprint_to_fixed_refuses_an_empty_cache(tmp_path, capsys):
     opt_refused(capsys, [MODULE_LEVEL, "-p", "convert-module-to-op{entry=prefill tokens=1 start=0 ctx=8},"
                          "convert-op-to-blueprint{mode=prefill rows=1},convert-blueprint-to-fixed{ranges=\"r.json\" "
                          "kv_ctx=0}"], "kv_ctx must be 1 to 2147483647 positions")
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages that name the right thing
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("llama.attention.head_count", 5,
+     "metadata key 'llama.attention.head_count' (5) must be a multiple of 'llama.attention.head_count_kv' (2)"),
+    ("llama.context_length", 0, "metadata key 'llama.context_length' must be a positive integer, got 0"),
+    ("llama.attention.layer_norm_rms_epsilon", -1.0,
+     "metadata key 'llama.attention.layer_norm_rms_epsilon' must be a finite positive number"),
+    ("llama.rope.freq_base", -5.0, "metadata key 'llama.rope.freq_base' must be a finite positive number"),
+])
+def test_gguf_errors_name_the_file_s_keys(tmp_path, capsys, key, value, words):
+    import gguf
+
+    from frontends.test_gguf import rewrite  # tests/ is on the path
+
+    kind = gguf.GGUFValueType.FLOAT32 if isinstance(value, float) else gguf.GGUFValueType.UINT32
+    path = rewrite(DATA / "llama-f32.gguf", tmp_path / "bad.gguf", fields={key: (value, kind)})
+    err = refused(capsys, ["inspect", str(path)], str(path), words)
+    assert "num_attention_heads" not in err and "rms_norm_eps" not in err and "rope_theta" not in err
