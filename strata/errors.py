@@ -99,6 +99,7 @@ def run_tool(prog: str, body: Callable[[], int], *, owns_process: bool = False) 
 def user_error_message(e: BaseException) -> str | None:
     """The message for an error the user caused; None for a bug in strata."""
     if isinstance(e, StrataError) or _is_xdsl_diagnostic(e):
+        fill_xdsl_placeholder(e)
         return str(e).strip() or type(e).__name__
     if isinstance(e, OSError):
         # Python's own text repeats the errno and quotes the path: "[Errno 2] No such file ...: 'x'".
@@ -121,6 +122,18 @@ def _is_xdsl_diagnostic(e: BaseException) -> bool:
     if exceptions is None:
         return False
     return isinstance(e, (exceptions.ParseError, exceptions.DiagnosticException, exceptions.ArgSpecParseError))
+
+
+def fill_xdsl_placeholder(e: BaseException) -> None:
+    # xDSL's lexer says "Expected suffix identifier after {first_char}" (a message that lost its
+    # f-prefix); the character is the first of the error's span.
+    msg, span = getattr(e, "msg", None), getattr(e, "span", None)
+    if isinstance(msg, str) and "{first_char}" in msg and span is not None:
+        try:
+            first = str(span.text)[:1]
+        except Exception:  # noqa: BLE001 - a span of another shape: keep the words, drop the braces
+            first = ""
+        e.msg = msg.replace("{first_char}", repr(first) if first else "a sigil")
 
 
 def _import_extensions_uninterrupted() -> None:

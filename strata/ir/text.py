@@ -12,7 +12,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 from io import StringIO
 
-from strata.errors import StrataError
+from strata.errors import StrataError, fill_xdsl_placeholder
 
 
 class LocatingParser(Parser):
@@ -68,6 +68,7 @@ def parse_ir(text: str, filename: str, ctx: Context) -> ModuleOp:
     try:
         return parse_located(text, filename, ctx)
     except (ParseError, VerifyException) as e:
+        fill_xdsl_placeholder(e)
         raise StrataError(str(e).strip()) from None
 
 

@@ -266,3 +266,16 @@ def test_gguf_errors_name_the_file_s_keys(tmp_path, capsys, key, value, words):
     path = rewrite(DATA / "llama-f32.gguf", tmp_path / "bad.gguf", fields={key: (value, kind)})
     err = refused(capsys, ["inspect", str(path)], str(path), words)
     assert "num_attention_heads" not in err and "rms_norm_eps" not in err and "rope_theta" not in err
+
+
+@pytest.mark.parametrize("text, char", [("% x\n", "'%'"), ("#\n", "'#'"), ("!\n", "'!'"), ("^ \n", "'^'")])
+def test_garbage_ir_names_the_character(tmp_path, capsys, text, char):
+    path = tmp_path / "garbage.mlir"
+    path.write_text(text)
+    from strata.cli.opt import main as opt_main
+
+    assert opt_main([str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"Expected suffix identifier after {char}" in err and "{first_char}" not in err
+    assert main(["view", str(path)]) == 1
+    assert "{first_char}" not in capsys.readouterr().err
