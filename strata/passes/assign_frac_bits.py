@@ -103,10 +103,16 @@ def _retype(op: Operation, frac: int) -> None:
     Rewriter.replace_value_with_new_type(op.results[0], TensorType(FX.FixedPointType(frac), t.get_shape()))
 
 
-def assign(module: ModuleOp, tensors: Mapping[str, Any], headroom: int, source: str = "the ranges") -> None:
-    """Set the formats of `module`'s fixed ops from `tensors` (see the module docstring)."""
+def check_headroom(headroom: int) -> int:
+    """The headroom of the w4a16 outputs' formats: 0 to 31 bits."""
     if isinstance(headroom, bool) or not isinstance(headroom, int) or not 0 <= headroom <= 31:
         raise FracBitsError(f"assign-frac-bits: headroom must be an integer in 0..31, got {headroom!r}")
+    return headroom
+
+
+def assign(module: ModuleOp, tensors: Mapping[str, Any], headroom: int, source: str = "the ranges") -> None:
+    """Set the formats of `module`'s fixed ops from `tensors` (see the module docstring)."""
+    check_headroom(headroom)
     for op in module.walk():
         if not isinstance(op, FX.FixedOp) or op.node is None:
             continue
@@ -143,9 +149,13 @@ class AssignFracBitsPass(StrataPass):
     headroom: int = 2
     ranges: str = ""
 
-    def apply(self, ctx: Context, module: ModuleOp) -> None:  # noqa: D102
+    def check(self) -> None:
         if not self.ranges:
             raise FracBitsError("assign-frac-bits: needs ranges=FILE (from `strata calibrate`)")
+        check_headroom(self.headroom)
+
+    def apply(self, ctx: Context, module: ModuleOp) -> None:  # noqa: D102
+        self.check()
         tensors = read_tensor_ranges(self.ranges)
         assign(module, tensors, self.headroom, self.ranges)
         digest = hashlib.sha256(Path(self.ranges).read_bytes()).hexdigest()

@@ -169,12 +169,17 @@ class Recipe:
         return rule
 
 
+def check_recipe_name(name: str) -> None:
+    """Refuse a name that is not one of `recipes/`'s (repr: a name may hold a newline)."""
+    known = recipe_names()
+    if name not in known:
+        raise RecipeError(f"blueprint-assign-precision: unknown recipe {name!r} (known: {', '.join(known)})")
+
+
 @cache
 def load_recipe(name: str) -> Recipe:
     """The recipe `name` from `recipes/NAME.json`; a one-line RecipeError if unknown or malformed."""
-    known = recipe_names()
-    if name not in known:
-        raise RecipeError(f"blueprint-assign-precision: unknown recipe '{name}' (known: {', '.join(known)})")
+    check_recipe_name(name)
     path = RECIPE_DIR / f"{name}.json"
     return parse_recipe(name, path, path.read_text())
 
@@ -229,7 +234,11 @@ class BlueprintAssignPrecisionPass(StrataPass):
 
     recipe: str = "fp8-bf16head"
 
+    def check(self) -> None:
+        check_recipe_name(self.recipe)
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        self.check()
         recipe = load_recipe(self.recipe)
         check_functions(op, self.name)
         apply_recipe(recipe, op)

@@ -73,11 +73,14 @@ class BlueprintPlaceStatePass(StrataPass):
     embed: str = "host"
     sample: str = "host"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def check(self) -> None:
         for key, value, allowed in (("kv", self.kv, KV_LAYOUTS), ("embed", self.embed, ("host", "device")),
                                     ("sample", self.sample, ("host", "device"))):
             if value not in allowed:
-                raise PlaceStateError(f"blueprint-place-state: {key}={value} is not one of {', '.join(allowed)}")
+                raise PlaceStateError(f"blueprint-place-state: {key}={value!r} is not one of {', '.join(allowed)}")
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        self.check()
         check_functions(op, self.name)
         for fn in [o for o in op.walk() if isinstance(o, func.FuncOp)]:
             mode_attr = fn.attributes.get("blueprint.mode")

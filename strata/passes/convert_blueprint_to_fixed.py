@@ -516,12 +516,15 @@ class ConvertBlueprintToFixedPass(StrataPass):
     #: The int8 KV cache's positions (a decode step); left out, the prefill form without a cache.
     kv_ctx: int | None = None
 
-    def apply(self, ctx: Context, module: ModuleOp) -> None:  # noqa: D102
+    def check(self) -> None:
         if not self.ranges:
             raise ConvertFixedError("convert-blueprint-to-fixed: needs ranges=FILE (from `strata calibrate`)")
         if self.kv_ctx is not None and not 1 <= self.kv_ctx <= MAX_KV_CTX:
             raise ConvertFixedError(f"convert-blueprint-to-fixed: kv_ctx must be 1 to {MAX_KV_CTX} positions (leave "
                                     f"it out for the prefill form without a cache), got {self.kv_ctx}")
+
+    def apply(self, ctx: Context, module: ModuleOp) -> None:  # noqa: D102
+        self.check()
         new = convert_blueprint_to_fixed(module, read_tensor_ranges(self.ranges), ctx=self.kv_ctx or 0)
         for op in list(module.ops):
             op.detach()

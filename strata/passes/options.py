@@ -78,6 +78,11 @@ def _shown(value: tuple) -> str:
 class StrataPass(ModulePass):
     """A pass whose options are checked with messages for the user (see the module docstring)."""
 
+    def check(self) -> None:
+        """Refuse option values the pass cannot run with (a one-line error). Called when the pass
+        is built from a pipeline string, so that a pipeline is refused before any of it runs (and
+        `--print-pipeline` prints none that would fail), and by `apply` for a pass built in Python."""
+
     @classmethod
     def from_spec(cls, spec: ArgSpec):  # type: ignore[override]
         hints = typing.get_type_hints(cls)
@@ -93,4 +98,6 @@ class StrataPass(ModulePass):
                 what = "no value" if not value else _shown(tuple(value))
                 raise PassOptionError(f"{cls.name}: option {key} takes {_kind(hints[key])}, got {what}")
             coerced[key] = got
-        return super().from_spec(ArgSpec(spec.name, coerced))
+        configured = super().from_spec(ArgSpec(spec.name, coerced))
+        configured.check()
+        return configured

@@ -10,12 +10,14 @@ lowering the drivers run is built by the functions here, so that `strata compile
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import PassPipeline
-from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.exceptions import ArgSpecParseError, VerifyException
 
 from strata.dialects import strata_context
 from strata.dialects.blueprint_graph import MODES, check_mode_rows
@@ -27,12 +29,31 @@ class PipelineError(StrataError):
     """A pass pipeline that cannot be parsed or run, or a compile that cannot proceed."""
 
 
+def spec_value(value: str) -> str:
+    """A string option's value as pipeline syntax: bare when it is a plain name, else quoted, so
+    that any value reaches the pass and its own check (`recipe=""` is an unknown recipe, not a
+    syntax error in a pipeline the user never wrote)."""
+    return value if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", value) else json.dumps(value, ensure_ascii=False)
+
+
+def parsed_pipeline(spec: str) -> PassPipeline:
+    """The passes of `spec`, built (each pass checks its options as it is built)."""
+    try:
+        return PassPipeline.parse_spec(strata_passes(), spec)
+    except StrataError:
+        raise
+    except (Exception, ArgSpecParseError) as e:  # noqa: BLE001 - xDSL reports bad specs with several types
+        # xDSL's report is a header, the location, the spec, carets, then the message: keep the
+        # location's column and the message.
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        where = next((line.rsplit(":", 1)[1] for line in lines if line.startswith("pass-pipeline:")), None)
+        said = lines[-1] if lines else type(e).__name__
+        raise PipelineError(f"pass pipeline '{spec}': {f'column {where}: ' if where else ''}{said}") from None
+
+
 def run_pipeline(module: ModuleOp, spec: str, ctx: Context | None = None) -> ModuleOp:
     """Run the pass pipeline `spec` (strata-opt's `-p` syntax) on `module` in place."""
-    try:
-        pipeline = PassPipeline.parse_spec(strata_passes(), spec)
-    except Exception as e:  # noqa: BLE001 - xDSL reports bad specs with several exception types
-        raise PipelineError(f"pass pipeline '{spec}': {str(e).strip().splitlines()[0]}") from None
+    pipeline = parsed_pipeline(spec)
     pipeline.apply(ctx or strata_context(), module)
     try:
         module.verify()
@@ -77,8 +98,9 @@ def blueprint_pipeline(mode: str = "decode", rows: int = 1, recipe: str = "fp8-b
     lower = entry_pipeline(entry, tokens=rows if entry == "prefill" else 0, start=0 if entry == "prefill" else rows,
                            ctx=max(2 * rows, 64), kv_pad=1)
     passes = [lower, f"convert-op-to-blueprint{{mode={mode} rows={rows}}}",
-              f"blueprint-assign-precision{{recipe={recipe}}}",
-              f"blueprint-place-state{{kv={kv} embed={embed} sample={sample}}}", "blueprint-fuse"]
+              f"blueprint-assign-precision{{recipe={spec_value(recipe)}}}",
+              f"blueprint-place-state{{kv={spec_value(kv)} embed={spec_value(embed)} sample={spec_value(sample)}}}",
+              "blueprint-fuse"]
     return ",".join(passes + (["blueprint-collapse"] if collapse else []))
 
 

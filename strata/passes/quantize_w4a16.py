@@ -82,6 +82,9 @@ class QuantizeW4A16Pass(StrataPass):
 
     block: int = 128
 
+    def check(self) -> None:
+        check_block(self.block)
+
     def apply(self, ctx: Context, module: ModuleOp) -> None:  # noqa: D102
         block = check_block(self.block)
         for fn in module.walk():

@@ -151,13 +151,16 @@ class SmoothQuantPass(StrataPass):
     alpha: float = 0.5
     ranges: str = ""
 
-    def apply(self, ctx: Context, module: ModuleOp) -> None:  # noqa: D102
-        alpha = float(self.alpha)
-        if not 0.0 <= alpha <= 1.0:
-            raise SmoothQuantError(f"smoothquant: alpha must be in [0, 1], got {alpha}")
+    def check(self) -> None:
+        if not 0.0 <= float(self.alpha) <= 1.0:
+            raise SmoothQuantError(f"smoothquant: alpha must be in [0, 1], got {float(self.alpha)}")
         if not self.ranges:
             raise SmoothQuantError("smoothquant: give ranges=FILE, the activation ranges `strata calibrate` writes "
                                    "(SmoothQuant's scales come from them)")
+
+    def apply(self, ctx: Context, module: ModuleOp) -> None:  # noqa: D102
+        self.check()
+        alpha = float(self.alpha)
         ranges = read_ranges(self.ranges)
         digest = hashlib.sha256(Path(self.ranges).read_bytes()).hexdigest()
         for fn in module.walk():

@@ -54,8 +54,13 @@ def resolve_knobs(tgt: Target, model: Model, knobs: Mapping[str, Any]) -> dict[s
 
 
 def target_pipeline(name: str, model: Model, knobs: Mapping[str, Any]) -> str:
+    """The target's pass pipeline for these knobs, checked as a compile would check it."""
+    from strata.passes.pipelines import parsed_pipeline
+
     tgt = target(name)
-    return tgt.pipeline(resolve_knobs(tgt, model, knobs))
+    spec = tgt.pipeline(resolve_knobs(tgt, model, knobs))
+    parsed_pipeline(spec)
+    return spec
 
 
 def state_bytes(module: ModuleOp) -> int:

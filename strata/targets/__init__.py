@@ -39,9 +39,11 @@ def _cuda() -> Target:
     from strata.targets.cuda.emit import emit_cuda
 
     def pipeline(k: Mapping[str, Any]) -> str:
+        from strata.passes.pipelines import spec_value
+
         return (f"convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} kv_pad=1}},"
-                f"convert-op-to-blueprint{{mode=auto}},blueprint-assign-precision{{recipe={k['recipe']}}},"
-                f"blueprint-place-state{{kv={k['kv']} embed=device sample=device}},blueprint-fuse")
+                f"convert-op-to-blueprint{{mode=auto}},blueprint-assign-precision{{recipe={spec_value(k['recipe'])}}},"
+                f"blueprint-place-state{{kv={spec_value(k['kv'])} embed=device sample=device}},blueprint-fuse")
 
     def emit(module: ModuleOp, model_name: str | None, weights: Any = None) -> dict[str, str | bytes]:
         return emit_cuda(module, model_name)

@@ -279,3 +279,30 @@ def test_garbage_ir_names_the_character(tmp_path, capsys, text, char):
     assert f"Expected suffix identifier after {char}" in err and "{first_char}" not in err
     assert main(["view", str(path)]) == 1
     assert "{first_char}" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["ir", "{m}", "--level", "blueprint", "--recipe", ""], "blueprint-assign-precision: unknown recipe ''"),
+    (["ir", "{m}", "--level", "blueprint", "--recipe", "\u00e9 x"], "unknown recipe '\u00e9 x'"),
+    (["ir", "{m}", "--level", "blueprint", "--recipe", "a\nb"], "unknown recipe 'a\\nb'"),
+    (["compile", "{m}", "--target", "cuda", "--set", "kv=", "--print-pipeline"],
+     "blueprint-place-state: kv='' is not one of paged, contiguous"),
+    (["compile", "{m}", "--target", "cuda", "--set", "kv=a b}", "--print-pipeline"], "kv='a b}' is not one of"),
+    (["compile", "{m}", "--target", "epu", "--set", "headroom=40", "-o", "{tmp}/e"],
+     "assign-frac-bits: headroom must be an integer in 0..31, got 40"),
+    (["run", "{m}", "--prompt-ids", "1", "--via", "onnxruntime", "--target", "epu"],
+     "--via onnxruntime runs the op level exported to ONNX; it takes no --target epu"),
+])
+def test_a_value_inside_a_pipeline_is_refused_by_its_pass_in_one_line(model, tmp_path, capsys, argv, words):
+    argv = [a.replace("{m}", str(model)).replace("{tmp}", str(tmp_path)) for a in argv]
+    err = refused(capsys, argv, words)
+    assert "^" not in err and "flash_attn" not in err
+    assert not (tmp_path / "e").exists()
+
+
+def test_a_pipeline_s_syntax_error_is_its_column_and_message():
+    from strata.passes.pipelines import PipelineError, parsed_pipeline
+
+    with pytest.raises(PipelineError) as e:
+        parsed_pipeline("blueprint-fuse{")
+    assert str(e.value) == "pass pipeline 'blueprint-fuse{': column 16: Expected argument name here"

@@ -59,7 +59,7 @@ def test_options():
     nodes = by_id(place(blueprint_text(["full_attention"]), kv="contiguous", embed="device", sample="device"))
     assert {n.placement.value for n in nodes.values()} == {"device"}
     assert nodes["l0.attn.attend"].attributes["kv_layout"] == StringAttr("contiguous")
-    with pytest.raises(PlaceStateError, match="kv=ring is not one of paged, contiguous"):
+    with pytest.raises(PlaceStateError, match="kv=.ring. is not one of paged, contiguous"):
         place(blueprint_text(["full_attention"]), kv="ring")
 
 

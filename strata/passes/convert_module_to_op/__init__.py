@@ -56,9 +56,15 @@ class ConvertModuleToOpPass(StrataPass):
     kv_pad: int = 256
     flash_attn: bool = True
 
+    def check(self) -> None:
+        _check_options(self, self.entries())
+
+    def entries(self) -> tuple[str, ...]:
+        return (self.entry,) if isinstance(self.entry, str) else tuple(self.entry)
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        entries = (self.entry,) if isinstance(self.entry, str) else tuple(self.entry)
-        _check_options(self, entries)
+        self.check()
+        entries = self.entries()
         try:
             model = find_model(op)
             root = instantiate(model)

@@ -105,7 +105,15 @@ class ConvertOpToBlueprintPass(StrataPass):
     mode: str = "decode"
     rows: int = 1
 
+    def check(self) -> None:
+        if self.mode != "auto":
+            try:
+                check_mode_rows(self.mode, self.rows, self.name)
+            except StrataError as e:
+                raise ConversionError(str(e)) from None
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        self.check()
         fns = [f for f in op.body.block.ops if isinstance(f, func.FuncOp)]
         if not fns:
             raise ConversionError("convert-op-to-blueprint: the module holds no op-level function "

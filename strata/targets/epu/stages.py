@@ -45,7 +45,7 @@ from strata.artifacts.directory import locked, new_directory, remove_leftovers
 from strata.artifacts.stage import sha256_file, versions
 from strata.errors import StrataError
 from strata.ir.weights import Overlay
-from strata.passes.pipelines import blueprint_module, blueprint_pipeline, run_pipeline
+from strata.passes.pipelines import blueprint_module, blueprint_pipeline, parsed_pipeline, run_pipeline
 
 STAGE_JSON = "STAGE.json"
 TOP = "EPU.json"
@@ -90,6 +90,7 @@ def resolve(model: Any, knobs: Mapping[str, Any] | None) -> dict[str, Any]:
 
     check_sizes(out["calib_prompts"], out["calib_len"], int(model.config.max_position_embeddings),
                 ("knob calib_prompts", "knob calib_len"))
+    parsed_pipeline(pipeline_text(out))  # the fixed stage's passes check their options (headroom) up front
     if isinstance(out["alpha"], bool) or not isinstance(out["alpha"], (int, float)) or not 0 <= out["alpha"] <= 1:
         raise EpuError(f"knob alpha must be a number in [0, 1], got {out['alpha']!r}")
     out["alpha"] = float(out["alpha"])

@@ -28,4 +28,4 @@
 // VERIFY: %l0_gdn_core = blueprint.gdn_recurrence
 // VERIFY-NEXT: blueprint.state_snapshot %l0_gdn_core {effects = [#blueprint.effect<h:snapshot>], inserted, placement = #blueprint.placement<device>, node = "l0.gdn.recur_ckpt"}
 
-// ERR: blueprint-place-state: kv=ring is not one of paged, contiguous
+// ERR: blueprint-place-state: kv='ring' is not one of paged, contiguous
