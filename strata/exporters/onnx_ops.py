@@ -252,6 +252,15 @@ def _argmax(ex: Exporter, op: O.ArgmaxOp) -> None:
     ex.set(op, ex.cast(i, np.int32, _label(op)))
 
 
+@ONNX_EXPORT.register(O.SampleOp)
+def _sample(ex: Exporter, op: O.SampleOp) -> None:
+    # ONNX's random ops draw from an unspecified generator: none gives the Philox 4x32-10 words
+    # every other target draws, so the sampler is not exported (onnxruntime programs sample on
+    # the host, with the same numpy sampler).
+    raise OnnxExportError("op.sample: ONNX has no counter-based (Philox 4x32-10) random op, so the sampler has "
+                          "no ONNX form; export @prefill and @decode, and sample their logits on the host")
+
+
 @ONNX_EXPORT.register(O.ArgsortOp)
 def _argsort(ex: Exporter, op: O.ArgsortOp) -> None:
     # TopK of every column: equal values keep their index order (ONNX's tie rule), a stable sort.

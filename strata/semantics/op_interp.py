@@ -18,7 +18,7 @@ somewhere downstream.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -31,6 +31,7 @@ from strata.errors import StrataError
 from strata.ir import dtypes
 from strata.ir.impls import Implementations
 from strata.semantics import kernels as K
+from strata.semantics import sampling as S
 
 
 class InterpreterError(StrataError):
@@ -217,6 +218,13 @@ def _flash(op: O.FlashAttnExtOp, a: list, env: Env) -> np.ndarray:
     return K.flash_attn_ext(a[0], a[1], a[2], a[3] if len(a) > 3 else None, _float(op.scale))
 
 
+@INTERPRETER.register(O.SampleOp)
+def _sample(op: O.SampleOp, a: list, env: Env) -> np.ndarray:
+    logits, key, step, *rest = a
+    counts = rest[7:] if op.prompt_counts is not None else (None, None)
+    return S.sample(logits, key, int(step[0]), *rest[:7], prompt_counts=counts[0], output_counts=counts[1])
+
+
 INTERPRETER.add(O.GetRowsOp, lambda op, a, env: K.get_rows(a[0], a[1]))
 INTERPRETER.add(O.RmsNormOp, lambda op, a, env: K.rms_norm(a[0], _float(op.eps)))
 INTERPRETER.add(O.MulOp, lambda op, a, env: K.mul(a[0], a[1]))
@@ -250,17 +258,19 @@ INTERPRETER.add(O.SsmConvOp, lambda op, a, env: K.ssm_conv(a[0], a[1]))
 
 
 def run_function(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray],
-                 tokens: np.ndarray, start: int, *,
+                 tokens: np.ndarray, start: int, *, args: Sequence[np.ndarray] = (),
                  observe: Callable[[Operation, np.ndarray], None] | None = None) -> np.ndarray:
     """Run `fn` on `tokens` [S] at position `start`; returns its result (the logits).
 
-    `state` (from :func:`alloc_state`) is updated in place by the cache writes.
+    `state` (from :func:`alloc_state`) is updated in place by the cache writes. `args` are the
+    function's arguments, for an entry that takes its inputs as arguments (the sampler,
+    `@sample_logits`), each checked against its IR type.
     `observe`, if given, is called with each op and its result right after the op runs
     (leaves included), in program order: a per-op comparison (`strata verify`) or a
     debugger reads every intermediate without the interpreter keeping them all.
     """
     env = Env(fn, weights, state, tokens, start)
-    values: dict[SSAValue, np.ndarray] = {}
+    values: dict[SSAValue, np.ndarray] = dict(_bind_arguments(fn, args))
     for op in fn.body.block.ops:
         if isinstance(op, func.ReturnOp):
             if len(op.arguments) != 1:
@@ -276,6 +286,21 @@ def run_function(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray]
         if observe is not None:
             observe(op, result)
     raise InterpreterError(f"@{fn.sym_name.data}: the function has no func.return")
+
+
+def _bind_arguments(fn: func.FuncOp, args: Sequence[np.ndarray]) -> list[tuple[SSAValue, np.ndarray]]:
+    block_args = fn.body.block.args
+    if len(args) != len(block_args):
+        raise InterpreterError(f"@{fn.sym_name.data}: takes {len(block_args)} arguments, got {len(args)}")
+    out = []
+    for i, (arg, value) in enumerate(zip(block_args, args)):
+        want = shape_with_holes(arg.type)
+        array = np.asarray(value, dtype=numpy_dtype(arg.type.get_element_type()))  # type: ignore[attr-defined]
+        if array.ndim != len(want) or any(w not in (-1, g) for w, g in zip(want, array.shape)):
+            raise InterpreterError(f"@{fn.sym_name.data}: argument {i} has shape {list(array.shape)}, "
+                                   f"the IR type is {arg.type}")
+        out.append((arg, array))
+    return out
 
 
 def find_function(module: Operation, name: str | None = None) -> func.FuncOp:

@@ -25,7 +25,7 @@ def _cpu() -> Target:
     def pipeline(k: Mapping[str, Any]) -> str:
         flash = "true" if k["flash_attn"] else "false"
         return (f"convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} "
-                f"kv_pad={k['kv_pad']} flash_attn={flash}}}")
+                f"kv_pad={k['kv_pad']} flash_attn={flash}}},add-sampler")
 
     def emit(module: ModuleOp, model_name: str | None, weights: Any = None) -> dict[str, str | bytes]:
         return {"model.py": emit_cpu(module, model_name)}

@@ -29,7 +29,8 @@ f16, bf16 and fp8; a weight may also be an integer or packed int4 tensor.
 The ops live in files by theme: `base` (shape helpers, abstract bases), `leaves`,
 `elementwise`, `reduce` (row-wise), `layout` (views, REPEAT, CONCAT, GET_ROWS),
 `matmul` (MUL_MAT, MUL_MAT_ID), `state` (the writes), `attention` (SOFT_MAX, ROPE,
-FLASH_ATTN_EXT) and `ssm` (SSM_CONV, GATED_DELTA_NET).
+FLASH_ATTN_EXT), `ssm` (SSM_CONV, GATED_DELTA_NET) and `sampling` (`op.sample`: the runtime's
+sampler, which llama.cpp runs outside its graph).
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ from strata.dialects.op.layout import (
 from strata.dialects.op.leaves import INPUT_KINDS, LEAF_OPS, PARAM_CONVERSIONS, ConstantOp, InputOp, ParamOp, StateOp
 from strata.dialects.op.matmul import MulMatIdOp, MulMatOp
 from strata.dialects.op.reduce import SORT_ORDERS, ArgmaxOp, ArgsortOp, RmsNormOp, SumRowsOp
+from strata.dialects.op.sampling import SAMPLE_PARAMS, SAMPLER, SampleOp, sampler_function
 from strata.dialects.op.ssm import GatedDeltaNetOp, SsmConvOp
 from strata.dialects.op.state import CpyOp, SetRowsOp
 
@@ -120,6 +122,8 @@ Op = Dialect(
         MulMatIdOp,
         SsmConvOp,
         GatedDeltaNetOp,
+        # Sampling (the runtime's sampler, in the program).
+        SampleOp,
     ],
     [],
 )
@@ -132,5 +136,5 @@ __all__ = [
     "GetRowsOp", "RmsNormOp", "MulOp", "AddOp", "MulMatOp", "ReshapeOp", "ViewOp", "PermuteOp", "TransposeOp",
     "ContOp", "ScaleOp", "CpyOp", "ArgmaxOp", "SwigluOp", "SetRowsOp", "SoftMaxOp", "RopeOp", "FlashAttnExtOp",
     "DivOp", "ClampOp", "SiluOp", "SigmoidOp", "SoftplusOp", "SumRowsOp", "ArgsortOp", "RepeatOp", "ConcatOp",
-    "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp",
+    "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp", "SAMPLE_PARAMS", "SAMPLER", "SampleOp", "sampler_function",
 ]

@@ -5,13 +5,16 @@
 that calls the op's kernel, in program order. The generated module
 
 * imports only ``numpy`` and ``ml_dtypes`` (never strata), and carries the source of
-  just the kernels it calls, copied from :mod:`strata.semantics.kernels` (so each
-  op's semantics is written down once in the repository);
+  just the kernels it calls, copied from :mod:`strata.semantics.kernels` and the sampler
+  :mod:`strata.semantics.sampling` (so each op's semantics is written down once in the
+  repository);
 * defines ``class Model``: ``__init__(weights)`` binds every ``op.param`` once to an
   attribute (a zero-copy view of the memory-mapped weight) and preallocates every
   ``op.state`` (the KV cache) from its IR type; one method per entry
   (``prefill(tokens, start)``, ``decode(token, pos)``) computes its host inputs with
-  ``host_input`` and then runs the ops, with locals named after the IR values.
+  ``host_input`` and then runs the ops, with locals named after the IR values. An entry
+  whose inputs are function arguments (the sampler, ``sample_logits(logits, key, ...)``)
+  takes them as the method's parameters, named after the arguments, and checks their shapes.
 
 Model-supplied names (tensor names, the model name) are sanitized before they reach
 the code: identifiers keep only ``[A-Za-z0-9_]``, and the only string literals are
@@ -40,7 +43,7 @@ from strata.dialects import op as O
 from strata.ir import dtypes
 from strata.ir.impls import Implementations
 from strata.semantics import kernels as K
-from strata.targets.cpu.kernel_library import KernelLibrary
+from strata.targets.cpu.kernel_library import CPU_KERNEL_MODULES, KernelLibrary
 from strata.targets.codegen import CodegenError, IndentedWriter, Namer, literal_name, sanitize_identifier, sanitize_label, value_labels
 
 
@@ -100,7 +103,8 @@ class CpuEmitter:
         self.module = module
         self.model_name = sanitize_label(model_name) if model_name else None
         self.kernels_used: set[str] = set()
-        self.reserved = set(_MODULE_NAMES) | set(dir(K)) | set(dir(builtins)) | set(keyword.kwlist)
+        self.reserved = set(_MODULE_NAMES) | set(dir(builtins)) | set(keyword.kwlist)
+        self.reserved |= {name for m in CPU_KERNEL_MODULES for name in dir(m)}
         # Model attributes: params, state and constants, by a key that identifies them.
         self.attr_namer = Namer(self.reserved | _MODEL_ATTRS)
         self.params: dict[str, tuple[str, TensorType]] = {}  # ggml name -> (attr, type)
@@ -148,7 +152,7 @@ class CpuEmitter:
 
         out = IndentedWriter()
         self.print_header(out)
-        library = KernelLibrary()
+        library = KernelLibrary.of(*CPU_KERNEL_MODULES)
         for name in library.closure(self.kernels_used | {"host_input"}):
             out.line()
             out.line()
@@ -173,7 +177,8 @@ class CpuEmitter:
             out.line(f"    logits = model.{self._signature(fn)}")
         out.line()
         out.line(f"Entries: {entries}. Needs only numpy and ml_dtypes. The kernels below are copied")
-        out.line("from strata.semantics.kernels; everything after them is printed from the op-level IR.")
+        out.line("from strata.semantics.kernels (and strata.semantics.sampling); everything after them is printed")
+        out.line("from the op-level IR.")
         out.line('"""')
         out.line()
         out.line("from __future__ import annotations")
@@ -264,7 +269,14 @@ class CpuEmitter:
 
     def _signature(self, fn: func.FuncOp) -> str:
         name = fn.sym_name.data
+        if fn.function_type.inputs.data:
+            return f"{name}({', '.join(self._arg_names(fn))})"
         return f"{name}(token, pos)" if name == "decode" else f"{name}(tokens, start)"
+
+    def _arg_names(self, fn: func.FuncOp) -> list[str]:
+        """The parameter names of an entry that takes function arguments (after their IR names)."""
+        namer = Namer(self.reserved | _METHOD_NAMES)
+        return [namer.fresh(a.name_hint or f"arg{i}") for i, a in enumerate(fn.body.block.args)]
 
     def print_entry(self, fn: func.FuncOp, out: IndentedWriter) -> None:
         self.out = out
@@ -272,14 +284,14 @@ class CpuEmitter:
         self.labels = value_labels(fn)
         self.locals = Namer(self.reserved | _METHOD_NAMES)
         self.inputs = {}
-        self.n_kv = int(fn.attributes["op.n_kv"].value.data) if "op.n_kv" in fn.attributes else self.n_ctx
-        if self.n_kv is None:
-            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} has no op.n_kv attribute")
         if len(fn.function_type.outputs.data) != 1 or not isinstance(fn.function_type.outputs.data[0], TensorType):
             raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must return one tensor")
         if fn.function_type.inputs.data:
-            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must take no arguments "
-                                 "(host data comes from op.input)")
+            self.print_entry_with_arguments(fn, out)
+            return
+        self.n_kv = int(fn.attributes["op.n_kv"].value.data) if "op.n_kv" in fn.attributes else self.n_ctx
+        if self.n_kv is None:
+            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} has no op.n_kv attribute")
         ops = list(fn.body.walk())
         self.last_use = {}
         for op in ops:
@@ -314,6 +326,36 @@ class CpuEmitter:
                 if op is fn:
                     continue
                 self.print_op(op)
+
+    def print_entry_with_arguments(self, fn: func.FuncOp, out: IndentedWriter) -> None:
+        """An entry whose inputs are its arguments (static shapes; no host inputs, no state)."""
+        name = fn.sym_name.data
+        params = self._arg_names(fn)
+        self.locals.taken |= set(params)
+        for op in fn.body.walk():
+            if isinstance(op, (O.InputOp, O.StateOp)):
+                raise CpuTargetError(f"cpu target: entry @{name} takes arguments and cannot also read "
+                                     f"'{op.name}' (host inputs and state go with tokens and a position)")
+        self.last_use = {v: op for op in fn.body.walk() for v in op.operands}
+        out.line()
+        out.line(f"def {name}(self, {', '.join(params)}):")
+        with out.indented():
+            out.line(f'"""Entry @{name}: {", ".join(params)} as the IR types them; returns its result."""')
+            for param, arg in zip(params, fn.body.block.args):
+                typ = arg.type
+                if not isinstance(typ, TensorType) or DYNAMIC_INDEX in typ.get_shape():
+                    raise CpuTargetError(f"cpu target: entry @{name}: argument {param} must be a tensor of static "
+                                         f"shape, got {typ}")
+                shape = int_tuple(typ.get_shape())
+                out.line(f"{param} = np.asarray({param}, dtype={dtype_expr(typ.get_element_type())})")
+                out.line(f"if {param}.shape != {shape}:")
+                with out.indented():
+                    out.line(f"raise ValueError(f'{name}: {param} has shape {{list({param}.shape)}}, expected "
+                             f"{list(typ.get_shape())}')")
+                self.names[arg] = param
+            for op in fn.body.walk():
+                if op is not fn:
+                    self.print_op(op)
 
     def print_op(self, op: Operation) -> None:
         handler = CPU_EMITTER.get(type(op))
@@ -532,6 +574,16 @@ def _rope(e: CpuEmitter, op: O.RopeOp) -> None:
 def _flash_attn_ext(e: CpuEmitter, op: O.FlashAttnExtOp) -> None:
     e.assign(op, "flash_attn_ext", e.ref(op.q), e.ref(op.k), e.ref(op.v),
                 e.ref(op.mask), float_lit(op.scale.value.data))
+
+
+@CPU_EMITTER.register(O.SampleOp)
+def _sample(e: CpuEmitter, op: O.SampleOp) -> None:
+    # The sampler's step is a Python int; every other operand is an array (the kernel broadcasts
+    # [1]-shaped parameters to the rows).
+    args = [e.ref(op.logits), e.ref(op.key), f"int({e.ref(op.step)}[0])", *(e.ref(v) for v in op.params)]
+    if op.prompt_counts is not None:
+        args += [e.ref(op.prompt_counts), e.ref(op.output_counts)]
+    e.assign(op, "sample", *args)
 
 
 @CPU_EMITTER.register(func.ReturnOp)

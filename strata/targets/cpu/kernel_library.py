@@ -1,13 +1,19 @@
-"""The kernels' source for the CPU target: each kernel of `strata.semantics.kernels` as text, and
-the other kernels it calls, so that a generated module carries just the kernels it uses."""
+"""The kernels' source for the CPU target: each kernel of `strata.semantics.kernels` (and of the
+sampler, `strata.semantics.sampling`) as text, and the other kernels it calls, so that a generated
+module carries just the kernels it uses."""
 
 from __future__ import annotations
 
 import ast
 import inspect
+from types import ModuleType
 
 from strata.semantics import kernels as K
+from strata.semantics import sampling as S
 from strata.targets.codegen import CodegenError
+
+#: The modules whose functions a generated CPU module may carry: the op kernels and the sampler.
+CPU_KERNEL_MODULES: tuple[ModuleType, ...] = (K, S)
 
 
 def _free_names(fn: ast.FunctionDef) -> set[str]:
@@ -31,11 +37,18 @@ class KernelLibrary:
         self.functions: dict[str, tuple[int, str]] = {}
         nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
         for node in nodes:
+            if node.name in self.functions:
+                raise CodegenError(f"cpu target: two kernels named {node.name!r}")
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
             self.functions[node.name] = (first, "\n".join(lines[first - 1:node.end_lineno]))
         self.dependencies: dict[str, list[str]] = {
             node.name: sorted(_free_names(node) & set(self.functions) - {node.name}) for node in nodes
         }
+
+    @classmethod
+    def of(cls, *modules: ModuleType) -> KernelLibrary:
+        """The functions of `modules` (their names must differ), each module's in file order."""
+        return cls("\n".join(inspect.getsource(m) for m in modules))
 
     def closure(self, names: set[str]) -> list[str]:
         """``names`` and the helpers they call, in file order."""

@@ -3,7 +3,7 @@
     program = load(out, store)          # OUT/model.py, bound to the weights
     step = program.prefill([1, 2, 3], 0)
     step.token, step.logits             # the greedy choice, the last row's logits
-    step = program.decode(step.token, 3)
+    step = program.decode(step.token, 3, params)   # drawn by the generated `sample_logits`
 
 The compile itself (lowering, the stage directory and its manifest) is the pipeline's; this
 file only runs what the target wrote.
@@ -18,7 +18,10 @@ from typing import Any
 import numpy as np
 
 from strata.artifacts.modules import import_generated
-from strata.semantics.programs import LogitsStep
+from strata.dialects.op import SAMPLER
+from strata.errors import StrataError
+from strata.semantics.programs import LogitsStep, SampledStep, SequenceSampler
+from strata.semantics.sampling_inputs import Sampling
 
 MODEL_PY = "model.py"
 
@@ -29,7 +32,8 @@ def load_compiled(out_dir: str | Path):
 
 
 class CpuProgram:
-    """A generated `Model` (one method per entry, the KV cache preallocated) as a program."""
+    """A generated `Model` (one method per entry, the KV cache preallocated) as a program; its
+    `sample_logits` entry draws the sampled tokens."""
 
     runtime = "numpy"
 
@@ -38,17 +42,25 @@ class CpuProgram:
         self.name = str(instance.MODEL_NAME or "model")
         self.vocab = int(instance.OUTPUTS["decode"][0][-1])
         self.n_ctx = int(instance.N_CTX)
+        self.sampler = SequenceSampler(self.vocab, self._sample_logits)
+
+    def _sample_logits(self, *args: Any):
+        if SAMPLER not in self.model.ENTRIES:
+            raise StrataError(f"this compiled cpu model has no @{SAMPLER} entry (compiled before the sampler was "
+                              "part of the program); recompile it to sample")
+        return getattr(self.model, SAMPLER)(*args)
 
     def reset(self) -> None:
         self.model.reset()
 
-    def prefill(self, tokens: Sequence[int], start: int) -> LogitsStep:
+    def prefill(self, tokens: Sequence[int], start: int, sampling: Sampling | None = None) -> LogitsStep | SampledStep:
         if start == 0:  # a new sequence: the recurrent state starts from zero
             self.model.reset()
-        return LogitsStep(self.model.prefill(np.asarray(tokens, np.int32), start)[-1])
+        ids = np.asarray(tokens, np.int32)
+        return self.sampler.choose(self.model.prefill(ids, start)[-1], ids, start, False, sampling)
 
-    def decode(self, token: int, pos: int) -> LogitsStep:
-        return LogitsStep(self.model.decode(int(token), pos)[-1])
+    def decode(self, token: int, pos: int, sampling: Sampling | None = None) -> LogitsStep | SampledStep:
+        return self.sampler.choose(self.model.decode(int(token), pos)[-1], [int(token)], pos, True, sampling)
 
     def close(self) -> None:
         pass
