@@ -59,6 +59,7 @@ from strata.ir import fp8, ggml_blocks
 from strata.ir.int4 import dequantize_int4_block, quantize_int4_block, roundf  # noqa: F401 - re-exported
 from strata.ir.impls import Implementations
 from strata.semantics import kernels as K
+from strata.semantics import sampling as S
 from strata.semantics.module_hybrid import causal_attention, l2_normalize
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -263,6 +264,17 @@ def _linear(op, a: list, env: Env) -> tuple:
 @R(B.ArgmaxOp)
 def _argmax(op: B.ArgmaxOp, a: list, env: Env) -> tuple:
     return (np.argmax(a[0], axis=-1).astype(np.int32)[:, None],)
+
+
+@R(B.SampleOp)
+def _sample(op: B.SampleOp, a: list, env: Env) -> tuple:
+    # Edges are [rows, dim]: the key one row of two, the step and each parameter a column.
+    logits, key, step, *rest = a
+    params = [np.asarray(p).reshape(-1) for p in rest[:7]]
+    counts = rest[7:] if op.prompt_counts is not None else (None, None)
+    ids = S.sample(logits, np.asarray(key).reshape(-1), int(np.asarray(step).reshape(-1)[0]), *params,
+                   prompt_counts=counts[0], output_counts=counts[1])
+    return (ids[:, None],)
 
 
 @R(B.ResidualAddOp)

@@ -39,7 +39,7 @@ def _cuda() -> Target:
     from strata.targets.cuda.emit import emit_cuda
 
     def pipeline(k: Mapping[str, Any]) -> str:
-        return (f"convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} kv_pad=1}},"
+        return (f"convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} kv_pad=1}},add-sampler,"
                 f"convert-op-to-blueprint{{mode=auto}},blueprint-assign-precision{{recipe={k['recipe']}}},"
                 f"blueprint-place-state{{kv={k['kv']} embed=device sample=device}},blueprint-fuse")
 

@@ -15,7 +15,7 @@ Fused kernels are `blueprint.group` region ops carrying their fusion rule and pl
 a group yields the edges it hands on, and groups do not nest.
 
 Files by theme: `attrs`, `base` (bases and shared checks), `nodes` (row-wise nodes and the
-head), `gdn`, `moe`, `attention`, `group`.
+head), `gdn`, `moe`, `attention`, `sampling` (the sampler, `blueprint.sample`), `group`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from strata.dialects.blueprint.base import NodeOp
 from strata.dialects.blueprint.gdn import Conv1dUpdateOp, GdnGatesOp, GdnRecurrenceOp, StateSnapshotOp
 from strata.dialects.blueprint.group import GroupOp, YieldOp
 from strata.dialects.blueprint.moe import BlendOp, ExpertDownOp, ExpertGateUpOp, RouterOp, TopKOp
+from strata.dialects.blueprint.sampling import SampleOp
 from strata.dialects.blueprint.nodes import (
     ArgmaxOp,
     EmbedOp,
@@ -58,7 +59,7 @@ NODE_OPS: list[type[NodeOp]] = [
     EmbedOp, RmsNormOp, LinearOp, GdnGatesOp, Conv1dUpdateOp, StateSnapshotOp, L2NormOp,
     GdnRecurrenceOp, GatedRmsNormOp, ResidualAddOp, RouterOp, TopKOp, ExpertGateUpOp, SiluMulOp,
     ExpertDownOp, BlendOp, SplitOp, QkNormOp, RopeOp, KvWriteOp, PagedAttentionOp,
-    SigmoidGateMulOp, FinalNormOp, LmHeadOp, ArgmaxOp, SwigluFfnOp, AttentionOp,
+    SigmoidGateMulOp, FinalNormOp, LmHeadOp, ArgmaxOp, SwigluFfnOp, AttentionOp, SampleOp,
 ]
 
 Blueprint = Dialect("blueprint", [*NODE_OPS, GroupOp, YieldOp], ATTRIBUTES)

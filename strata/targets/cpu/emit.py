@@ -27,7 +27,6 @@ dynamic dim the op level has.
 
 from __future__ import annotations
 
-import ast
 import builtins
 import keyword
 import math
@@ -43,7 +42,7 @@ from strata.dialects import op as O
 from strata.ir import dtypes
 from strata.ir.impls import Implementations
 from strata.semantics import kernels as K
-from strata.targets.cpu.kernel_library import CPU_KERNEL_MODULES, KernelLibrary
+from strata.targets.cpu.kernel_library import CPU_KERNEL_MODULES, KernelLibrary, check_generated
 from strata.targets.codegen import CodegenError, IndentedWriter, Namer, literal_name, sanitize_identifier, sanitize_label, value_labels
 
 
@@ -599,22 +598,3 @@ def emit_cpu(module: ModuleOp, model_name: str | None = None) -> str:
     source = emitter.emit()
     check_generated(source, emitter.kernels_used | {"host_input"})
     return source
-
-
-def check_generated(source: str, kernels: set[str]) -> None:
-    """Refuse generated code that imports anything but numpy and ml_dtypes, or lacks a kernel."""
-    tree = ast.parse(source)
-    defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
-    missing = sorted(set(kernels) - set(defined))
-    if missing or len(defined) != len(set(defined)):
-        raise CpuTargetError(f"cpu target: generated code lacks or repeats kernels (missing: {missing})")
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            mods = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            mods = [node.module or ""]
-        else:
-            continue
-        for m in mods:
-            if m.split(".")[0] not in ("numpy", "ml_dtypes", "__future__"):
-                raise CpuTargetError(f"cpu target: generated code would import {m!r}")
