@@ -41,7 +41,7 @@ def _cuda() -> Target:
     def pipeline(k: Mapping[str, Any]) -> str:
         return (f"convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} kv_pad=1}},add-sampler,"
                 f"convert-op-to-blueprint{{mode=auto}},blueprint-assign-precision{{recipe={k['recipe']}}},"
-                f"blueprint-place-state{{kv={k['kv']} embed=device sample=device}},blueprint-fuse")
+                f"blueprint-place-state{{kv={k['kv']} embed=device sample={k['sample']}}},blueprint-fuse")
 
     def emit(module: ModuleOp, model_name: str | None, weights: Any = None) -> dict[str, str | bytes]:
         return emit_cuda(module, model_name)
@@ -50,7 +50,9 @@ def _cuda() -> Target:
     # type; fp8-bf16head (fp8 block weights, bf16 head), w4a16 and f32 (exact, for the
     # interpreter) are the others. KV cache contiguous by default (one sequence; the paged
     # decode attention spills on sm_90 at Qwen3-8B's head size), kv=paged for pages of 16 rows.
-    return Target("cuda", pipeline, emit, {"ctx": None, "recipe": "bf16", "kv": "contiguous"},
+    # The sampler (seed 001's `sample` placement): on the device by default, beside the argmax;
+    # sample=host draws on the host from the logits copied there.
+    return Target("cuda", pipeline, emit, {"ctx": None, "recipe": "bf16", "kv": "contiguous", "sample": "device"},
                   ("kernels.py", "model.py"), load=program.load)
 
 
