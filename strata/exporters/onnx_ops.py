@@ -28,8 +28,19 @@ from strata.semantics.op_interp import INTERPRETER, numpy_dtype
 # Leaves
 
 
+#: Why a tensor-parallel entry is not exported: an ONNX graph is one process's, with no collectives.
+SHARDED = "a tensor-parallel entry has no ONNX export (ONNX has no collectives); export the unsharded model"
+
+
+@ONNX_EXPORT.register(*O.COLLECTIVE_OPS)
+def _collective(ex: Exporter, op) -> None:
+    raise OnnxExportError(f"{op.name}: {SHARDED}")
+
+
 @ONNX_EXPORT.register(O.ParamOp)
 def _param(ex: Exporter, op: O.ParamOp) -> None:
+    if op.piece is not None:
+        raise OnnxExportError(f"op.param '{op.tensor_name.data}' is one rank's piece: {SHARDED}")
     # The interpreter's param: the stored tensor, converted and checked against the IR type.
     class _Env:
         weights = ex.weights

@@ -31,6 +31,7 @@ from strata.errors import StrataError
 from strata.ir import dtypes
 from strata.ir.impls import Implementations
 from strata.semantics import kernels as K
+from strata.semantics.ranks import Group, SoloGroup
 
 
 class InterpreterError(StrataError):
@@ -101,8 +102,9 @@ class Env:
     """What leaves read: the weights, the state, and the call's host inputs."""
 
     def __init__(self, fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray],
-                 tokens: np.ndarray, start: int):
+                 tokens: np.ndarray, start: int, group: Group | None = None):
         self.weights = weights
+        self.group: Group = group if group is not None else SoloGroup()
         self.state = state
         self.tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)
         self.start = int(start)
@@ -137,9 +139,11 @@ PARAM_CONVERSIONS.add("ungroup_rows", K.convert_ungroup_rows)
 def _param(op: O.ParamOp, _: list, env: Env) -> np.ndarray:
     name, stored = op.tensor_name.data, op.stored_name
     try:
-        w = env.weights.get(stored)
+        w = _read_param(op, env)
     except (KeyError, StrataError) as e:
         raise InterpreterError(f"op.param '{name}': '{stored}' is not in the weight store ({e})") from None
+    except ValueError as e:  # a split that does not fit the stored tensor
+        raise InterpreterError(f"op.param '{name}': {e}") from None
     if op.conversion is not None:
         kind, args = op.conversion
         w = PARAM_CONVERSIONS[kind](w, args)
@@ -150,6 +154,34 @@ def _param(op: O.ParamOp, _: list, env: Env) -> np.ndarray:
     dtype = numpy_dtype(op.result.type.get_element_type())  # type: ignore[attr-defined]
     # The IR's element type is the semantics; a checkpoint stored otherwise is converted.
     return w if w.dtype == dtype else w.astype(dtype)
+
+
+def _read_param(op: O.ParamOp, env: Env) -> np.ndarray:
+    """The stored tensor of `op`, or this rank's piece of it (a weight store reads only the piece)."""
+    piece = op.piece
+    if piece is None:
+        return env.weights.get(op.stored_name)
+    axis, pieces, parts = piece
+    index = env.group.rank * pieces // env.group.size
+    read = getattr(env.weights, "piece", None)
+    if read is not None:
+        return read(op.stored_name, axis, pieces, parts, index)
+    return K.split_piece(env.weights.get(op.stored_name), axis, pieces, parts, index)
+
+
+@INTERPRETER.register(O.AllReduceOp)
+def _all_reduce(op: O.AllReduceOp, a: list, env: Env) -> np.ndarray:
+    return env.group.all_reduce(a[0])
+
+
+@INTERPRETER.register(O.AllGatherOp)
+def _all_gather(op: O.AllGatherOp, a: list, env: Env) -> np.ndarray:
+    return env.group.all_gather(a[0], _int(op.axis))
+
+
+@INTERPRETER.register(O.GetRowsShardedOp)
+def _get_rows_sharded(op: O.GetRowsShardedOp, a: list, env: Env) -> np.ndarray:
+    return K.get_rows_sharded(a[0], a[1], env.group.rank)
 
 
 @INTERPRETER.register(O.StateOp)
@@ -251,15 +283,21 @@ INTERPRETER.add(O.SsmConvOp, lambda op, a, env: K.ssm_conv(a[0], a[1]))
 
 def run_function(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray],
                  tokens: np.ndarray, start: int, *,
-                 observe: Callable[[Operation, np.ndarray], None] | None = None) -> np.ndarray:
+                 observe: Callable[[Operation, np.ndarray], None] | None = None,
+                 group: Group | None = None) -> np.ndarray:
     """Run `fn` on `tokens` [S] at position `start`; returns its result (the logits).
 
-    `state` (from :func:`alloc_state`) is updated in place by the cache writes.
+    `state` (from :func:`alloc_state`) is updated in place by the cache writes. A sharded
+    function (`op.ranks` > 1, see `strata.passes.shard_tensor_parallel`) runs as one rank of
+    `group` (`strata.semantics.ranks`: `run_ranks` simulates them all).
     `observe`, if given, is called with each op and its result right after the op runs
     (leaves included), in program order: a per-op comparison (`strata verify`) or a
     debugger reads every intermediate without the interpreter keeping them all.
     """
-    env = Env(fn, weights, state, tokens, start)
+    env = Env(fn, weights, state, tokens, start, group)
+    ranks = function_ranks(fn)
+    if ranks != env.group.size:
+        raise InterpreterError(f"@{fn.sym_name.data} runs on {ranks} rank(s), the group has {env.group.size}")
     values: dict[SSAValue, np.ndarray] = {}
     for op in fn.body.block.ops:
         if isinstance(op, func.ReturnOp):
@@ -276,6 +314,12 @@ def run_function(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray]
         if observe is not None:
             observe(op, result)
     raise InterpreterError(f"@{fn.sym_name.data}: the function has no func.return")
+
+
+def function_ranks(fn: func.FuncOp) -> int:
+    """How many ranks run `fn` (its `op.ranks`; 1 for an entry that is not sharded)."""
+    ranks = fn.attributes.get("op.ranks")
+    return int(ranks.value.data) if isinstance(ranks, IntegerAttr) else 1
 
 
 def find_function(module: Operation, name: str | None = None) -> func.FuncOp:

@@ -29,7 +29,8 @@ f16, bf16 and fp8; a weight may also be an integer or packed int4 tensor.
 The ops live in files by theme: `base` (shape helpers, abstract bases), `leaves`,
 `elementwise`, `reduce` (row-wise), `layout` (views, REPEAT, CONCAT, GET_ROWS),
 `matmul` (MUL_MAT, MUL_MAT_ID), `state` (the writes), `attention` (SOFT_MAX, ROPE,
-FLASH_ATTN_EXT) and `ssm` (SSM_CONV, GATED_DELTA_NET).
+FLASH_ATTN_EXT), `ssm` (SSM_CONV, GATED_DELTA_NET) and `collective` (ALL_REDUCE, ALL_GATHER
+and the vocabulary-parallel GET_ROWS of a tensor-parallel entry).
 """
 
 from __future__ import annotations
@@ -53,6 +54,15 @@ from strata.dialects.op.base import (
     require,
     shape_of,
     shapes_eq,
+)
+from strata.dialects.op.collective import (
+    COLLECTIVE_OPS,
+    GROUPS,
+    AllGatherOp,
+    AllReduceOp,
+    CollectiveOp,
+    GetRowsShardedOp,
+    group_attrs,
 )
 from strata.dialects.op.elementwise import (
     AddOp,
@@ -120,6 +130,10 @@ Op = Dialect(
         MulMatIdOp,
         SsmConvOp,
         GatedDeltaNetOp,
+        # Tensor parallelism (see `collective`).
+        AllReduceOp,
+        AllGatherOp,
+        GetRowsShardedOp,
     ],
     [],
 )
@@ -133,4 +147,5 @@ __all__ = [
     "ContOp", "ScaleOp", "CpyOp", "ArgmaxOp", "SwigluOp", "SetRowsOp", "SoftMaxOp", "RopeOp", "FlashAttnExtOp",
     "DivOp", "ClampOp", "SiluOp", "SigmoidOp", "SoftplusOp", "SumRowsOp", "ArgsortOp", "RepeatOp", "ConcatOp",
     "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp",
+    "COLLECTIVE_OPS", "GROUPS", "CollectiveOp", "AllReduceOp", "AllGatherOp", "GetRowsShardedOp", "group_attrs",
 ]
