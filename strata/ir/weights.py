@@ -17,16 +17,19 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import mmap
 import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Mapping
 
 import numpy as np
 
 from strata.errors import StrataError
 from strata.ir import dtypes, fp8
+from strata.ir.split import split_piece
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -78,6 +81,24 @@ class SafetensorsFile:
         """A zero-copy view of tensor ``name``."""
         e = self.entries[name]
         return self._map[e.begin:e.begin + e.nbytes].view(_storage(e.code)).reshape(e.shape)
+
+    def piece(self, name: str, axis: int, pieces: int, parts: Sequence[int], index: int) -> np.ndarray:
+        """Piece `index` of tensor ``name`` as op.param's `split` cuts it (see `split_piece`):
+        a zero-copy view when it is one run of rows (only its pages are ever read), else a copy,
+        after which the pages of the whole tensor that the copy read are dropped from this
+        process's memory (the file's page cache keeps them; a rank holds only its piece)."""
+        whole = self.array(name)
+        out = split_piece(whole, axis, pieces, parts, index)
+        if out.base is not None and np.shares_memory(out, whole) and (axis == 0 or out.flags.c_contiguous):
+            return out
+        out = np.ascontiguousarray(out)
+        out.flags.writeable = False
+        if axis > 0:
+            e = self.entries[name]
+            page = mmap.PAGESIZE
+            start = e.begin // page * page
+            self._map._mmap.madvise(mmap.MADV_DONTNEED, start, e.begin + e.nbytes - start)  # type: ignore[union-attr]
+        return out
 
 
 def _read_header(path: Path) -> tuple[dict, int, int]:
@@ -329,6 +350,28 @@ class WeightStore:
         if name in self._assembled:
             return self._get_assembled(name)
         return self._array(self._lookup(name)[1])
+
+    def piece(self, name: str, axis: int, pieces: int, parts: Sequence[int], index: int) -> np.ndarray:
+        """This rank's piece of tensor ``name`` (op.param's `split`: piece `index` of `pieces`
+        of each part of dim `axis`), reading only what the piece needs where the tensor is
+        stored as it is used: a row split is a view of the file, a column split a copy of the
+        piece alone. Experts stored one by one are cut one by one; an fp8 weight is dequantized
+        whole, then cut."""
+        if name in self._assembled:
+            comp, sources = self._assembled[name]
+            if sources == comp.stack and axis > 0:
+                cut = [split_piece(self._array(n), axis - 1, pieces, parts, index) for n in sources]
+                out = np.stack(cut)
+                out.flags.writeable = False
+                return out
+            return np.ascontiguousarray(split_piece(self._get_assembled(name), axis, pieces, parts, index))
+        stored = self._lookup(name)[1]
+        if stored in self._fp8:
+            return np.ascontiguousarray(split_piece(self._array(stored), axis, pieces, parts, index))
+        try:
+            return self._stored_in[stored].piece(stored, axis, pieces, parts, index)
+        except ValueError as e:
+            raise WeightError(f"{self.label}: tensor '{stored}': {e}") from None
 
     def _get_assembled(self, name: str) -> np.ndarray:
         comp, sources = self._assembled[name]

@@ -78,7 +78,7 @@ class Plan:
         n = by or self.ranks
         value = inst.dim(dim)
         if value % n:
-            raise self.error(f"{dim} = {value} ({inst.name or 'the model'}) is not divisible by {n}")
+            raise self.error(f"{dim} = {value} ({inst.path or 'the model'}) is not divisible by {n}")
 
     def block(self, name: str) -> M.BlockOp:
         found = self.model.block(name)

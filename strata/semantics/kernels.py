@@ -530,22 +530,6 @@ def convert_ungroup_rows(w: np.ndarray, args) -> np.ndarray:
     return np.concatenate(parts, axis=0)
 
 
-def split_piece(w: np.ndarray, axis: int, pieces: int, parts, index: int) -> np.ndarray:
-    """op.param's `split`: piece `index` of `pieces` of every part of w's dim `axis` (parts of
-    pieces * p rows each for the per-piece sizes p in `parts`; none: one part), joined in part
-    order. One part gives a view (of a memory map: only the piece's pages are read)."""
-    w = np.asarray(w)
-    sizes = [int(p) for p in parts] or [w.shape[axis] // pieces]
-    if sum(sizes) * pieces != w.shape[axis]:
-        raise ValueError(f"split: dim {axis} of {list(w.shape)} is not {pieces} pieces of {sizes}")
-    out, start = [], 0
-    for p in sizes:
-        lo = start + index * p
-        out.append(w[(slice(None),) * axis + (slice(lo, lo + p),)])
-        start += pieces * p
-    return out[0] if len(out) == 1 else np.concatenate(out, axis=axis)
-
-
 def get_rows_sharded(table: np.ndarray, ids: np.ndarray, rank: int) -> np.ndarray:
     """op.get_rows_sharded: GET_ROWS from rank `rank`'s piece of a row-split table, its rows
     rank*R .. rank*R + R-1 of the whole; other ids give zero rows (float32)."""

@@ -266,7 +266,11 @@ class ModuleRunner:
 
     def __init__(self, model_op: M.ModelOp, weights: Weights):
         self.model_op = model_op
-        self.root = make_block(instantiate(model_op), weights)
+        inst = instantiate(model_op)
+        if int(inst.env.get("Shards", 1)) != 1:  # its blocks hold one rank's pieces
+            raise ModuleRunError(f"module.model @{model_op.sym_name.data} is one rank of {inst.env['Shards']} "
+                                 "(shard-tensor-parallel): run its op level, whose interpreter simulates the ranks")
+        self.root = make_block(inst, weights)
         self.vocab = self.root.inst.dim("Vocab")
 
     def _ids(self, tokens: np.ndarray | list[int]) -> np.ndarray:

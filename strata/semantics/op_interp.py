@@ -30,6 +30,7 @@ from strata.dialects import op as O
 from strata.errors import StrataError
 from strata.ir import dtypes
 from strata.ir.impls import Implementations
+from strata.ir.split import split_piece
 from strata.semantics import kernels as K
 from strata.semantics.ranks import Group, SoloGroup
 
@@ -166,7 +167,7 @@ def _read_param(op: O.ParamOp, env: Env) -> np.ndarray:
     read = getattr(env.weights, "piece", None)
     if read is not None:
         return read(op.stored_name, axis, pieces, parts, index)
-    return K.split_piece(env.weights.get(op.stored_name), axis, pieces, parts, index)
+    return split_piece(env.weights.get(op.stored_name), axis, pieces, parts, index)
 
 
 @INTERPRETER.register(O.AllReduceOp)

@@ -160,13 +160,12 @@ class CpuEmitter:
             out.line()
             out.block(library.text(name))
         if self.ranks > 1:
-            from strata.targets.cpu.emit_collectives import COLLECTIVES, TP_FUNCTIONS
+            from strata.targets.cpu.emit_collectives import tp_functions
 
-            collectives = KernelLibrary(COLLECTIVES.read_text())
-            for name in collectives.closure(set(TP_FUNCTIONS)):
+            for text in tp_functions():
                 out.line()
                 out.line()
-                out.block(collectives.text(name))
+                out.block(text)
         out.line()
         out.line()
         self.print_bind(out)
@@ -431,8 +430,6 @@ def _param(e: CpuEmitter, op: O.ParamOp) -> None:
         raise CpuTargetError(f"cpu target: tensor '{sanitize_label(name)}' is read two ways")
     if read[1] is not None:  # the verifier admits only O.PARAM_CONVERSIONS, and each has a kernel here
         e.kernels_used.add(CPU_PARAM_CONVERSIONS[read[1][0]])
-    if read[2] is not None:
-        e.kernels_used.add("split_piece")
     e._bind_attribute(e.params, name, "tensor", op.result)
 
 

@@ -18,6 +18,17 @@ COLLECTIVES = Path(__file__).with_name("collectives.py")
 TP_FUNCTIONS = ("tp_rank", "all_reduce", "all_gather")
 
 
+def tp_functions() -> list[str]:
+    """The source of the functions a tensor-parallel module carries: the collectives and the
+    weights' piece cutter (`strata.ir.split`), read as text (compiling imports no torch)."""
+    from strata.ir import split
+    from strata.targets.cpu.kernel_library import KernelLibrary
+
+    collectives = KernelLibrary(COLLECTIVES.read_text())
+    texts = [collectives.text(n) for n in collectives.closure(set(TP_FUNCTIONS))]
+    return texts + [KernelLibrary(Path(split.__file__).read_text()).text("split_piece")]
+
+
 def _call(e: CpuEmitter, op: Operation, fn: str, *args: str) -> None:
     """``<result> = fn(args)`` for a function that is not one of the kernels."""
     res = op.results[0]
