@@ -1,0 +1,214 @@
+"""Tensor-parallel programs: one process per rank on torch.distributed (gloo on CPUs, NCCL on
+GPUs), behind the one runtime protocol (`strata.runtime.program`).
+
+    program = launch("models/tiny", tp=2)             # this process is rank 0; ranks 1.. are spawned
+    out = generate(program, [1, 2, 3], 16)            # the one loop: every step runs on every rank
+    program.close()                                   # the followers stop and are waited for
+
+Rank 0 owns the request (the tokenizer, the scheduler, the output): its `Leader` is a Program
+whose every call (prefill, decode, reset, close) is first broadcast to the other ranks, which
+`follow` it with their own program over the same group; the collectives inside the compiled
+program meet across the processes. The launch is a library call for every command that runs a
+model (`strata run --tp N`; `generate` and `serve` call `launch` the same way); `torchrun
+--nproc-per-node N -m strata.runtime.worker MODEL ...` starts the same ranks on one or more
+nodes (`strata.runtime.worker`).
+
+A rank compiles nothing: rank 0 compiles (or reuses) the sharded program into the cache
+(`MODEL/.strata-cache/TARGET-tpN`) while the others wait at a barrier, then every rank loads it
+with its own pieces of the weights (the weight store reads only those).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from strata.errors import StrataError
+from strata.runtime.program import Program, Step
+
+#: How long a rank waits for the others (in a collective, at the start) before failing.
+TIMEOUT_S = 300
+#: The commands rank 0 broadcasts: a header [command, position, tokens], then the tokens.
+CLOSE, PREFILL, DECODE, RESET = 0, 1, 2, 3
+
+
+class TensorParallelError(StrataError):
+    """Ranks that cannot be started or that stopped."""
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for the ranks' rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def backend_of(target_name: str) -> str:
+    return "nccl" if target_name == "cuda" else "gloo"
+
+
+def open_rank(model: Any, target_name: str, knobs: Mapping[str, Any] | None, tp: int, rank: int,
+              init_method: str, *, cache_dir: str | Path | None = None, timeout_s: float = TIMEOUT_S) -> Program:
+    """Join the group as `rank` of `tp` and open this rank's program: rank 0 compiles (or reuses)
+    it first, the others wait and load what it wrote."""
+    import torch.distributed as dist
+
+    from strata.pipeline import cached_compile
+    from strata.runtime.engine import cache_dir_of, open_program, resolved_knobs
+
+    dist.init_process_group(backend_of(target_name), init_method=init_method, rank=rank, world_size=tp,
+                            timeout=timedelta(seconds=timeout_s))
+    k = resolved_knobs(model, target_name, {**(knobs or {}), "tp": tp})
+    cache = Path(cache_dir) if cache_dir is not None else cache_dir_of(model, target_name, tp=tp)
+    store = model.open_weights(quiet=rank != 0)
+    if rank == 0:
+        from strata.errors import say
+
+        out, rebuilt = cached_compile(model, target_name, cache, k, store)
+        if rebuilt is not None:
+            say(f"compiled {model.root} for {target_name} on {tp} ranks into {out}")
+    dist.barrier()
+    return open_program(model, target_name, k, store=store, cache_dir=cache, group=dist.group.WORLD,
+                        quiet=rank != 0)
+
+
+class Leader:
+    """Rank 0's program: each call is broadcast to the followers, then run here."""
+
+    def __init__(self, program: Program, followers: Sequence[subprocess.Popen] = ()):
+        self.program, self.followers = program, list(followers)
+        self.name, self.vocab, self.n_ctx = program.name, program.vocab, program.n_ctx
+        self.runtime = f"{program.runtime}, {self.size} ranks"
+        self.closed = False
+
+    @property
+    def size(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_world_size()
+
+    def _send(self, command: int, position: int = 0, tokens: Sequence[int] = ()) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self._check_followers()
+        dist.broadcast(torch.tensor([command, position, len(tokens)], dtype=torch.int64), src=0)
+        if tokens:
+            dist.broadcast(torch.tensor(list(tokens), dtype=torch.int64), src=0)
+
+    def _check_followers(self) -> None:
+        for p in self.followers:
+            if p.poll() is not None:
+                raise TensorParallelError(f"rank process {p.pid} stopped (exit status {p.returncode})")
+
+    def reset(self) -> None:
+        self._send(RESET)
+        self.program.reset()
+
+    def prefill(self, tokens: Sequence[int], start: int) -> Step:
+        self._send(PREFILL, start, tokens)
+        return self.program.prefill(tokens, start)
+
+    def decode(self, token: int, pos: int) -> Step:
+        self._send(DECODE, pos, [int(token)])
+        return self.program.decode(token, pos)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if all(p.poll() is None for p in self.followers):
+                self._send(CLOSE)
+        finally:
+            self.program.close()
+            _leave()  # before waiting: leaving the group is collective
+            stop(self.followers)
+
+
+def follow(program: Program) -> None:
+    """A follower's loop: run each call rank 0 broadcasts until it closes."""
+    import torch
+    import torch.distributed as dist
+
+    try:
+        while True:
+            header = torch.zeros(3, dtype=torch.int64)
+            dist.broadcast(header, src=0)
+            command, position, n = (int(v) for v in header)
+            tokens = torch.zeros(n, dtype=torch.int64)
+            if n:
+                dist.broadcast(tokens, src=0)
+            ids = np.asarray(tokens.numpy(), dtype=np.int32)
+            if command == CLOSE:
+                return
+            if command == RESET:
+                program.reset()
+            elif command == PREFILL:
+                program.prefill(ids.tolist(), position)
+            elif command == DECODE:
+                program.decode(int(ids[0]), position)
+            else:
+                raise TensorParallelError(f"rank {dist.get_rank()}: unknown command {command} from rank 0")
+    finally:
+        program.close()
+        _leave()
+
+
+def _leave() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def stop(processes: Sequence[subprocess.Popen], wait_s: float = 30.0) -> None:
+    """Wait for the follower processes, killing any that do not stop in time."""
+    for p in processes:
+        try:
+            p.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def launch(model_path: str | Path, tp: int, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,
+           cache_dir: str | Path | None = None, threads: int | None = None, timeout_s: float = TIMEOUT_S) -> Leader:
+    """Start `tp` ranks on this machine: ranks 1.. as processes of `strata.runtime.worker`, this
+    process as rank 0, joined on 127.0.0.1 (gloo on the CPU). Returns rank 0's program, whose
+    calls every rank runs; `threads`: the math threads of each rank (OMP/BLAS)."""
+    from strata.pipeline import load_model
+
+    if tp < 2:
+        raise TensorParallelError(f"--tp takes 2 or more ranks, got {tp}")
+    if target_name != "cpu":
+        raise TensorParallelError(f"--tp runs --target cpu (gloo) here; --target {target_name} with NCCL needs "
+                                  "GPUs and is started by torchrun -m strata.runtime.worker")
+    model = load_model(model_path)
+    init = f"tcp://127.0.0.1:{free_port()}"
+    env = dict(os.environ)
+    if threads is not None:
+        env.update({v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
+    followers = [subprocess.Popen(
+        [sys.executable, "-m", "strata.runtime.worker", str(model_path), "--tp", str(tp), "--rank", str(r),
+         "--init-method", init, "--target", target_name, "--knobs", json.dumps(dict(knobs or {})),
+         "--timeout", str(timeout_s), *(["--cache-dir", str(cache_dir)] if cache_dir is not None else [])],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) for r in range(1, tp)]
+    try:
+        program = open_rank(model, target_name, knobs, tp, 0, init, cache_dir=cache_dir, timeout_s=timeout_s)
+    except BaseException:
+        for p in followers:
+            p.kill()
+        stop(followers)
+        _leave()
+        raise
+    return Leader(program, followers)
