@@ -83,21 +83,16 @@ class SafetensorsFile:
         return self._map[e.begin:e.begin + e.nbytes].view(_storage(e.code)).reshape(e.shape)
 
     def piece(self, name: str, axis: int, pieces: int, parts: Sequence[int], index: int) -> np.ndarray:
-        """Piece `index` of tensor ``name`` as op.param's `split` cuts it (see `split_piece`):
-        a zero-copy view when it is one run of rows (only its pages are ever read), else a copy,
-        after which the pages of the whole tensor that the copy read are dropped from this
-        process's memory (the file's page cache keeps them; a rank holds only its piece)."""
-        whole = self.array(name)
-        out = split_piece(whole, axis, pieces, parts, index)
-        if out.base is not None and np.shares_memory(out, whole) and (axis == 0 or out.flags.c_contiguous):
-            return out
-        out = np.ascontiguousarray(out)
+        """Piece `index` of tensor ``name`` as op.param's `split` cuts it (`strata.ir.split`), as an
+        array of its own; the pages of the map that the copy read are then dropped from this
+        process's memory (the file's page cache keeps them). A view would keep them mapped, and
+        the kernel maps a file's pages in large folios: a rank's views would hold its neighbours'
+        bytes too."""
+        out = np.array(split_piece(self.array(name), axis, pieces, parts, index), order="C")  # a copy, always
         out.flags.writeable = False
-        if axis > 0:
-            e = self.entries[name]
-            page = mmap.PAGESIZE
-            start = e.begin // page * page
-            self._map._mmap.madvise(mmap.MADV_DONTNEED, start, e.begin + e.nbytes - start)  # type: ignore[union-attr]
+        e = self.entries[name]
+        start = e.begin // mmap.PAGESIZE * mmap.PAGESIZE
+        self._map._mmap.madvise(mmap.MADV_DONTNEED, start, e.begin + e.nbytes - start)  # type: ignore[union-attr]
         return out
 
 
@@ -353,10 +348,9 @@ class WeightStore:
 
     def piece(self, name: str, axis: int, pieces: int, parts: Sequence[int], index: int) -> np.ndarray:
         """This rank's piece of tensor ``name`` (op.param's `split`: piece `index` of `pieces`
-        of each part of dim `axis`), reading only what the piece needs where the tensor is
-        stored as it is used: a row split is a view of the file, a column split a copy of the
-        piece alone. Experts stored one by one are cut one by one; an fp8 weight is dequantized
-        whole, then cut."""
+        of each part of dim `axis`): a copy of the piece alone, the whole never kept (see
+        `SafetensorsFile.piece`). Experts stored one by one are cut one by one; an fp8 weight is
+        dequantized whole, then cut."""
         if name in self._assembled:
             comp, sources = self._assembled[name]
             if sources == comp.stack and axis > 0:

@@ -38,7 +38,7 @@ from strata.runtime.program import Program, Step
 #: How long a rank waits for the others (in a collective, at the start) before failing.
 TIMEOUT_S = 300
 #: The commands rank 0 broadcasts: a header [command, position, tokens], then the tokens.
-CLOSE, PREFILL, DECODE, RESET = 0, 1, 2, 3
+CLOSE, PREFILL, DECODE, RESET, MEMORY = 0, 1, 2, 3, 4
 
 
 class TensorParallelError(StrataError):
@@ -77,8 +77,10 @@ def open_rank(model: Any, target_name: str, knobs: Mapping[str, Any] | None, tp:
         if rebuilt is not None:
             say(f"compiled {model.root} for {target_name} on {tp} ranks into {out}")
     dist.barrier()
-    return open_program(model, target_name, k, store=store, cache_dir=cache, group=dist.group.WORLD,
-                        quiet=rank != 0)
+    program = open_program(model, target_name, k, store=store, cache_dir=cache, group=dist.group.WORLD,
+                           quiet=rank != 0)
+    program.weights_dir = model.root  # type: ignore[attr-defined]  (what resident_weight_bytes reads)
+    return program
 
 
 class Leader:
@@ -122,6 +124,17 @@ class Leader:
         self._send(DECODE, pos, [int(token)])
         return self.program.decode(token, pos)
 
+    def resident_weight_bytes(self) -> list[int]:
+        """Each rank's resident weight bytes, by rank (see `resident_weight_bytes`)."""
+        import torch
+        import torch.distributed as dist
+
+        self._send(MEMORY)
+        mine = torch.tensor([resident_weight_bytes(self.program, self.program.weights_dir)], dtype=torch.int64)
+        out = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size)]
+        dist.all_gather(out, mine)
+        return [int(t[0]) for t in out]
+
     def close(self) -> None:
         if self.closed:
             return
@@ -157,11 +170,40 @@ def follow(program: Program) -> None:
                 program.prefill(ids.tolist(), position)
             elif command == DECODE:
                 program.decode(int(ids[0]), position)
+            elif command == MEMORY:
+                out = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
+                mine = resident_weight_bytes(program, program.weights_dir)  # type: ignore[attr-defined]
+                dist.all_gather(out, torch.tensor([mine], dtype=torch.int64))
             else:
                 raise TensorParallelError(f"rank {dist.get_rank()}: unknown command {command} from rank 0")
     finally:
         program.close()
         _leave()
+
+
+def resident_weight_bytes(program: Any, weights: str | Path) -> int:
+    """The weight bytes this process holds in memory: the resident pages of its mappings of the
+    checkpoint's files under `weights` (read from /proc/self/smaps: what the views of the memory
+    map have touched), plus the arrays that the program's `Model` owns (the copied pieces and
+    converted tensors), less its state buffers (the KV cache)."""
+    root = str(Path(weights).resolve())
+    mapped, current = 0, ""
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and len(fields) >= 5:  # a mapping's first line
+            current = fields[5] if len(fields) > 5 else ""
+        elif fields and fields[0] == "Rss:" and current.startswith(root):
+            mapped += int(fields[1]) * 1024
+    model = getattr(program, "model", None)
+    owned: dict[int, int] = {}
+    for value in vars(model).values() if model is not None else ():
+        base = value
+        while isinstance(base, np.ndarray) and not isinstance(base, np.memmap) and base.base is not None:
+            base = base.base
+        if isinstance(base, np.ndarray) and not isinstance(base, np.memmap):
+            owned[id(base)] = base.nbytes
+    state = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in getattr(model, "STATE", {}).values())
+    return mapped + sum(owned.values()) - state
 
 
 def _leave() -> None:
