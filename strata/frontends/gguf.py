@@ -1,7 +1,10 @@
 """Read llama.cpp's GGUF files: the metadata gives the config, the tensors give the weights.
 
-    config = read_gguf_config("tiny.gguf")         # the family's config (LlamaConfig, Qwen35Config)
-    store = GgufWeights(gguf_file, params, ...)     # what `Model.open_weights` returns for a GGUF
+    g = GgufFile("tiny.gguf")
+    fields = hf_config_dict(g)                      # the metadata as the HF config fields it stands for
+    store = GgufWeights(g, config, params, ...)     # what `Model.open_weights` returns for a GGUF
+
+The pipeline reads `fields` by the family they name (`strata.pipeline.model.gguf_config`).
 
 The file is parsed by the `gguf` package's `GGUFReader` and quantized tensors are dequantized by
 `gguf.quants.dequantize` (an optional dependency, imported only here). Types read: F32, F16 and
@@ -67,6 +70,8 @@ ARCHITECTURES = {
 }
 HYBRID = ("qwen35", "qwen35moe", "qwen3next")
 MOE = ("qwen3moe", "qwen35moe", "qwen3next")
+#: The architectures llama.cpp ropes with IMROPE (interleaved M-RoPE sections).
+IMROPE_ARCHS = ("qwen35", "qwen35moe")
 #: The tensor types read (ggml type names). Q6_K is what llama-quantize gives the output tensor
 #: (or tied embedding) of a Q4_0 file whose rows split into its 256-blocks.
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q6_K")
@@ -267,10 +272,10 @@ def hf_config_dict(g: GgufFile) -> dict[str, Any]:
     }
     theta = g.number(k("rope.freq_base"), 10000.0)
     rope_dims = g.integer(k("rope.dimension_count"), head_dim)
+    if arch in ("llama", "qwen2", "qwen3", "qwen3moe") and rope_dims != head_dim:  # llama.cpp asserts it too
+        raise GgufError(f"{g.path}: metadata key '{k('rope.dimension_count')}' is {rope_dims}; partial RoPE "
+                        f"(head dim {head_dim}) is not supported for {arch}")
     if arch in ("llama", "qwen2", "qwen3"):
-        if rope_dims != head_dim:
-            raise GgufError(f"{g.path}: metadata key '{k('rope.dimension_count')}' is {rope_dims}; partial RoPE "
-                            f"(head dim {head_dim}) is not supported for {arch}")
         d["intermediate_size"] = g.integer(k("feed_forward_length"))
         d["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
         if "rope_freqs.weight" in g.tensors:
@@ -285,7 +290,7 @@ def hf_config_dict(g: GgufFile) -> dict[str, Any]:
         sections = [int(s) for s in sections]
         while len(sections) > 3 and sections[-1] == 0:  # ggml pads to 4; HF configs list 3
             sections.pop()
-        rope.update(mrope_section=sections, mrope_interleaved=arch in ("qwen35", "qwen35moe"))
+        rope.update(mrope_section=sections, mrope_interleaved=arch in IMROPE_ARCHS)
     sparse = [f"blk.{i}.ffn_gate_inp.weight" in g.tensors for i in range(layers)] if arch in MOE else [False] * layers
     if not all(sparse):
         d["intermediate_size"] = g.integer(k("feed_forward_length"))
@@ -335,24 +340,56 @@ def llama3_scaling(g: GgufFile, theta: float, head_dim: int) -> dict[str, Any]:
     if f.shape != (head_dim // 2,) or not np.isfinite(f).all() or (f <= 0).any():
         raise GgufError(f"{g.path}: tensor '{name}' must hold {head_dim // 2} positive factors (one per rotated pair)")
     factor = float(f[-1])  # the lowest frequency is scaled by the whole factor
-    wavelen = 2 * math.pi * theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    mid = (f > 1 + 1e-6) & (f < factor * (1 - 1e-6))
-    why = None
-    if factor <= 1 or mid.sum() < 2:
-        why = "fewer than two frequencies between the unscaled and the fully scaled ones"
-    else:
-        s = (1 / f[mid] - 1 / factor) / (1 - 1 / factor)  # = original / wavelen / span - low / span
-        (a, b), *_ = np.linalg.lstsq(np.stack([1 / wavelen[mid], -np.ones(int(mid.sum()))], axis=1), s, rcond=None)
-        span = LLAMA3_ORIGINAL_CTX / a if a > 0 else -1.0
+    if factor <= 1:
+        raise GgufError(f"{g.path}: tensor '{name}' cannot be read as llama3 RoPE scaling: "
+                        "its lowest frequency is not scaled down")
+    line = _llama3_line(1 / (2 * math.pi * theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)),
+                        f, factor)
+    why = "no llama3 parameters give them"
+    if line is not None:
+        a, b = line
+        span = LLAMA3_ORIGINAL_CTX / a
         rs = {"rope_type": "llama3", "factor": factor, "low_freq_factor": float(b * span),
               "high_freq_factor": float(b * span + span), "original_max_position_embeddings": LLAMA3_ORIGINAL_CTX}
-        if span <= 0 or rs["low_freq_factor"] <= 0:
-            why = "no llama3 parameters give them"
-        elif not np.allclose(llama3_freq_factors(theta, head_dim, rs), f, rtol=1e-5, atol=0):
-            why = "they are not llama3's (the fitted parameters do not give them back)"
-        else:
+        if np.allclose(llama3_freq_factors(theta, head_dim, rs), f, rtol=1e-5, atol=0):
             return rs
+        why = "they are not llama3's (the fitted parameters do not give them back)"
     raise GgufError(f"{g.path}: tensor '{name}' cannot be read as llama3 RoPE scaling: {why}")
+
+
+def _llama3_line(x: np.ndarray, f: np.ndarray, factor: float) -> tuple[float, float] | None:
+    """(a, b) with a > 0 and b > 0 of the smoothing line s = a x - b (x = 1 / wavelength) that
+    llama3 scaling draws through `f`, the factors of frequencies x: s is 1 at the shortest
+    scaled wavelength, 0 at the longest unscaled one, and f = 1 / ((1 - s) / factor + s) between.
+    Two or more frequencies between fix the line (least squares); one or none leave it free,
+    and any line through them that keeps the unscaled ones (s >= 1) and the fully scaled ones
+    (s <= 0) on their sides gives the same factors: a tiny head has few pairs."""
+    unscaled, full = f <= 1 + 1e-6, f >= factor * (1 - 1e-6)
+    mid = ~unscaled & ~full
+    s = (1 / f[mid] - 1 / factor) / (1 - 1 / factor)
+    x_lo = float(x[full].max())  # the highest fully scaled frequency (the last pair is one)
+    # the lowest unscaled frequency, or, when every pair is scaled, one above them all
+    x_hi = float(x[unscaled].min()) if unscaled.any() else 2 * float(x.max())
+    if mid.sum() >= 2:
+        (a, b), *_ = np.linalg.lstsq(np.stack([x[mid], -np.ones(int(mid.sum()))], axis=1), s, rcond=None)
+    elif mid.sum() == 1:
+        xm, sm = float(x[mid][0]), float(s[0])
+        if not x_lo < xm < x_hi:
+            return None
+        a = max((1 - sm) / (x_hi - xm), sm / (xm - x_lo))
+        b = a * xm - sm
+    else:
+        if not x_lo < x_hi:
+            return None
+        a = 1 / (x_hi - x_lo)
+        b = a * x_lo
+    return (float(a), float(b)) if a > 0 and b > 0 else None
+
+
+def config_overrides(g: GgufFile) -> dict[str, Any]:
+    """Fields of the family config that the file's architecture fixes beyond its metadata: what
+    llama.cpp computes differently from HF for it (M-RoPE's fourth stream is position 0 for text)."""
+    return {"mrope_extra_stream": "zero"} if g.arch in IMROPE_ARCHS else {}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -176,13 +176,16 @@ def load_config(path: str | Path):
 def gguf_config(g: Any) -> Any:
     """The family config of a GGUF file (`strata.frontends.gguf.GgufFile`), named after its stem:
     its metadata read as the HF fields they stand for, then by the family."""
-    from strata.frontends.gguf import GgufError, hf_config_dict
+    import dataclasses
+
+    from strata.frontends.gguf import GgufError, config_overrides, hf_config_dict
     from strata.frontends.hf_config import ConfigError
 
     try:
-        return read_config_dict(hf_config_dict(g), str(g.path), g.path.stem)
+        config = read_config_dict(hf_config_dict(g), str(g.path), g.path.stem)
     except ConfigError as e:  # the dict's fields are the GGUF's keys: say so
         raise GgufError(f"{e} (read from the GGUF's metadata)") from None
+    return dataclasses.replace(config, **config_overrides(g))
 
 
 def load_model(path: str | Path, max_seq: int | None = None) -> Model:

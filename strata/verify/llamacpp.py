@@ -7,7 +7,9 @@ llama-eval-callback prints each tensor it computes, in firing order, with its na
 shapes, output shape and `sum`. The op level follows llama.cpp's graph row for row (the trace
 equals llama.cpp's), so the i-th computed op of ours is llama.cpp's i-th row: names and ops are
 checked to agree, then sums are compared with a tolerance relative to the tensor's magnitude
-(Σ|x| of ours), since a sum can cancel to near zero while its terms do not.
+(Σ|x| of ours), since a sum can cancel to near zero while its terms do not. `verify` does
+both for a model, and names the HF config field that llama.cpp does not represent where the
+first divergence is the op at which that field shows (`strata.verify.llamacpp_fields`).
 """
 
 from __future__ import annotations
@@ -144,11 +146,21 @@ def strata_values(model, tokens: Sequence[int], ctx: int, kv_pad: int) -> list[t
     return [(name, kind, values[op]) for (name, kind, _, _), op in zip(trace_rows(fn), ops)]
 
 
+def verify(model, log: CallbackLog, rtol: float, ctx: int, kv_pad: int) -> tuple[int, Divergence | None]:
+    """`compare` of the model's values on the log's prompt with the log. Where the first
+    divergence is an op at which a field of the model's HF config that llama.cpp does not
+    represent shows (`strata.verify.llamacpp_fields`), its reason names that field."""
+    from strata.verify.llamacpp_fields import explain
+
+    agreed, divergence = compare(log, strata_values(model, log.tokens, ctx=ctx, kv_pad=kv_pad), rtol)
+    return agreed, None if divergence is None else explain(model, divergence)
+
+
 def verify_against(model: Any, log_path: str | Path, ctx: int, kv_pad: int, rtol: float) -> tuple[bool, str]:
     """`strata verify`: run `model`'s prefill on the log's prompt and compare every op's sum
     with llama.cpp's; (whether all agree, the one-line verdict)."""
     log = parse_callback_log(Path(log_path))
-    agreed, divergence = compare(log, strata_values(model, log.tokens, ctx=ctx, kv_pad=kv_pad), rtol)
+    agreed, divergence = verify(model, log, rtol, ctx=ctx, kv_pad=kv_pad)
     if divergence is None:
         return True, f"all {agreed} ops agree with {log_path} (rtol {rtol} of each tensor's magnitude)"
     d = divergence

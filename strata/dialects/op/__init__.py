@@ -48,11 +48,8 @@ from strata.dialects.op.base import (
     can_repeat,
     check_float,
     dim_eq,
-    elem_of,
     fmt_shape,
     numel,
-    require,
-    shape_of,
     shapes_eq,
 )
 from strata.dialects.op.collective import (
@@ -91,6 +88,7 @@ from strata.dialects.op.matmul import MulMatIdOp, MulMatOp
 from strata.dialects.op.reduce import SORT_ORDERS, ArgmaxOp, ArgsortOp, RmsNormOp, SumRowsOp
 from strata.dialects.op.ssm import GatedDeltaNetOp, SsmConvOp
 from strata.dialects.op.state import CpyOp, SetRowsOp
+from strata.ir.checks import elem_of, require, shape_of
 
 Op = Dialect(
     "op",

@@ -9,8 +9,9 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import MemoryReadEffect
 
-from strata.dialects.op.base import LeafOp, OpBase, elem_of, fmt_shape, require, shape_of
+from strata.dialects.op.base import LeafOp, OpBase, fmt_shape
 from strata.ir.dtypes import AnyTensor, is_float, is_int
+from strata.ir.checks import elem_of, require, shape_of
 
 #: The host inputs of an entry (see `InputOp`).
 INPUT_KINDS = ("tokens", "positions", "kv_rows", "kq_mask", "out_ids", "mrope_positions", "state_copy")
