@@ -29,6 +29,15 @@ def add(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _ranks(tp: int):
+    """The opener of a program on `tp` ranks (None: this process alone)."""
+    if tp == 1:
+        return None
+    from strata.runtime.tp import opener
+
+    return opener(tp)
+
+
 def run(args: argparse.Namespace) -> int:
     from strata.errors import StrataError
     from strata.runtime.engine import run_prompt
@@ -39,5 +48,5 @@ def run(args: argparse.Namespace) -> int:
     prompt = parse_prompt_ids(args.prompt_ids)
     run_prompt(args.model, prompt, args.max_new_tokens, target_name=args.target, knobs=knobs_of(args), via=args.via,
                interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir, dump_logits=args.dump_logits,
-               allow_nonfinite=args.allow_nonfinite, tp=args.tp)
+               allow_nonfinite=args.allow_nonfinite, opener=_ranks(args.tp))
     return 0

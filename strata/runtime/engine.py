@@ -131,10 +131,11 @@ def open_program(model: Any, target_name: str = "cpu", knobs: Mapping[str, Any] 
 def run_prompt(model_path: str | Path, prompt: Sequence[int], max_new_tokens: int, *, target_name: str = "cpu",
                knobs: Mapping[str, Any] | None = None, via: str | None = None, interpret: bool = False,
                cache_dir: str | Path | None = None, dump_logits: str | None = None,
-               allow_nonfinite: bool = False, tp: int = 1) -> Generation:
+               allow_nonfinite: bool = False, opener: Any = None) -> Generation:
     """`strata run`: check the request, open the program, generate greedily with progress, and
-    print the ids last (then the logits to `dump_logits`). `tp` > 1: on that many ranks, this
-    process rank 0 and the others spawned (`strata.runtime.tp.launch`)."""
+    print the ids last (then the logits to `dump_logits`). `opener(model_path, target_name,
+    knobs, cache_dir)`, if given, opens the program instead (`strata.runtime.tp.opener(N)`: on N
+    ranks, this process rank 0 and the others spawned)."""
     from strata.pipeline import load_model
 
     prepare_device(target_name, interpret)
@@ -146,13 +147,11 @@ def run_prompt(model_path: str | Path, prompt: Sequence[int], max_new_tokens: in
     ids = check_request(prompt, max_new_tokens, int(model.config.vocab_size), k["ctx"])
     store = model.open_weights()
     check_finite(store, list(model.params()), allow_nonfinite)
-    if tp > 1:
+    if opener is not None:
         if via is not None or interpret:
             raise EngineError("--tp runs the compiled cpu program on several ranks: it takes no --via or --interpret")
-        from strata.runtime.tp import launch
-
         del store  # each rank opens its own, reading only its pieces
-        program: Program = launch(model_path, tp, target_name, k, cache_dir=cache_dir)
+        program: Program = opener(model_path, target_name, k, cache_dir)
     else:
         program = open_program(model, target_name, k, store=store, cache_dir=cache_dir, interpret=interpret, via=via,
                                prompt_len=len(ids), need_decode=max_new_tokens > 1)

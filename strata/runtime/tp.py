@@ -20,6 +20,7 @@ with its own pieces of the weights (the weight store reads only those).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -223,9 +224,15 @@ def stop(processes: Sequence[subprocess.Popen], wait_s: float = 30.0) -> None:
             p.wait()
 
 
+def opener(tp: int):
+    """What `strata.runtime.engine.run_prompt` opens a program with to run on `tp` ranks."""
+    return lambda model_path, target_name, knobs, cache_dir: launch(model_path, tp, target_name, knobs,
+                                                                    cache_dir=cache_dir)
+
+
 def launch(model_path: str | Path, tp: int, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,
            cache_dir: str | Path | None = None, threads: int | None = None, timeout_s: float = TIMEOUT_S) -> Leader:
-    """Start `tp` ranks on this machine: ranks 1.. as processes of `strata.runtime.worker`, this
+    """Start `tp` ranks on this machine: ranks 1.. as processes of this module (the worker's), this
     process as rank 0, joined on 127.0.0.1 (gloo on the CPU). Returns rank 0's program, whose
     calls every rank runs; `threads`: the math threads of each rank (OMP/BLAS)."""
     from strata.pipeline import load_model
@@ -241,7 +248,7 @@ def launch(model_path: str | Path, tp: int, target_name: str = "cpu", knobs: Map
     if threads is not None:
         env.update({v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
     followers = [subprocess.Popen(
-        [sys.executable, "-m", "strata.runtime.worker", str(model_path), "--tp", str(tp), "--rank", str(r),
+        [sys.executable, "-m", "strata.runtime.tp", str(model_path), "--tp", str(tp), "--rank", str(r),
          "--init-method", init, "--target", target_name, "--knobs", json.dumps(dict(knobs or {})),
          "--timeout", str(timeout_s), *(["--cache-dir", str(cache_dir)] if cache_dir is not None else [])],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) for r in range(1, tp)]
@@ -254,3 +261,64 @@ def launch(model_path: str | Path, tp: int, target_name: str = "cpu", knobs: Map
         _leave()
         raise
     return Leader(program, followers)
+
+
+# ---------------------------------------------------------------------------------------------
+# One rank as a process: `python -m strata.runtime.tp` (spawned by launch) or strata.runtime.worker (torchrun)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from strata.errors import run_tool
+
+    p = argparse.ArgumentParser(prog="strata rank", description="one rank of a tensor-parallel program")
+    p.add_argument("model", help="the model directory or GGUF file")
+    p.add_argument("--tp", type=int, default=None, help="the ranks (default: torchrun's WORLD_SIZE)")
+    p.add_argument("--rank", type=int, default=None, help="this process's rank (default: torchrun's RANK)")
+    p.add_argument("--init-method", default=None, help="the rendezvous (default: torchrun's env://)")
+    p.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--knobs", default="{}", help="the target's knobs, as JSON")
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--timeout", type=float, default=None, help="seconds a rank waits for the others")
+    p.add_argument("--prompt-ids", default=None, help="rank 0: the request's ids, e.g. 1,2,3")
+    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--dump-logits", default=None)
+    args = p.parse_args(argv)
+    return run_tool("strata rank", lambda: _run(args), owns_process=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from strata.errors import StrataError
+    from strata.pipeline import load_model
+
+    tp = args.tp if args.tp is not None else int(os.environ.get("WORLD_SIZE", "0"))
+    rank = args.rank if args.rank is not None else int(os.environ.get("RANK", "-1"))
+    if tp < 2 or not 0 <= rank < tp:
+        raise StrataError(f"strata.runtime.worker: needs --tp N >= 2 and --rank in 0..N-1 (or torchrun's "
+                          f"WORLD_SIZE and RANK), got tp={tp} rank={rank}")
+    try:
+        knobs = json.loads(args.knobs)
+    except ValueError as e:
+        raise StrataError(f"strata.runtime.worker: --knobs is not JSON ({e})") from None
+    model = load_model(args.model)
+    program = open_rank(model, args.target, knobs, tp, rank, args.init_method or "env://",
+                        cache_dir=args.cache_dir, timeout_s=args.timeout or TIMEOUT_S)
+    if rank != 0:
+        follow(program)
+        return 0
+    if args.prompt_ids is None:
+        raise StrataError("strata.runtime.worker: rank 0 needs --prompt-ids")
+    from strata.runtime.engine import generate_reported
+    from strata.runtime.request import check_request, parse_prompt_ids
+
+    leader = Leader(program)
+    try:
+        ids = check_request(parse_prompt_ids(args.prompt_ids), args.max_new_tokens, leader.vocab, leader.n_ctx)
+    except BaseException:
+        leader.close()
+        raise
+    generate_reported(leader, ids, args.max_new_tokens, args.dump_logits)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

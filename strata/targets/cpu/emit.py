@@ -223,20 +223,12 @@ class CpuEmitter:
             with out.indented():
                 out.line("array = array.astype(dtype)")
             out.line("return array")
-        if self.ranks == 1:
-            return
-        out.line()
-        out.line()
-        out.line("def _bind_piece(weights, name, shape, dtype, split, index, convert=None, args=()):")
-        with out.indented():
-            out.line('"""This rank\'s piece `index` of weight `name` (split = (axis, pieces, parts)): read by the')
-            out.line('store\'s `piece` where it has one (only the piece\'s bytes), else cut from the whole."""')
-            out.line("piece = getattr(weights, 'piece', None)")
-            out.line("if piece is not None:")
-            with out.indented():
-                out.line("return _bind(lambda n: piece(n, *split, index), name, shape, dtype, convert, args)")
-            out.line("return _bind(lambda n: split_piece(_bind(weights, n, None, None), *split, index), name, shape, "
-                     "dtype, convert, args)")
+        if self.ranks > 1:
+            from strata.targets.cpu.emit_collectives import BIND_PIECE
+
+            out.line()
+            out.line()
+            out.block(BIND_PIECE.rstrip())
 
     def print_class(self, out: IndentedWriter, methods: IndentedWriter) -> None:
         out.line("class Model:")
@@ -612,4 +604,30 @@ def check_generated(source: str, kernels: set[str], torch: bool = False) -> None
                 raise CpuTargetError(f"cpu target: generated code would import {m!r}")
 
 
-from strata.targets.cpu import emit_collectives  # noqa: E402,F401  (registers the collectives' printers)
+# Tensor parallelism: the collectives print as calls of the functions a tensor-parallel module
+# carries (strata/targets/cpu/collectives.py), on the Model's group.
+
+
+def _call(e: CpuEmitter, op: Operation, fn: str, *args: str) -> None:
+    """``<result> = fn(args)`` for a function that is not one of the kernels."""
+    res = op.results[0]
+    name = e.locals.fresh(e.labels.get(res, "v"))
+    e.names[res] = name
+    e.out.line(f"{name} = {fn}({', '.join(args)})  # {type_comment(res.type)}")
+
+
+@CPU_EMITTER.register(O.AllReduceOp)
+def _all_reduce(e: CpuEmitter, op: O.AllReduceOp) -> None:
+    # In place when nothing reads the operand after the sum (a computed local, not a weight).
+    inplace = e.last_use.get(op.src) is op and e._is_local(op.src) and not isinstance(op.src.owner, O.LEAF_OPS)
+    _call(e, op, "all_reduce", e.ref(op.src), "self.group", str(inplace))
+
+
+@CPU_EMITTER.register(O.AllGatherOp)
+def _all_gather(e: CpuEmitter, op: O.AllGatherOp) -> None:
+    _call(e, op, "all_gather", e.ref(op.src), str(int(op.axis.value.data)), "self.group", "RANKS")
+
+
+@CPU_EMITTER.register(O.GetRowsShardedOp)
+def _get_rows_sharded(e: CpuEmitter, op: O.GetRowsShardedOp) -> None:
+    e.assign(op, "get_rows_sharded", e.ref(op.table), e.ref(op.ids), "self.rank")
