@@ -117,7 +117,7 @@ SPECS: tuple[Spec, ...] = (
                                                                SILU_IN=True), _FP8),
     Spec("q36.gdn_gates", "gdn.gdn_gates_kernel", dict(FMT=0, QBN=1, QBK=1, BLOCK_H=32, BLOCK_K=64),
          {"x_ptr": "*bf16", "w_ptr": "*bf16"}),
-    Spec("q36.conv_l2", "gdn.conv_l2_kernel", dict(KW=4, HAS_SNAP=True, DK=128, BLOCK_S=4),
+    Spec("q36.conv_l2", "gdn.conv_l2_kernel", dict(KW=4, HAS_SNAP=True, DK=128, BLOCK_D=128, BLOCK_S=4),
          {"x_ptr": "*bf16", "w_ptr": "*bf16"}),
     Spec("q36.gdn_step", "gdn.gdn_step_kernel", dict(DK=128, DV=128, GROUPED=True, BLOCK_K=128, BLOCK_V=32)),
     # the chunked delta rule (its launcher's 8 warps: with 4 the state kernel spills)

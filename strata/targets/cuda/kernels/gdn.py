@@ -73,16 +73,20 @@ def launch_gdn_gates(x: torch.Tensor, w_ba, a: torch.Tensor, dt_bias: torch.Tens
 
 @triton.jit
 def conv_l2_kernel(x_ptr, w_ptr, st_ptr, snap_ptr, y_ptr, n_rows, C, N_NORM, x_rs, y_rs, eps,
-                   KW: tl.constexpr, HAS_SNAP: tl.constexpr, DK: tl.constexpr, BLOCK_S: tl.constexpr):
-    """Channels [pid*DK, pid*DK + DK) (one q/k head when pid < N_NORM / DK): every row's conv +
-    SiLU (+ L2 norm of the head), then the state's new K-1 columns (and the snapshot)."""
-    c = tl.program_id(0) * DK + tl.arange(0, DK)
-    cm = c < C
+                   KW: tl.constexpr, HAS_SNAP: tl.constexpr, DK: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_S: tl.constexpr):
+    """Channels [pid*DK, pid*DK + DK) (one q/k head when pid < N_NORM / DK) in BLOCK_D lanes (DK
+    rounded up to a power of two; the lanes past DK are masked out of every load, store and the
+    norm's sum): every row's conv + SiLU (+ L2 norm of the head), then the state's new K-1 columns
+    (and the snapshot)."""
+    d = tl.arange(0, BLOCK_D)
+    c = tl.program_id(0) * DK + d
+    cm = (d < DK) & (c < C)
     norm = tl.program_id(0) * DK < N_NORM
     for t in range(0, n_rows):
-        acc = tl.zeros([DK], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_D], dtype=tl.float32)
         for j in tl.static_range(KW):
-            idx = t + j + tl.zeros([DK], dtype=tl.int32)  # column of full = [state | x^T]
+            idx = t + j + tl.zeros([BLOCK_D], dtype=tl.int32)  # column of full = [state | x^T]
             from_state = idx < KW - 1
             sv = tl.load(st_ptr + c * (KW - 1) + idx, mask=cm & from_state, other=0.0).to(tl.float32)
             xv = tl.load(x_ptr + (idx - (KW - 1)).to(tl.int64) * x_rs + c, mask=cm & (idx >= KW - 1),
@@ -90,7 +94,7 @@ def conv_l2_kernel(x_ptr, w_ptr, st_ptr, snap_ptr, y_ptr, n_rows, C, N_NORM, x_r
             acc += tl.load(w_ptr + c * KW + j, mask=cm, other=0.0).to(tl.float32) * tl.where(from_state, sv, xv)
         y = acc / (1.0 + tl.exp(-acc))
         if norm:
-            y = y / tl.sqrt(tl.sum(y * y, axis=0) + eps)
+            y = y / tl.sqrt(tl.sum(tl.where(cm, y * y, 0.0), axis=0) + eps)
         tl.store(y_ptr + t * y_rs + c, y, mask=cm)
     # new state column i = full[:, n_rows + i]: gathered before any store (the program owns c)
     i = tl.arange(0, BLOCK_S)
@@ -119,6 +123,7 @@ def launch_conv_l2(qkvz: torch.Tensor, conv_w: torch.Tensor, state: torch.Tensor
     conv_l2_kernel[(triton.cdiv(c, k_dim),)](qkvz, w, state, snapshot if snapshot is not None else state, out, n, c,
                                              2 * k_heads * k_dim, qkvz.stride(0), out.stride(0), eps_total, KW=kw,
                                              HAS_SNAP=snapshot is not None, DK=k_dim,
+                                             BLOCK_D=triton.next_power_of_2(k_dim),
                                              BLOCK_S=triton.next_power_of_2(max(kw - 1, 1)))
     return out
 
