@@ -115,7 +115,7 @@ def launch_conv_l2(qkvz: torch.Tensor, conv_w: torch.Tensor, state: torch.Tensor
     columns of qkvz [n, >=C] through the conv (weight [C, K] or [C, 1, K]; state [C*(K-1)] any
     shape, updated in place; snapshot, if given, receives the updated state) -> [n, C] f32, the
     first 2*k_heads*k_dim columns L2-normalised per head. eps: the l2_norm node's `eps` (None: 1e-6)."""
-    w = conv_w.reshape(conv_w.shape[0], conv_w.shape[-1])
+    w = conv_w.reshape(conv_w.shape[0], conv_w.shape[-1]).contiguous()  # channel c's taps at c*K
     c, kw = w.shape
     n = qkvz.shape[0]
     out = out if out is not None else torch.empty((n, c), dtype=torch.float32, device=qkvz.device)
@@ -329,6 +329,7 @@ def launch_gdn_recurrence(qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
     chunked (default: n > 1) runs chunks of 64 tokens; else one step per token. fast_dot: the
     chunk's products in TF32 on tensor cores (else IEEE f32)."""
     n = qkv.shape[0]
+    g, beta = g.contiguous(), beta.contiguous()  # the kernels read row t's gates at t*Hv
     out = out if out is not None else torch.empty((n, v_heads * v_dim), dtype=torch.float32, device=qkv.device)
     chunked = n > 1 if chunked is None else chunked
     bk = triton.next_power_of_2(k_dim)
