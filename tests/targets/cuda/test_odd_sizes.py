@@ -409,3 +409,94 @@ def test_quantized_weights_at_odd_sizes(odd_checkpoints, cfg, recipe):
             kind = tuple(op.name.removeprefix("blueprint.") for op in nodes)
             if set(kind) & set(QUANTIZED):
                 run_group(b, g, _rows(kind, rows), POS[mode])
+
+
+# ---------------------------------------------------------------------------------------------
+# What the models do not make
+
+
+def _rope_case(hd: int, mode: str):
+    quarter = hd // 4 + (hd // 4) % 2  # partial rotary: an even quarter of the head
+    return {"neox": (hd, None), "neox_partial": (quarter, None), "norm": (hd, None),
+            "mrope": (quarter, (quarter // 6 + 1, quarter // 6, quarter // 2 - 2 * (quarter // 6) - 1, 0)),
+            "imrope": (quarter, (quarter // 6 + 1, quarter // 6, quarter // 2 - 2 * (quarter // 6) - 1, 0))}[mode]
+
+
+@pytest.mark.parametrize("mode", ["neox", "neox_partial", "norm", "mrope", "imrope"])
+@pytest.mark.parametrize("hd", [12, 80, 96])
+def test_rope_at_odd_head_dims(hd, mode):
+    """Every RoPE mode on 3 heads of 12, 80 and 96: full and partial rotary (n_dims a quarter),
+    M-RoPE sections of odd sizes, against the reference's K.rope."""
+    n_dims, sections = _rope_case(hd, mode)
+    kind = mode.removesuffix("_partial")
+    rng = np.random.default_rng(hd)
+    n, heads = 4, 3
+    x = rng.standard_normal((n, heads * hd)).astype(np.float32)
+    pos = rng.integers(0, 50, (4, n) if sections else n).astype(np.int32)
+    want = K.rope(x.reshape(n, heads, hd), pos.reshape(-1), n_dims, kind, 1e4, 1.0, None, sections).reshape(n, -1)
+    outs = Outs()
+    got = attention.launch_rope(padded(x), t(pos), attention.rope_inv_freq(n_dims, 1e4), head_dim=hd, n_dims=n_dims,
+                                mode=kind, sections=sections or (0, 0, 0, 0), out=outs.new(n, heads * hd))
+    close(got, want)
+    outs.check()
+
+
+@pytest.mark.parametrize("d,n,chunked", [(12, 3, False), (80, 3, False), (96, 3, False), (80, ROWS, True)])
+def test_delta_rule_at_odd_head_dims(d, n, chunked):
+    """The gated delta rule with heads of 12, 80 and 96 (3 value heads on one key head), a step
+    per token, and at 80 in chunks of 64 (70 rows: a full chunk and a partial one; the models'
+    sweep chunks 12 and 96), against K.gated_delta_net; inputs and state in NaN-padded buffers."""
+    rng = np.random.default_rng(d)
+    hk, hv = 1, 3
+    q, k = (rng.standard_normal((n, hk, d)).astype(np.float32) for _ in range(2))
+    q, k = (x / np.sqrt((x * x).sum(-1, keepdims=True)) for x in (q, k))
+    v = rng.standard_normal((n, hv, d)).astype(np.float32)
+    g = -np.abs(rng.standard_normal((n, hv, 1))).astype(np.float32) * 0.3
+    beta = rng.uniform(0, 1, (n, hv, 1)).astype(np.float32)
+    s0 = rng.standard_normal((hv, d, d)).astype(np.float32) * 0.3
+    res = K.gated_delta_net(q, k, v, g, beta, s0, grouped=True)
+    st = padded(s0.reshape(-1))
+    qkv = np.concatenate([q.reshape(n, -1), k.reshape(n, -1), v.reshape(n, -1)], axis=1)
+    got = gdn.launch_gdn_recurrence(padded(qkv), tail_padded(g[..., 0]), tail_padded(beta[..., 0]), st, k_heads=hk,
+                                    k_dim=d, v_heads=hv, v_dim=d, grouped=True, chunked=chunked)
+    close(got, res[:n])
+    close(st, res[n:].reshape(-1))
+
+
+def _topk_reference(x: np.ndarray, k: int, norm: bool):
+    p = np.exp(x - x.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    ids = np.argsort(-p, axis=-1, kind="stable")[:, :k]
+    w = np.take_along_axis(p, ids, -1)
+    if norm:
+        w = w / np.maximum(w.sum(-1, keepdims=True), moe.NORM_MIN)
+    return w, ids.astype(np.int32)
+
+
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("experts,k", [(6, 3), (60, 4), (60, 5)])
+def test_top_k_at_odd_expert_counts(experts, k, norm):
+    """Softmax + top-k over 6 and 60 experts (odd k too), +inf past each row: ties go to the lower
+    expert (a row all equal, a row with its largest logit tied at both ends)."""
+    x = np.random.default_rng(experts + k).standard_normal((4, experts)).astype(np.float32)
+    x[1] = 0.5
+    x[2, 0] = x[2, -1] = x[2].max() + 1.0
+    w_want, id_want = _topk_reference(x, k, norm)
+    w, ids = moe.launch_topk_softmax(padded(x, float("inf")), k, norm)
+    close(w, w_want)
+    assert np.array_equal(ids.numpy(), id_want)
+
+
+def test_argmax_and_silu_mul_at_odd_widths():
+    """argmax over a vocab of 150 in blocks of 64 (the last partial), +inf past each row: the first
+    index of a maximum tied across blocks, one in the partial block; SiLU-mul at intermediates 20, 96."""
+    x = np.random.default_rng(4).standard_normal((3, 150)).astype(np.float32)
+    x[0, 10] = x[0, 140] = 9.0
+    x[1, 149] = 9.0
+    got = elementwise.launch_argmax(padded(x, float("inf")), block=64)
+    assert got[:, 0].tolist() == [10, 149, int(np.argmax(x[2]))]
+    for inter in (20, 96):
+        y = np.random.default_rng(inter).standard_normal((3, 2 * inter)).astype(np.float32)
+        outs = Outs()
+        close(elementwise.launch_silu_mul(padded(y), out=outs.new(3, inter)), K.swiglu(y[:, :inter], y[:, inter:]))
+        outs.check()

@@ -1,0 +1,146 @@
+"""Whole odd-size models (conftest.py: head dims 12, 80 and 96, hidden 48 and 80, 6 and 60
+experts, vocab 150, intermediates 20 and 96) through the CUDA target: generation in Triton's
+interpreter as `strata run --target cuda --interpret` runs it, against the CPU target; every
+kernel launch of their bf16 / fp8 / int4 builds compiled for sm_90a without spills; and an error
+that escapes a kernel launch reaching the user as one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("triton", reason="the CUDA target tests need triton (the `test` extra)")
+pytest.importorskip("torch", reason="the CUDA target tests need torch (the `test` extra)")
+
+from support import ROOT, write_checkpoint  # noqa: E402
+from strata.errors import run_tool  # noqa: E402
+from strata.pipeline import compile_model, load_model  # noqa: E402
+from strata.targets.cpu.driver import generate, load_compiled  # noqa: E402
+from strata.targets.cuda.driver import load_model_py  # noqa: E402
+
+PROMPT = [3, 1, 4]
+LONG_PROMPT = [5, 9, 1, 2, 7, 3, 3, 8, 1, 0, 4, 6]  # 12 rows: the prefill's projections take the GEMM
+STEPS = 2  # the prefill's token and a decode step
+
+
+@pytest.mark.parametrize("cfg,prompt", [("odd_qwen35_moe", PROMPT), ("odd_qwen3_next", PROMPT), ("odd_qwen3", PROMPT),
+                                        ("odd_llama", LONG_PROMPT)])
+def test_greedy_matches_cpu_target_at_odd_sizes(odd_checkpoints, tmp_path, cfg, prompt):
+    """Prefill and a decode step through the generated kernels (f32, the interpreter's recipe):
+    the CPU target's ids, logits within 1e-4 of its largest."""
+    model = load_model(odd_checkpoints[cfg])
+    store = model.open_weights(quiet=True)
+    want_ids, want = generate(load_compiled(compile_model(model, "cpu", tmp_path / "cpu", {"ctx": 32})), store,
+                              prompt, STEPS)
+    out = compile_model(model, "cuda", tmp_path / "cuda", {"ctx": 32, "recipe": "f32"})
+    m = load_model_py(out).Model(store, interpret=True, cuda_graph=False)
+    ids, got = m.generate(prompt, STEPS)
+    assert ids == want_ids
+    assert float(np.abs(got - want).max()) <= 1e-4 * max(1.0, float(np.abs(want).max()))
+
+
+def test_a_failing_kernel_launch_is_one_line(odd_checkpoints, tmp_path, monkeypatch, capsys):
+    """An exception raised inside a kernel launch (here the interpreter refusing the norm's block of
+    48 lanes, as the templates did before they padded to a power of two) reaches `strata run` as one
+    line naming the entry, the group and the launcher, without a traceback, exit code 1."""
+    model = load_model(odd_checkpoints["odd_llama"])
+    module = load_model_py(compile_model(model, "cuda", tmp_path / "c", {"ctx": 32, "recipe": "f32"}))
+    m = module.Model(model.open_weights(quiet=True), interpret=True)
+    kernels = module.K
+
+    def unpadded_norm(x, w, eps, *, out=None, **_):
+        n, c = x.shape
+        kernels.rms_norm_kernel[(n,)](x, x, w, out, out, c, x.stride(0), x.stride(0), out.stride(0), out.stride(0), eps,
+                                      HAS_RES=False, BLOCK=c)
+        return out
+
+    monkeypatch.setattr(kernels, "launch_rms_norm", unpadded_norm)
+    with pytest.raises(module.ModelError) as info:
+        m.generate(PROMPT, STEPS)
+    assert info.value.__cause__ is not None  # the original error stays reachable from the API
+    assert run_tool("strata", lambda: m.generate(PROMPT, STEPS)) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("strata: error: @prefill: a kernel launch failed in group input_norm_residual")
+    assert "launch_rms_norm" in err and "power of 2" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# Ahead of time, for sm_90a (in a subprocess: TRITON_INTERPRET must be unset)
+
+#: Each model in bf16 (as a bf16 checkpoint compiles), fp8 weights on 60 experts, int4 on 6.
+AOT_BUILDS = [("odd_qwen35_moe", "bf16"), ("odd_qwen3_next", "bf16"), ("odd_qwen3", "bf16"), ("odd_llama", "bf16"),
+              ("odd_qwen3_next", "fp8-bf16head"), ("odd_qwen35_moe", "w4a16")]
+#: Prefills of 80 rows (the 64-row GEMM and attention tiles, two delta-rule chunks) and 5 rows (the
+#: GEMV and 16-row attention blocks; the decode step adds its own).
+AOT_ROWS = (80, 5)
+
+_AOT_SCRIPT = """
+import json, sys
+from pathlib import Path
+from strata.pipeline import compile_model, load_model
+from strata.targets.cuda.aot_model import compile_launches, launch_key, record_launches
+from strata.targets.cuda.kernels import attention, elementwise, gdn, gemm, moe, norms
+
+builds, rows, out = json.loads(sys.argv[1]), tuple(json.loads(sys.argv[2])), Path(sys.argv[3])
+launches = {}
+for name, directory, recipe in builds:
+    model = load_model(Path(directory))
+    stage = compile_model(model, "cuda", out / f"{name}-{recipe}", {"ctx": 96, "recipe": recipe})
+    params = {n: tuple(t.shape) for n, t in model.params().items()}
+    for spec in record_launches(stage, params, rows):
+        launches.setdefault(launch_key(spec), (stage / "kernels.py", spec, f"{name}/{recipe}"))
+results = compile_launches([(k, s) for k, s, _ in launches.values()], jobs=2)
+library = sorted(n for m in (attention, elementwise, gdn, gemm, moe, norms) for n, f in vars(m).items()
+                 if type(f).__name__ == "JITFunction" and n.endswith("_kernel"))
+print(json.dumps({"library": library, "results": [
+    dict(vars(r), build=b, constexprs=s.constexprs, warps=s.num_warps) for r, (_, s, b) in zip(results, launches.values())]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def aot(odd_configs, tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("odd_aot")
+    builds = []
+    for name, recipe in AOT_BUILDS:
+        directory = root / name
+        if not directory.exists():  # bf16 weights and config: what a downloaded model compiles from
+            write_checkpoint(dataclasses.replace(odd_configs[name], dtype="bfloat16"), directory, dtype="bfloat16")
+        builds.append((name, str(directory), recipe))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, json.dumps(builds), json.dumps(AOT_ROWS),
+                           str(root / "out")], env=env, capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    for r in report["results"]:  # the report (pytest -s shows it)
+        sizes = {k: v for k, v in r["constexprs"].items() if k.startswith(("BLOCK", "HEAD", "DK", "DV", "GROUP", "FMT"))}
+        print(f"{r['build']:28} {r['kernel']:24} regs {r['regs']:3} shared {r['shared']:6} local {r['local']:4} "
+              f"warps {r['warps']} {sizes} {'ok' if r['ok'] else '; '.join(r['problems'])}")
+    return report
+
+
+def test_every_odd_size_launch_compiles_for_sm90a_without_spills(aot):
+    """Every distinct launch of the odd-size builds: compiled for sm_90a, <= 255 registers, <= 227 KiB
+    of shared memory, no local memory (spills or stack)."""
+    bad = [(r["build"], r["name"], r["constexprs"], r["problems"]) for r in aot["results"] if not r["ok"]]
+    assert not bad, bad
+    assert all(r["target"] == "sm_90a" and r["local"] == 0 and r["regs"] <= 255 for r in aot["results"])
+
+
+def test_the_odd_size_builds_launch_every_kernel_template(aot):
+    """The sweep reaches every @triton.jit kernel of the library, at odd sizes."""
+    launched = {r["kernel"] for r in aot["results"]}
+    assert set(aot["library"]) <= launched, sorted(set(aot["library"]) - launched)
+    odd = {r["kernel"] for r in aot["results"]
+           if any(r["constexprs"].get(k, 16) & (r["constexprs"].get(k, 16) - 1) for k in ("HEAD_DIM", "DK", "GROUP"))}
+    assert {"attention_kernel", "rope_kernel", "conv_l2_kernel", "gdn_step_kernel", "gdn_chunk_prep_kernel",
+            "gdn_chunk_state_kernel", "gated_rms_norm_kernel", "split_qg_kernel"} <= odd, odd
