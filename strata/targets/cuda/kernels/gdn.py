@@ -24,6 +24,8 @@ from strata.targets.cuda.kernels.gemm import as_weight, load_weight_tile
 
 #: The op level's L2-norm epsilon without an `eps` (strata.semantics.module_hybrid.L2NORM_EPS).
 L2NORM_EPS = 1e-6
+#: Tokens per chunk of the chunked delta rule: a power of two (one tl.arange); the sequence's
+#: last chunk is partial, its rows past the sequence masked out (zero k, q and gates).
 CHUNK = 64
 #: The chunk kernels' products read operands this many columns at a time (tl.dot's smallest K).
 CHUNK_DOT_K = 16
@@ -345,7 +347,7 @@ def launch_gdn_recurrence(qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
         prec = "tf32" if fast_dot else "ieee"
         gdn_chunk_prep_kernel[(n_chunks, v_heads)](qkv, g, beta, w, u, qk, scr, n, n_pad, k_heads, v_heads,
                                                    qkv.stride(0), DK=k_dim, DV=v_dim, GROUPED=grouped, CH=CHUNK,
-                                                   SQUARINGS=CHUNK.bit_length() - 2, PREC=prec,
+                                                   SQUARINGS=(CHUNK - 1).bit_length() - 1, PREC=prec,
                                                    BLOCK_K=max(16, min(prep_block_k, triton.next_power_of_2(k_dim))),
                                                    BLOCK_V=bv, KS=CHUNK_DOT_K, num_warps=8, num_stages=1)
         gdn_chunk_state_kernel[(v_heads, triton.cdiv(v_dim, bv))](
