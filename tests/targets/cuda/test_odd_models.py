@@ -97,6 +97,17 @@ for name, directory, recipe in builds:
     params = {n: tuple(t.shape) for n, t in model.params().items()}
     for spec in record_launches(stage, params, rows):
         launches.setdefault(launch_key(spec), (stage / "kernels.py", spec, f"{name}/{recipe}"))
+# attention past the models' head dims: heads of 160 and 256 shared by 1, 3 or 5 query heads, at each row block
+from strata.targets.cuda.aot import _ATT, Spec
+any_kernels = next(iter(launches.values()))[0]
+for group in (1, 3, 5):
+    for head_dim in (160, 256):
+        for q_rows in (8, 24, 48):
+            bm, bn, warps = attention.attention_tiles(q_rows, head_dim, group, True)
+            spec = Spec("attention_kernel", "attention_kernel", dict(
+                GROUP=group, HEAD_DIM=head_dim, BLOCK_D=256, BLOCK_M=bm, BLOCK_N=bn, PAGED=False, PAGE=16,
+                DOT_BF16=True, POS_DEV=bm == 16), _ATT, warps, 3)
+            launches.setdefault(launch_key(spec), (any_kernels, spec, f"heads of {head_dim}"))
 results = compile_launches([(k, s) for k, s, _ in launches.values()], jobs=2)
 library = sorted(n for m in (attention, elementwise, gdn, gemm, moe, norms) for n, f in vars(m).items()
                  if type(f).__name__ == "JITFunction" and n.endswith("_kernel"))
@@ -129,8 +140,9 @@ def aot(odd_configs, tmp_path_factory) -> dict:
 
 
 def test_every_odd_size_launch_compiles_for_sm90a_without_spills(aot):
-    """Every distinct launch of the odd-size builds: compiled for sm_90a, <= 255 registers, <= 227 KiB
-    of shared memory, no local memory (spills or stack)."""
+    """Every distinct launch of the odd-size builds (and attention_tiles' tiles for heads of 160 and
+    256 shared by 1, 3 or 5 query heads): compiled for sm_90a, <= 255 registers, <= 227 KiB of
+    shared memory, no local memory (spills or stack)."""
     bad = [(r["build"], r["name"], r["constexprs"], r["problems"]) for r in aot["results"] if not r["ok"]]
     assert not bad, bad
     assert all(r["target"] == "sm_90a" and r["local"] == 0 and r["regs"] <= 255 for r in aot["results"])
