@@ -78,9 +78,9 @@ def test_a_failing_kernel_launch_is_one_line(odd_checkpoints, tmp_path, monkeypa
 #: Each model in bf16 (as a bf16 checkpoint compiles), fp8 weights on 60 experts, int4 on 6.
 AOT_BUILDS = [("odd_qwen35_moe", "bf16"), ("odd_qwen3_next", "bf16"), ("odd_qwen3", "bf16"), ("odd_llama", "bf16"),
               ("odd_qwen3_next", "fp8-bf16head"), ("odd_qwen35_moe", "w4a16")]
-#: Prefills of 80 rows (the 64-row GEMM and attention tiles, two delta-rule chunks) and 5 rows (the
-#: GEMV and 16-row attention blocks; the decode step adds its own).
-AOT_ROWS = (80, 5)
+#: Prefills of 80 rows (the 64-row GEMM and attention tiles, two delta-rule chunks), 9 (the 16-row
+#: GEMM tile, 32-row attention blocks) and 5 (the GEMV, 16-row attention blocks); then a decode step.
+AOT_ROWS = (80, 9, 5)
 
 _AOT_SCRIPT = """
 import json, sys
@@ -98,7 +98,8 @@ for name, directory, recipe in builds:
     for spec in record_launches(stage, params, rows):
         launches.setdefault(launch_key(spec), (stage / "kernels.py", spec, f"{name}/{recipe}"))
 # attention past the models' head dims: heads of 160 and 256 shared by 1, 3 or 5 query heads, at each row block
-from strata.targets.cuda.aot import _ATT, Spec
+from strata.targets.cuda.aot import Spec
+bf16 = {p: "*bf16" for p in ("q_ptr", "k_ptr", "v_ptr", "o_ptr")} | {"bt_ptr": "*i32", "pos_ptr": "*i32"}
 any_kernels = next(iter(launches.values()))[0]
 for group in (1, 3, 5):
     for head_dim in (160, 256):
@@ -106,13 +107,14 @@ for group in (1, 3, 5):
             bm, bn, warps = attention.attention_tiles(q_rows, head_dim, group, True)
             spec = Spec("attention_kernel", "attention_kernel", dict(
                 GROUP=group, HEAD_DIM=head_dim, BLOCK_D=256, BLOCK_M=bm, BLOCK_N=bn, PAGED=False, PAGE=16,
-                DOT_BF16=True, POS_DEV=bm == 16), _ATT, warps, 3)
+                DOT_BF16=True, POS_DEV=bm == 16), bf16, warps, 3)
             launches.setdefault(launch_key(spec), (any_kernels, spec, f"heads of {head_dim}"))
 results = compile_launches([(k, s) for k, s, _ in launches.values()], jobs=2)
 library = sorted(n for m in (attention, elementwise, gdn, gemm, moe, norms) for n, f in vars(m).items()
                  if type(f).__name__ == "JITFunction" and n.endswith("_kernel"))
-print(json.dumps({"library": library, "results": [
-    dict(vars(r), build=b, constexprs=s.constexprs, warps=s.num_warps) for r, (_, s, b) in zip(results, launches.values())]}))
+report = [dict(vars(r), build=b, constexprs=s.constexprs, warps=s.num_warps)
+          for r, (_, s, b) in zip(results, launches.values())]
+print(json.dumps({"library": library, "results": report}))
 """
 
 
@@ -133,7 +135,8 @@ def aot(odd_configs, tmp_path_factory) -> dict:
     assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     for r in report["results"]:  # the report (pytest -s shows it)
-        sizes = {k: v for k, v in r["constexprs"].items() if k.startswith(("BLOCK", "HEAD", "DK", "DV", "GROUP", "FMT"))}
+        sizes = {k: v for k, v in r["constexprs"].items()
+                 if k.startswith(("BLOCK", "HEAD", "DK", "DV", "GROUP", "FMT"))}
         print(f"{r['build']:28} {r['kernel']:24} regs {r['regs']:3} shared {r['shared']:6} local {r['local']:4} "
               f"warps {r['warps']} {sizes} {'ok' if r['ok'] else '; '.join(r['problems'])}")
     return report
