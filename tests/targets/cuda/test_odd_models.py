@@ -19,11 +19,12 @@ import pytest
 pytest.importorskip("triton", reason="the CUDA target tests need triton (the `test` extra)")
 pytest.importorskip("torch", reason="the CUDA target tests need torch (the `test` extra)")
 
-from support import ROOT, write_checkpoint  # noqa: E402
+from support import ROOT, cpu_generate, write_checkpoint  # noqa: E402
 from strata.errors import run_tool  # noqa: E402
 from strata.pipeline import compile_model, load_model  # noqa: E402
-from strata.targets.cpu.driver import generate, load_compiled  # noqa: E402
-from strata.targets.cuda.driver import load_model_py  # noqa: E402
+from strata.runtime.generate import generate  # noqa: E402
+from strata.targets.cpu.program import load_compiled  # noqa: E402
+from strata.targets.cuda import program as cuda_program  # noqa: E402
 
 PROMPT = [3, 1, 4]
 LONG_PROMPT = [5, 9, 1, 2, 7, 3, 3, 8, 1, 0, 4, 6]  # 12 rows: the prefill's projections take the GEMM
@@ -33,17 +34,17 @@ STEPS = 2  # the prefill's token and a decode step
 @pytest.mark.parametrize("cfg,prompt", [("odd_qwen35_moe", PROMPT), ("odd_qwen3_next", PROMPT), ("odd_qwen3", PROMPT),
                                         ("odd_llama", LONG_PROMPT)])
 def test_greedy_matches_cpu_target_at_odd_sizes(odd_checkpoints, tmp_path, cfg, prompt):
-    """Prefill and a decode step through the generated kernels (f32, the interpreter's recipe):
-    the CPU target's ids, logits within 1e-4 of its largest."""
+    """Prefill and a decode step through the generated kernels (f32, the interpreter's recipe) in
+    the runtime's one loop, as `strata run --target cuda --interpret` runs them: the CPU target's
+    ids, logits within 1e-4 of its largest."""
     model = load_model(odd_checkpoints[cfg])
     store = model.open_weights(quiet=True)
-    want_ids, want = generate(load_compiled(compile_model(model, "cpu", tmp_path / "cpu", {"ctx": 32})), store,
-                              prompt, STEPS)
+    want_ids, want = cpu_generate(load_compiled(compile_model(model, "cpu", tmp_path / "cpu", {"ctx": 32})), store,
+                                  prompt, STEPS)
     out = compile_model(model, "cuda", tmp_path / "cuda", {"ctx": 32, "recipe": "f32"})
-    m = load_model_py(out).Model(store, interpret=True, cuda_graph=False)
-    ids, got = m.generate(prompt, STEPS)
-    assert ids == want_ids
-    assert float(np.abs(got - want).max()) <= 1e-4 * max(1.0, float(np.abs(want).max()))
+    got = generate(cuda_program.load(out, store, interpret=True), prompt, STEPS, keep_logits=True)
+    assert got.ids == want_ids
+    assert float(np.abs(got.logits - want).max()) <= 1e-4 * max(1.0, float(np.abs(want).max()))
 
 
 def test_a_failing_kernel_launch_is_one_line(odd_checkpoints, tmp_path, monkeypatch, capsys):
@@ -51,9 +52,9 @@ def test_a_failing_kernel_launch_is_one_line(odd_checkpoints, tmp_path, monkeypa
     48 lanes, as the templates did before they padded to a power of two) reaches `strata run` as one
     line naming the entry, the group and the launcher, without a traceback, exit code 1."""
     model = load_model(odd_checkpoints["odd_llama"])
-    module = load_model_py(compile_model(model, "cuda", tmp_path / "c", {"ctx": 32, "recipe": "f32"}))
-    m = module.Model(model.open_weights(quiet=True), interpret=True)
-    kernels = module.K
+    out = compile_model(model, "cuda", tmp_path / "c", {"ctx": 32, "recipe": "f32"})
+    program = cuda_program.load(out, model.open_weights(quiet=True), interpret=True)
+    module, kernels = program.module, program.module.K
 
     def unpadded_norm(x, w, eps, *, out=None, **_):
         n, c = x.shape
@@ -62,10 +63,10 @@ def test_a_failing_kernel_launch_is_one_line(odd_checkpoints, tmp_path, monkeypa
         return out
 
     monkeypatch.setattr(kernels, "launch_rms_norm", unpadded_norm)
-    with pytest.raises(module.ModelError) as info:
-        m.generate(PROMPT, STEPS)
-    assert info.value.__cause__ is not None  # the original error stays reachable from the API
-    assert run_tool("strata", lambda: m.generate(PROMPT, STEPS)) == 1
+    with pytest.raises(module.ModelError) as info:  # the generated model's own error, the original its cause
+        program.model.prefill(PROMPT, 0)
+    assert type(info.value.__cause__).__name__ == "InterpreterError"
+    assert run_tool("strata", lambda: generate(program, PROMPT, STEPS)) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert err.startswith("strata: error: @prefill: a kernel launch failed in group input_norm_residual")
@@ -152,7 +153,9 @@ def test_every_odd_size_launch_compiles_for_sm90a_without_spills(aot):
 
 
 def test_the_odd_size_builds_launch_every_kernel_template(aot):
-    """The sweep reaches every @triton.jit kernel of the library, at odd sizes."""
+    """The sweep reaches every @triton.jit kernel of the modules the groups launch (attention,
+    elementwise, gdn, gemm, moe, norms), the ones that take a head dim at an odd one. (The
+    sampling module's kernel is launched by no group yet; test_sampling_kernel.py tests it.)"""
     launched = {r["kernel"] for r in aot["results"]}
     assert set(aot["library"]) <= launched, sorted(set(aot["library"]) - launched)
     odd = {r["kernel"] for r in aot["results"]
