@@ -15,7 +15,8 @@ its arguments, given by the caller at each step:
     }
 
 V and the logits' element type are those of the module's entries (which must agree); R is
-`rows` (the rows of one step's logits: 1 for one sequence).
+`rows` (the rows of one step's logits: 1 for one sequence). In a tensor-parallel module the
+sampler carries the entries' `op.ranks`: every rank holds the whole logits and draws the same id.
 """
 
 from __future__ import annotations
@@ -69,4 +70,8 @@ class AddSamplerPass(ModulePass):
         if any(isinstance(f, func.FuncOp) and f.sym_name.data == SAMPLER for f in op.ops):
             raise AddSamplerError(f"add-sampler: the module already has @{SAMPLER}")
         typ = _logits_type(op)
-        op.body.block.add_op(sampler_function(typ.get_shape()[1], self.rows, typ.get_element_type()))
+        sampler = sampler_function(typ.get_shape()[1], self.rows, typ.get_element_type())
+        ranks = {f.attributes["op.ranks"] for f in op.ops if isinstance(f, func.FuncOp) and "op.ranks" in f.attributes}
+        if len(ranks) == 1:  # a tensor-parallel program: every rank draws the same id from the same logits
+            sampler.attributes["op.ranks"] = ranks.pop()
+        op.body.block.add_op(sampler)

@@ -28,8 +28,10 @@ from typing import Any
 
 from strata.artifacts.stage import StageError
 from strata.errors import StrataError, say
-from strata.runtime.generate import Generation, GenerationLoop
+from strata.runtime.generate import Generation, GenerationLoop, generate
 from strata.runtime.program import Program
+from strata.runtime.progress import GenerationClock
+from strata.runtime.report import report_result
 from strata.runtime.request import RequestError, check_request
 from strata.runtime.sampling import SamplingParams
 
@@ -67,9 +69,11 @@ def prepare_device(target_name: str, interpret: bool) -> None:
         raise EngineError(f"--interpret applies to --target cuda, not --target {target_name}")
 
 
-def cache_dir_of(model: Any, target_name: str, interpret: bool = False) -> Path:
-    """The default cache of `model`'s compiled program for a target (see the module docstring)."""
-    return model.cache_root / (f"{target_name}-interpret" if interpret else target_name)
+def cache_dir_of(model: Any, target_name: str, interpret: bool = False, tp: int = 1) -> Path:
+    """The default cache of `model`'s compiled program for a target (see the module docstring);
+    a tensor-parallel one's is `TARGET-tpN`."""
+    variant = f"{target_name}-interpret" if interpret else target_name
+    return model.cache_root / (f"{variant}-tp{tp}" if tp > 1 else variant)
 
 
 def resolved_knobs(model: Any, target_name: str, knobs: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -81,10 +85,13 @@ def resolved_knobs(model: Any, target_name: str, knobs: Mapping[str, Any] | None
 
 def open_program(model: Any, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,
                  store: Any = None, cache_dir: str | Path | None = None, interpret: bool = False,
-                 via: str | None = None, prompt_len: int | None = None, need_decode: bool = True) -> Program:
+                 via: str | None = None, prompt_len: int | None = None, need_decode: bool = True,
+                 group: Any = None, quiet: bool = False) -> Program:
     """`model` as a program: compiled for `target_name` into its cache (reused while it matches)
     and loaded with its weights; `via="onnxruntime"`: its prefill (for `prompt_len` tokens) and
-    decode exported to ONNX and run by onnxruntime instead (`need_decode=False`: no decode)."""
+    decode exported to ONNX and run by onnxruntime instead (`need_decode=False`: no decode).
+    `group`: the process group of one rank of a tensor-parallel program (`strata.runtime.tp`);
+    `quiet`: no messages (a follower rank's)."""
     from strata.pipeline import cached_compile
     from strata.targets import target
 
@@ -102,7 +109,7 @@ def open_program(model: Any, target_name: str = "cpu", knobs: Mapping[str, Any] 
     if via is not None:
         raise EngineError(f"unknown runtime {via!r} for --via (known: onnxruntime)")
     default_cache = cache_dir is None
-    cache = cache_dir_of(model, target_name, interpret) if default_cache else Path(cache_dir)
+    cache = cache_dir_of(model, target_name, interpret, knobs.get("tp", 1)) if default_cache else Path(cache_dir)
     t0 = time.perf_counter()
     try:
         out, rebuilt = cached_compile(model, target_name, cache, knobs, store)
@@ -110,17 +117,36 @@ def open_program(model: Any, target_name: str = "cpu", knobs: Mapping[str, Any] 
         hint = "; pass --cache-dir DIR to keep the compiled model elsewhere" if default_cache else ""
         raise StageError(f"{e}{hint}") from None
     recipe = f" ({knobs['recipe']})" if knobs.get("recipe") else ""
-    if rebuilt is None:
+    if quiet:
+        pass
+    elif rebuilt is None:
         say(f"reusing the compiled model in {out}")
     else:
         why = f" (rebuilt: {rebuilt})" if rebuilt != "there was none" else ""
         say(f"compiled {model.root} for {target_name}{recipe} into {out} in {time.perf_counter() - t0:.2f} s{why}")
-    options = {"interpret": interpret} if target_name == "cuda" else {}
+    options: dict[str, Any] = {"interpret": interpret} if target_name == "cuda" else {}
+    if group is not None:
+        options["group"] = group
     t0 = time.perf_counter()
     program = target(target_name).load(out, store, **options)
     if target_name == "cuda":
         say(f"weights prepared{recipe} in {time.perf_counter() - t0:.2f} s")
     return program
+
+
+def generate_reported(program: Program, ids: Sequence[int], max_new_tokens: int,
+                      dump_logits: str | None = None, sampling: SamplingParams | None = None) -> Generation:
+    """Generate (greedily, or with `sampling`) with progress through the one loop, close the
+    program, and print the ids last (then the logits to `dump_logits`): the end of `strata run`,
+    on one rank or on many."""
+    try:
+        clock = GenerationClock(len(ids), max_new_tokens)
+        out = generate(program, ids, max_new_tokens, keep_logits=True, on_token=clock.on_token, sampling=sampling)
+        clock.done(program.runtime)
+    finally:
+        program.close()
+    report_result(out.ids, out.logits, dump_logits)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

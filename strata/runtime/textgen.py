@@ -21,8 +21,10 @@ from typing import Any
 from strata.errors import say, warn
 from strata.runtime.engine import (
     Engine,
+    EngineError,
     check_tokenizer_fits,
     encode_prompt,
+    generate_reported,
     model_tokenizer,
     open_program,
     prepare_device,
@@ -164,22 +166,24 @@ def _why(out: Generation, stop: str | None) -> str:
 def run_prompt(model_path: str | Path, prompt: TextPrompt | Sequence[int], max_new_tokens: int, *,
                target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, via: str | None = None,
                interpret: bool = False, cache_dir: str | Path | None = None, dump_logits: str | None = None,
-               allow_nonfinite: bool = False, sampling: SamplingParams | None = None) -> Generation:
+               allow_nonfinite: bool = False, sampling: SamplingParams | None = None, opener: Any = None) -> Generation:
     """`strata run`: check the request, open the program, generate (greedily, or with `sampling`)
-    with progress, and print the ids last (then the logits to `dump_logits`)."""
+    with progress, and print the ids last (then the logits to `dump_logits`). `opener(model_path,
+    target_name, knobs, cache_dir)`, if given, opens the program instead
+    (`strata.runtime.tp.opener(N)`: on N ranks, this process rank 0 and the others spawned)."""
     from strata.artifacts.files import check_output_path
 
     if dump_logits:
         check_output_path(dump_logits)  # before the work, not after it
+    if opener is not None:
+        if via is not None or interpret:
+            raise EngineError("--tp runs the compiled cpu program on several ranks: it takes no --via or --interpret")
     req = prepare_request(model_path, prompt, max_new_tokens, target_name=target_name, knobs=knobs,
                           interpret=interpret, via=via, sampling=sampling)
-    program = _open(req, target_name, via=via, interpret=interpret, cache_dir=cache_dir,
-                    allow_nonfinite=allow_nonfinite, max_new_tokens=max_new_tokens)
-    try:
-        clock = GenerationClock(len(req.ids), max_new_tokens)
-        out = generate(program, req.ids, max_new_tokens, keep_logits=True, on_token=clock.on_token, sampling=sampling)
-        clock.done(program.runtime)
-    finally:
-        program.close()
-    report_result(out.ids, out.logits, dump_logits)
-    return out
+    if opener is not None:
+        check_finite(req.model.open_weights(), list(req.model.params()), allow_nonfinite)
+        program = opener(model_path, target_name, req.knobs, cache_dir)  # each rank opens its own weights
+    else:
+        program = _open(req, target_name, via=via, interpret=interpret, cache_dir=cache_dir,
+                        allow_nonfinite=allow_nonfinite, max_new_tokens=max_new_tokens)
+    return generate_reported(program, req.ids, max_new_tokens, dump_logits, sampling)

@@ -5,7 +5,7 @@ level: the same arguments as edges, one `blueprint.sample` node.
                              %step: !blueprint.edge<"1", "1", i32>, %temperature: !blueprint.edge<"n", "1", f32>,
                              ..., %output_counts: !blueprint.edge<"n", "vocab", i32>)
         -> !blueprint.edge<"n", "1", i32> attributes {blueprint.mode = "decode", blueprint.rows = R,
-                                                       blueprint.dims = {vocab = V}, ...}
+                                                       blueprint.dims = #blueprint.dims<vocab = V>, ...}
 
 A per-row parameter given once for every row ([1] at the op level) is a one-row edge ("1").
 """
@@ -19,6 +19,7 @@ from xdsl.ir import Block, BlockArgument, Region, SSAValue
 from strata.dialects import blueprint as B
 from strata.dialects import op as O
 from strata.dialects.blueprint.attrs import EdgeType
+from strata.dialects.blueprint.facts import DimsAttr, WeightsAttr
 from strata.passes.convert_op_to_blueprint.graph import ConversionError
 
 
@@ -65,8 +66,8 @@ def convert_sampler(fn: func.FuncOp) -> func.FuncOp:
         "blueprint.mode": StringAttr("decode"),
         "blueprint.rows": IntegerAttr(rows, i64),
         "blueprint.layers": ArrayAttr([]),
-        "blueprint.dims": DictionaryAttr({"vocab": IntegerAttr(vocab, i64)}),
-        "blueprint.weights": DictionaryAttr({}),
+        "blueprint.dims": DimsAttr({"vocab": vocab}),
+        "blueprint.weights": WeightsAttr([]),
         "blueprint.state": DictionaryAttr({}),
     })
     return out

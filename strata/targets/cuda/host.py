@@ -103,7 +103,7 @@ def checked(name: str, what: str) -> str:
 class _Printer:
     def __init__(self, fn: func.FuncOp, tables: Tables):
         self.fn, self.t = fn, tables
-        self.dims = {k: int(v.value.data) for k, v in fn.attributes["blueprint.dims"].data.items()}
+        self.dims = B.function_dims(fn)
         self.names: dict = {}
         self.lines: list[str] = []
         self.prefill = fn.attributes["blueprint.mode"].data == "prefill"
@@ -433,7 +433,7 @@ def sampler_code(fn: func.FuncOp, tables: Tables) -> list[str]:
     (node,) = [op for op in g.body.block.ops if isinstance(op, B.SampleOp)]
     if [v for v in node.operands] != list(fn.body.block.args) or len(node.operands) != len(SAMPLER_PARAMS):
         raise CodegenError("the sampler's node must read the function's arguments, counts included, in order")
-    rows, vocab = int(fn.attributes["blueprint.rows"].value.data), int(fn.attributes["blueprint.dims"].data["vocab"].value.data)
+    rows, vocab = int(fn.attributes["blueprint.rows"].value.data), B.function_dims(fn)["vocab"]
     filters = ", ".join(f"{k}={k}" for k in SAMPLER_PARAMS[3:10])
     lines = [f"def _sample_logits(self, {', '.join(SAMPLER_PARAMS)}):",
              f'    """@sample_logits: one id per row of the logits [{rows}, {vocab}] (int32 [{rows}, 1], on the device)."""',

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import linecache
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -139,6 +141,44 @@ def quantize_int4_block(w: torch.Tensor, block: int):
     recip = torch.where(nz, 1.0 / safe, torch.zeros_like(scale))
     q = _roundf(b * recip[..., None] + zp[..., None]).clamp(0, 15)
     return q.reshape(*w.shape[:-1], nb * block)[..., :k].to(torch.uint8), scale, zp.to(torch.uint8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors of a kernel launch
+
+
+def _first_line(e: BaseException) -> str:
+    """One line of what went wrong: Triton's own message (an interpreter or compilation error
+    keeps it in `error_message`; a compilation error without one, in its cause), else the text."""
+    text = getattr(e, "error_message", None)
+    if not text and e.__cause__ is not None:
+        text = f"{type(e.__cause__).__name__}: {e.__cause__}"
+    lines = [ln.strip() for ln in str(text or e).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else ""
+
+
+def launch_failure(entry: str, e: BaseException) -> str:
+    """The one-line message of an exception raised while the entry `entry` ran: the group whose
+    launch raised it (the generated `# rule: nodes` comment above the launch in this file), the
+    launcher, and the error's first line."""
+    where = ""
+    tb = e.__traceback__
+    frame = None
+    while tb is not None:  # the innermost frame of the entry method in this file
+        if tb.tb_frame.f_code.co_filename == __file__ and tb.tb_frame.f_code.co_name == f"_{entry}":
+            frame = tb
+        tb = tb.tb_next
+    if frame is not None:
+        line = frame.tb_lineno
+        call = re.search(r"K\.(launch_\w+)", linecache.getline(__file__, line))
+        group = next((linecache.getline(__file__, i).strip()[2:] for i in range(line - 1, 0, -1)
+                      if linecache.getline(__file__, i).strip().startswith("# ")), "")
+        rule, _, nodes = group.partition(": ")
+        nodes = nodes if len(nodes) <= 80 else nodes[:77] + "..."
+        where = f" in group {rule} ({nodes})" if rule else ""
+        where += f", {call.group(1)}" if call else ""
+    detail = _first_line(e)
+    return f"@{entry}: a kernel launch failed{where}: {type(e).__name__}" + (f": {detail}" if detail else "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,6 +330,16 @@ class Runtime:
     def _rope_positions(self, pos: int, n: int) -> dict:
         return {m: K.rope_positions(pos, n, m, device=self.device) for m in self.ROPE_MODES}
 
+    def _entry(self, entry: str, ids, n, pos, rope) -> dict:
+        """The generated method `_<entry>`; an exception from one of its launches (a Triton
+        compilation or interpreter error, a CUDA error) becomes a one-line ModelError naming the group."""
+        try:
+            return getattr(self, f"_{entry}")(ids, n, pos, rope)
+        except ModelError:
+            raise
+        except Exception as e:  # noqa: BLE001 - reported as one line; the original is the cause
+            raise ModelError(launch_failure(entry, e)) from e
+
     def prefill(self, ids, pos: int = 0):
         """Rows `ids` at positions pos.. (a new sequence at 0): (next id [1, 1] int32, logits
         [1, vocab] f32) of the last row, on the device."""
@@ -299,14 +349,14 @@ class Runtime:
         if pos == 0:
             for name in self.RECURRENT:
                 self.state[name].zero_()
-        out = self._prefill(ids, n, pos, self._rope_positions(pos, n))
+        out = self._entry("prefill", ids, n, pos, self._rope_positions(pos, n))
         return out["next"][-1:], out["logits"][-1:].float()
 
     def decode(self, token, pos: int):
         """One token (an int or the device tensor `prefill`/`decode` returned) at `pos`."""
         self._check_pos(pos, 1)
         if not self.cuda_graph:
-            out = self._decode(self._ids(token), 1, pos, self._rope_positions(pos, 1))
+            out = self._entry("decode", self._ids(token), 1, pos, self._rope_positions(pos, 1))
             return out["next"], out["logits"].float()
         if self._graph is None:
             self._capture(token, pos)
@@ -327,11 +377,11 @@ class Runtime:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            self._decode(self._g_ids, 1, self._g_pos, self._g_rope)
+            self._entry("decode", self._g_ids, 1, self._g_pos, self._g_rope)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self._g_out = self._decode(self._g_ids, 1, self._g_pos, self._g_rope)
+            self._g_out = self._entry("decode", self._g_ids, 1, self._g_pos, self._g_rope)
         for n, buf in saved.items():
             self.state[n].copy_(buf)
         self._graph = graph
