@@ -38,8 +38,8 @@ def test_run_tp2_gives_tp1s_ids(tmp_path, kind):
 
 
 def test_rank_0_samples_as_one_process_does(tmp_path):
-    model = write_checkpoint(FAMILIES["dense"], tmp_path / "m", std=0.5)
-    flags = ("--temperature", "0.9", "--top-p", "0.95", "--repeat-penalty", "1.2", "--seed", "5")
+    model = write_checkpoint(FAMILIES["dense"], tmp_path / "m")
+    flags = ("--temperature", "1.5", "--top-k", "30", "--repeat-penalty", "1.2", "--seed", "5")
     ids1, _ = _run(model, tmp_path / "tp1.npy", *flags)
     ids2, _ = _run(model, tmp_path / "tp2.npy", "--tp", "2", *flags)
     assert ids2 == ids1 and ids1 != _run(model, tmp_path / "greedy.npy")[0]
