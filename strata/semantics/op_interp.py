@@ -25,12 +25,15 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.traits import SymbolTable
 
 from strata.dialects import op as O
 from strata.errors import StrataError
 from strata.ir import dtypes
 from strata.ir.impls import Implementations
+from strata.semantics import host_inputs as H
 from strata.semantics import kernels as K
+from strata.semantics import kernels_seq as KS
 
 
 class InterpreterError(StrataError):
@@ -66,7 +69,11 @@ def _describe(op: Operation) -> str:
 
 
 def _check_result(op: Operation, value: np.ndarray) -> None:
-    typ = op.results[0].type
+    _check_value(op, op.results[0], value)
+
+
+def _check_value(op: Operation, res: SSAValue, value: np.ndarray) -> None:
+    typ = res.type
     want = shape_with_holes(typ)
     ok = value.ndim == len(want) and all(w in (-1, g) for w, g in zip(want, value.shape))
     if not ok:
@@ -81,8 +88,9 @@ def _check_result(op: Operation, value: np.ndarray) -> None:
 # ---------------------------------------------------------------------------
 
 
-def alloc_state(fn: func.FuncOp) -> dict[str, np.ndarray]:
-    """Zeroed buffers for every `op.state` of `fn`, keyed by state name."""
+def alloc_state(fn: Operation) -> dict[str, np.ndarray]:
+    """Zeroed buffers for every `op.state` of `fn` (a function, or a module of several), keyed by
+    state name."""
     out: dict[str, np.ndarray] = {}
     for op in fn.walk():
         if isinstance(op, O.StateOp):
@@ -98,16 +106,55 @@ def alloc_state(fn: func.FuncOp) -> dict[str, np.ndarray]:
 
 
 class Env:
-    """What leaves read: the weights, the state, and the call's host inputs."""
+    """What leaves read: the weights, the state, and the call's host inputs: the tokens and start
+    of a one-sequence prefill or decode, or the facts of an entry's call (`call`, from
+    `strata.semantics.host_inputs.entry_call`)."""
 
     def __init__(self, fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray],
-                 tokens: np.ndarray, start: int):
+                 tokens: np.ndarray, start: int, call: dict | None = None):
+        self.fn = fn
         self.weights = weights
         self.state = state
-        self.tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)
+        self.call = call
+        self.tokens = np.asarray(call["tokens"] if call is not None else tokens, dtype=np.int32).reshape(-1)
         self.start = int(start)
         n_kv = fn.attributes.get("op.n_kv")
         self.n_kv = n_kv.value.data if isinstance(n_kv, IntegerAttr) else None
+
+
+def function_layout(fn: func.FuncOp) -> dict | None:
+    """The function's `op.call` as plain values (None: a one-sequence prefill or decode)."""
+    attr = fn.attributes.get("op.call")
+    if attr is None:
+        return None
+    return {k: (v.data if hasattr(v, "data") and isinstance(v.data, str) else v.value.data)  # type: ignore[attr-defined]
+            for k, v in attr.data.items()}  # type: ignore[attr-defined]
+
+
+def function_args(fn: func.FuncOp) -> list[tuple[str, tuple[int, ...] | None, str]]:
+    """The entry's arguments (`op.args`, `op.arg_types`) as (name, shape with -1 for the dynamic
+    dim or None for a scalar, numpy dtype name)."""
+    names, types = fn.attributes.get("op.args"), fn.attributes.get("op.arg_types")
+    if names is None or types is None:
+        raise InterpreterError(f"@{fn.sym_name.data}: the function records no entry arguments (op.args)")
+    out = []
+    for name, typ in zip(names.data, types.data):  # type: ignore[attr-defined]
+        if isinstance(typ, TensorType):
+            out.append((name.data, shape_with_holes(typ), numpy_dtype(typ.get_element_type()).name))
+        else:
+            out.append((name.data, None, numpy_dtype(typ).name))
+    return out
+
+
+def entry_call(fn: func.FuncOp, inputs: dict) -> dict:
+    """The facts of a call of the entry `fn` on `inputs` (its arguments by name), checked."""
+    layout = function_layout(fn)
+    if layout is None:
+        raise InterpreterError(f"@{fn.sym_name.data}: a one-sequence entry takes tokens and start (run_function)")
+    try:
+        return H.entry_call(layout, function_args(fn), inputs)
+    except ValueError as e:
+        raise InterpreterError(str(e)) from None
 
 
 Impl = Callable[[Any, list, Env], np.ndarray]
@@ -169,6 +216,8 @@ _PER_TOKEN = {"tokens": 1, "positions": 1, "kv_rows": 1, "kq_mask": 1, "mrope_po
 @INTERPRETER.register(O.InputOp)
 def _input(op: O.InputOp, _: list, env: Env) -> np.ndarray:
     kind = op.kind.data
+    if env.call is not None:
+        return H.call_input(kind, env.call, shape_with_holes(op.result.type))
     shape = op.result.type.get_shape()  # type: ignore[attr-defined]
     n_kv = env.n_kv if env.n_kv is not None else (shape[1] if kind == "kq_mask" else 0)
     per = _PER_TOKEN.get(kind)
@@ -242,6 +291,42 @@ INTERPRETER.add(O.RepeatOp, lambda op, a, env: K.repeat(a[0], shape_with_holes(o
 INTERPRETER.add(O.ConcatOp, lambda op, a, env: K.concat(a[0], a[1], _int(op.axis)))
 INTERPRETER.add(O.MulMatIdOp, lambda op, a, env: K.mul_mat_id(a[0], a[1], a[2]))
 INTERPRETER.add(O.SsmConvOp, lambda op, a, env: K.ssm_conv(a[0], a[1]))
+INTERPRETER.add(O.GatedDeltaNetSeqOp,
+                lambda op, a, env: KS.gated_delta_net_seq(*a[:6], a[6] if len(a) > 6 else None, op.grouped is not None))
+INTERPRETER.add(O.TargetLogProbsOp, lambda op, a, env: KS.target_log_probs(a[0], a[1], a[2]))
+
+
+def _step_function(op: O.GenerateOp | O.GenerateUntilOp, env: Env) -> func.FuncOp:
+    module = env.fn.parent_op()
+    step = SymbolTable.lookup_symbol(module, op.callee) if module is not None else None
+    if not isinstance(step, func.FuncOp):
+        raise InterpreterError(f"{op.name}: no step function {op.callee}")
+    return step
+
+
+def _loop(op: O.GenerateOp | O.GenerateUntilOp, a: list, env: Env, eos: int | None):
+    """Run the step `steps` times (or until every row has chosen eos): (ids [Batch, steps], count)."""
+    step = _step_function(op, env)
+    steps = int(op.steps.value.data)
+    tokens, start = np.asarray(a[0], np.int32), int(np.asarray(a[1]).reshape(-1)[0])
+    ids = np.full((tokens.shape[0], steps), eos if eos is not None else 0, dtype=np.int32)
+    done = np.zeros(tokens.shape[0], dtype=bool)
+    count = 0
+    for i in range(steps):
+        chosen = run_entry(step, env.weights, env.state, {"token": tokens[:, None], "pos": np.int32(start + i)})
+        chosen = np.where(done, eos, chosen) if eos is not None else chosen
+        ids[:, i] = chosen
+        count = i + 1
+        tokens = chosen.astype(np.int32)
+        if eos is not None:
+            done |= chosen == eos
+            if done.all():
+                break
+    return ids, np.asarray(count, dtype=np.int32)
+
+
+INTERPRETER.add(O.GenerateOp, lambda op, a, env: _loop(op, a, env, None)[0])
+INTERPRETER.add(O.GenerateUntilOp, lambda op, a, env: _loop(op, a, env, int(np.asarray(a[2]).reshape(-1)[0])))
 
 
 # ---------------------------------------------------------------------------
@@ -259,20 +344,42 @@ def run_function(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray]
     (leaves included), in program order: a per-op comparison (`strata verify`) or a
     debugger reads every intermediate without the interpreter keeping them all.
     """
-    env = Env(fn, weights, state, tokens, start)
+    return _run(Env(fn, weights, state, tokens, start), observe)
+
+
+def run_entry(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray], inputs: dict, *,
+              observe: Callable[[Operation, np.ndarray], None] | None = None):
+    """Run the entry `fn` on `inputs` (its arguments by seed 003's names, `op.args`): its result,
+    or a tuple of its results. A one-sequence prefill or decode takes `tokens` and `start`
+    (`pos` and `token` for decode, as its signature names them)."""
+    if function_layout(fn) is None:
+        tokens = inputs.get("tokens", inputs.get("token"))
+        start = inputs.get("start", inputs.get("pos"))
+        if tokens is None or start is None:
+            raise InterpreterError(f"@{fn.sym_name.data}: takes tokens (or token) and start (or pos)")
+        return run_function(fn, weights, state, np.asarray(tokens), int(np.asarray(start)), observe=observe)
+    call = entry_call(fn, inputs)
+    return _run(Env(fn, weights, state, call["tokens"], 0, call), observe)
+
+
+def _run(env: Env, observe):
+    fn = env.fn
     values: dict[SSAValue, np.ndarray] = {}
     for op in fn.body.block.ops:
         if isinstance(op, func.ReturnOp):
-            if len(op.arguments) != 1:
-                raise InterpreterError(f"@{fn.sym_name.data}: expected one returned value, got {len(op.arguments)}")
-            return values[op.arguments[0]]
+            if not op.arguments:
+                raise InterpreterError(f"@{fn.sym_name.data}: the function returns nothing")
+            out = tuple(values[v] for v in op.arguments)
+            return out[0] if len(out) == 1 else out
         impl = INTERPRETER.get(type(op))
         if impl is None:
             raise InterpreterError(f"@{fn.sym_name.data}: no reference semantics for op '{op.name}'")
         args = [values[v] for v in op.operands]
         result = impl(op, args, env)
-        _check_result(op, result)
-        values[op.results[0]] = result
+        results = result if isinstance(op, O.GenerateUntilOp) else (result,)
+        for res, value in zip(op.results, results):
+            _check_value(op, res, value)
+            values[res] = value
         if observe is not None:
             observe(op, result)
     raise InterpreterError(f"@{fn.sym_name.data}: the function has no func.return")

@@ -29,7 +29,8 @@ f16, bf16 and fp8; a weight may also be an integer or packed int4 tensor.
 The ops live in files by theme: `base` (shape helpers, abstract bases), `leaves`,
 `elementwise`, `reduce` (row-wise), `layout` (views, REPEAT, CONCAT, GET_ROWS),
 `matmul` (MUL_MAT, MUL_MAT_ID), `state` (the writes), `attention` (SOFT_MAX, ROPE,
-FLASH_ATTN_EXT) and `ssm` (SSM_CONV, GATED_DELTA_NET).
+FLASH_ATTN_EXT), `ssm` (SSM_CONV, GATED_DELTA_NET and its many-sequence form) and `loops`
+(the device loops of generate and generate_until).
 """
 
 from __future__ import annotations
@@ -77,9 +78,10 @@ from strata.dialects.op.layout import (
     ViewOp,
 )
 from strata.dialects.op.leaves import INPUT_KINDS, LEAF_OPS, PARAM_CONVERSIONS, ConstantOp, InputOp, ParamOp, StateOp
-from strata.dialects.op.matmul import MulMatIdOp, MulMatOp
+from strata.dialects.op.loops import GenerateOp, GenerateUntilOp
+from strata.dialects.op.matmul import MulMatIdOp, MulMatOp, TargetLogProbsOp
 from strata.dialects.op.reduce import SORT_ORDERS, ArgmaxOp, ArgsortOp, RmsNormOp, SumRowsOp
-from strata.dialects.op.ssm import GatedDeltaNetOp, SsmConvOp
+from strata.dialects.op.ssm import GatedDeltaNetOp, GatedDeltaNetSeqOp, SsmConvOp
 from strata.dialects.op.state import CpyOp, SetRowsOp
 
 Op = Dialect(
@@ -120,6 +122,11 @@ Op = Dialect(
         MulMatIdOp,
         SsmConvOp,
         GatedDeltaNetOp,
+        # Batches of sequences, packed segments, scores and device loops (seed 003's entries).
+        GatedDeltaNetSeqOp,
+        TargetLogProbsOp,
+        GenerateOp,
+        GenerateUntilOp,
     ],
     [],
 )
@@ -132,5 +139,6 @@ __all__ = [
     "GetRowsOp", "RmsNormOp", "MulOp", "AddOp", "MulMatOp", "ReshapeOp", "ViewOp", "PermuteOp", "TransposeOp",
     "ContOp", "ScaleOp", "CpyOp", "ArgmaxOp", "SwigluOp", "SetRowsOp", "SoftMaxOp", "RopeOp", "FlashAttnExtOp",
     "DivOp", "ClampOp", "SiluOp", "SigmoidOp", "SoftplusOp", "SumRowsOp", "ArgsortOp", "RepeatOp", "ConcatOp",
-    "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp",
+    "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp", "GatedDeltaNetSeqOp", "TargetLogProbsOp", "GenerateOp",
+    "GenerateUntilOp",
 ]
