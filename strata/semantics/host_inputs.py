@@ -330,26 +330,17 @@ def _paged(entry: str, args: dict, layout: dict) -> dict:
         raise ValueError(f"{entry}: table[{r}, {j}] = {int(table[r, j])} points at a page that does not exist "
                          f"(the cache has {pool} pages of {page} cells; -1 marks an unused entry)")
 
-    def cell_of(row, pos):
-        pg = table[row, pos // page]
-        missing = np.flatnonzero(pg < 0)
-        if missing.size:
-            i = int(missing[0])
-            raise ValueError(f"{entry}: position {int(pos[i])} of row {int(row[i])} is in page entry "
-                             f"table[{int(row[i])}, {int(pos[i]) // page}] = -1 (no page)")
-        return pg * page + pos % page
-
     if entry == "decode_paged":
         positions = args["positions"]
         _check_range(entry, "positions", positions, 0, span - 1, f"the {span} positions the table reaches")
         rows = np.arange(n_rows)
-        call = _call(args["tokens"], positions, rows, cell_of(rows, positions))
+        call = _call(args["tokens"], positions, rows, _cell_of(entry, table, page, rows, positions))
         call["out"] = rows
         call.update(_slot_state(rows, rows, positions, n_rows))
     else:
         positions = args["positions"]
         rows = _chunk_rows(entry, args["rows"], positions, None, n_rows, span, f"the {n_rows} rows of the table")
-        cells = cell_of(rows, positions)
+        cells = _cell_of(entry, table, page, rows, positions)
         slots = np.asarray(args["slots"], np.int64)
         wrong = np.flatnonzero(slots != cells)
         if wrong.size:
@@ -366,7 +357,7 @@ def _paged(entry: str, args: dict, layout: dict) -> dict:
             step = _steps(entry, args["step_tokens"], step_pos, rows, span, f"the {span} positions the table reaches")
             active = step_pos >= 0
             step_rows = np.arange(n_rows)
-            cells = _cells_where(cell_of, step_rows, step, active)
+            cells = _cells_where(entry, table, page, step_rows, step, active)
             call = _join(chunk, _call(args["step_tokens"], step, step_rows, cells))
             call["out"] = np.concatenate((out, np.where(active, rows.size + step_rows, -1)))
             rows = np.concatenate((rows, np.where(active, step_rows, -1)))
@@ -376,11 +367,24 @@ def _paged(entry: str, args: dict, layout: dict) -> dict:
     return call
 
 
-def _cells_where(cell_of, rows, positions, active) -> np.ndarray:
+def _cell_of(entry: str, table, page: int, rows, positions) -> np.ndarray:
+    """The cache cell of each (row, position) through the block table."""
+    rows, positions = np.asarray(rows, np.int64), np.asarray(positions, np.int64)
+    pages = table[rows, positions // page]
+    missing = np.flatnonzero(pages < 0)
+    if missing.size:
+        i = int(missing[0])
+        raise ValueError(f"{entry}: position {int(positions[i])} of row {int(rows[i])} is in page entry "
+                         f"table[{int(rows[i])}, {int(positions[i]) // page}] = -1 (no page)")
+    return pages * page + positions % page
+
+
+def _cells_where(entry: str, table, page: int, rows, positions, active) -> np.ndarray:
+    """The cells of the active (row, position)s, -1 for the others."""
     out = -np.ones(rows.size, np.int64)
     idx = np.flatnonzero(active)
     if idx.size:
-        out[idx] = cell_of(rows[idx], positions[idx])
+        out[idx] = _cell_of(entry, table, page, rows[idx], positions[idx])
     return out
 
 
