@@ -235,19 +235,27 @@ class Model(Block):
     def logits(self, x: np.ndarray) -> np.ndarray:
         return self.children["lm_head"].forward(self.children["norm"].forward(x))
 
-    def forward(self, tokens: np.ndarray) -> np.ndarray:
-        """tokens [B, S] -> logits [B, S, Vocab]."""
+    def hidden_states(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens [B, S] -> the last layer's output [B, S, H] (before the final norm), no cache."""
         x = self.children["embedding"].forward(tokens)
         for layer in self.children["layers"]:
             x = layer.forward(x)
-        return self.logits(x)
+        return x
 
-    def prefill(self, tokens: np.ndarray, pos: int) -> np.ndarray:
-        """tokens [Batch, S] from position pos -> logits of the last token [Batch, Vocab]."""
+    def forward(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens [B, S] -> logits [B, S, Vocab]."""
+        return self.logits(self.hidden_states(tokens))
+
+    def states(self, tokens: np.ndarray, pos: int) -> np.ndarray:
+        """tokens [Batch, S] from position pos through the cache -> the last layer's output [Batch, S, H]."""
         x = self.children["embedding"].forward(tokens)
         for layer in self.children["layers"]:
             x = layer.prefill(x, pos)
-        return self.logits(x[:, -1])
+        return x
+
+    def prefill(self, tokens: np.ndarray, pos: int) -> np.ndarray:
+        """tokens [Batch, S] from position pos -> logits of the last token [Batch, Vocab]."""
+        return self.logits(self.states(tokens, pos)[:, -1])
 
     def decode(self, token: np.ndarray, pos: int) -> np.ndarray:
         x = self.children["embedding"].forward(token)
@@ -262,11 +270,12 @@ class Model(Block):
 
 
 class ModuleRunner:
-    """Runs the entries of a causal-LM `module.model` (Batch = 1) on a weight store."""
+    """Runs the entries of a causal-LM `module.model` on a weight store (`bind`: the root's dim
+    generics set, Batch, MaxSeq, PageSize, over the model's)."""
 
-    def __init__(self, model_op: M.ModelOp, weights: Weights):
+    def __init__(self, model_op: M.ModelOp, weights: Weights, bind: dict[str, int] | None = None):
         self.model_op = model_op
-        self.root = make_block(instantiate(model_op), weights)
+        self.root = make_block(instantiate(model_op, bind), weights)
         self.vocab = self.root.inst.dim("Vocab")
 
     def _ids(self, tokens: np.ndarray | list[int]) -> np.ndarray:
@@ -286,6 +295,14 @@ class ModuleRunner:
     def decode(self, token: int, pos: int) -> np.ndarray:
         """One token at position pos through the cache; logits [Vocab]."""
         return self.root.decode(self._ids([token]), int(pos))[0]
+
+    def call(self, entry: str, inputs: dict, steps: int = 16):
+        """Entry `entry` of seed 003 on `inputs` (its arguments by name): each sequence run alone
+        in its own row of the state (see `strata.semantics.module_entries`); `steps` is the
+        device loops' Steps (or MaxNew)."""
+        from strata.semantics.module_entries import run_entry
+
+        return run_entry(self, entry, {**inputs, "steps": steps})
 
     def state(self) -> dict[str, np.ndarray]:
         """Every state buffer by instance path (`layers.0.attention.cache_k`: [Batch, KvHeads, MaxSeq, D])."""
