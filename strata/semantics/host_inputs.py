@@ -108,6 +108,9 @@ def entry_call(layout: dict, spec, given) -> dict:
         s = tokens.shape[1]
         if pos < 0 or pos + s > max_seq:
             raise ValueError(f"{entry}: 'pos' {pos} with {s} token(s) is past the context (MaxSeq = {max_seq})")
+        steps = layout.get("Steps", 1)
+        if pos + steps > max_seq:
+            raise ValueError(f"{entry}: 'pos' {pos} with {steps} steps is past the context (MaxSeq = {max_seq})")
         rows = np.repeat(np.arange(batch), s)
         positions = np.tile(pos + np.arange(s), batch)
         call = _call(tokens, positions, rows, rows * max_seq + positions)
@@ -514,3 +517,29 @@ def call_input(kind: str, call: dict, shape) -> np.ndarray:
     if kind == "key":
         return call["args"]["key"]
     raise ValueError(f"call_input: unknown kind {kind!r}")
+
+
+def generate_loop(step, tokens, start, steps: int, eos=None):
+    """The device loops (`op.generate`, `op.generate_until`): `steps` calls of `step(token [Batch, 1],
+    pos)` -> the chosen ids [Batch], each fed the previous ids at the next position, from `tokens`
+    [Batch] at `start` [1]. Returns the ids [Batch, steps] int32 and, with `eos` [1], the number
+    of steps run: it stops once every row has chosen eos, and a row's ids after its eos (and every
+    column after the stop) are eos."""
+    tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)
+    start = int(np.asarray(start).reshape(-1)[0])
+    stop = None if eos is None else int(np.asarray(eos).reshape(-1)[0])
+    ids = np.full((tokens.shape[0], steps), 0 if stop is None else stop, dtype=np.int32)
+    done = np.zeros(tokens.shape[0], dtype=bool)
+    count = 0
+    for i in range(steps):
+        chosen = np.asarray(step(tokens[:, None], start + i), dtype=np.int32).reshape(-1)
+        if stop is not None:
+            chosen = np.where(done, stop, chosen).astype(np.int32)
+        ids[:, i] = chosen
+        count = i + 1
+        tokens = chosen
+        if stop is not None:
+            done |= chosen == stop
+            if done.all():
+                break
+    return ids if stop is None else (ids, np.asarray(count, dtype=np.int32))

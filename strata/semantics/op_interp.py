@@ -304,29 +304,18 @@ def _step_function(op: O.GenerateOp | O.GenerateUntilOp, env: Env) -> func.FuncO
     return step
 
 
-def _loop(op: O.GenerateOp | O.GenerateUntilOp, a: list, env: Env, eos: int | None):
-    """Run the step `steps` times (or until every row has chosen eos): (ids [Batch, steps], count)."""
+def _loop(op: O.GenerateOp | O.GenerateUntilOp, a: list, env: Env):
+    """Run the step function `steps` times (host_inputs.generate_loop), each step on the state."""
     step = _step_function(op, env)
-    steps = int(op.steps.value.data)
-    tokens, start = np.asarray(a[0], np.int32), int(np.asarray(a[1]).reshape(-1)[0])
-    ids = np.full((tokens.shape[0], steps), eos if eos is not None else 0, dtype=np.int32)
-    done = np.zeros(tokens.shape[0], dtype=bool)
-    count = 0
-    for i in range(steps):
-        chosen = run_entry(step, env.weights, env.state, {"token": tokens[:, None], "pos": np.int32(start + i)})
-        chosen = np.where(done, eos, chosen) if eos is not None else chosen
-        ids[:, i] = chosen
-        count = i + 1
-        tokens = chosen.astype(np.int32)
-        if eos is not None:
-            done |= chosen == eos
-            if done.all():
-                break
-    return ids, np.asarray(count, dtype=np.int32)
+
+    def run_step(token: np.ndarray, pos: int) -> np.ndarray:
+        return run_entry(step, env.weights, env.state, {"token": token, "pos": np.int32(pos)})
+
+    return H.generate_loop(run_step, a[0], a[1], int(op.steps.value.data), a[2] if len(a) > 2 else None)
 
 
-INTERPRETER.add(O.GenerateOp, lambda op, a, env: _loop(op, a, env, None)[0])
-INTERPRETER.add(O.GenerateUntilOp, lambda op, a, env: _loop(op, a, env, int(np.asarray(a[2]).reshape(-1)[0])))
+INTERPRETER.add(O.GenerateOp, _loop)
+INTERPRETER.add(O.GenerateUntilOp, _loop)
 
 
 # ---------------------------------------------------------------------------

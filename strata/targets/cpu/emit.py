@@ -9,9 +9,13 @@ that calls the op's kernel, in program order. The generated module
   op's semantics is written down once in the repository);
 * defines ``class Model``: ``__init__(weights)`` binds every ``op.param`` once to an
   attribute (a zero-copy view of the memory-mapped weight) and preallocates every
-  ``op.state`` (the KV cache) from its IR type; one method per entry
-  (``prefill(tokens, start)``, ``decode(token, pos)``) computes its host inputs with
-  ``host_input`` and then runs the ops, with locals named after the IR values.
+  ``op.state`` (the KV cache) from its IR type; one method per entry computes its host
+  inputs and then runs the ops, with locals named after the IR values: a one-sequence
+  ``prefill(tokens, start)`` and ``decode(token, pos)`` with ``host_input``, every other
+  entry with seed 003's arguments by name (``decode_rows(tokens, positions)``, ...) checked
+  and turned into its inputs by ``entry_call`` and ``call_input`` (copied from
+  :mod:`strata.semantics.host_inputs`); ``ARGS`` and ``RESULTS`` give each entry's
+  arguments and results. A device loop calls its step function (a method too).
 
 Model-supplied names (tensor names, the model name) are sanitized before they reach
 the code: identifiers keep only ``[A-Za-z0-9_]``, and the only string literals are
@@ -39,7 +43,9 @@ from xdsl.utils.exceptions import VerifyException
 from strata.dialects import op as O
 from strata.ir import dtypes
 from strata.ir.impls import Implementations
+from strata.semantics import host_inputs as H
 from strata.semantics import kernels as K
+from strata.semantics import kernels_seq as KS
 from strata.targets.cpu.kernel_library import KernelLibrary
 from strata.targets.codegen import CodegenError, IndentedWriter, Namer, literal_name, sanitize_identifier, sanitize_label, value_labels
 
@@ -87,10 +93,13 @@ def type_comment(typ: Attribute) -> str:
 
 #: Module-level names of the generated code that locals and attributes must not shadow.
 _MODULE_NAMES = {"np", "ml_dtypes", "Model", "annotations", "_bind", "MODEL_NAME", "N_CTX"}
+#: The arguments an entry may take (seed 003's names), and the call's facts, in its method.
+_ARG_NAME = re.compile(r"[a-z][a-z0-9_]{0,40}")
 #: Parameters and fixed locals of the entry methods.
-_METHOD_NAMES = {"self", "tokens", "start", "token", "pos", "n_tokens"}
+_METHOD_NAMES = {"self", "tokens", "start", "token", "pos", "n_tokens", "call"}
 #: Attributes and methods of Model besides the bound params, state and constants.
-_MODEL_ATTRS = {"reset", "weights", "PARAMS", "STATE", "OUTPUTS", "ENTRIES", "N_CTX", "MODEL_NAME"}
+_MODEL_ATTRS = {"reset", "weights", "PARAMS", "STATE", "OUTPUTS", "ENTRIES", "N_CTX", "MODEL_NAME", "ARGS",
+                "RESULTS", "LAYOUTS"}
 
 
 class CpuEmitter:
@@ -100,7 +109,8 @@ class CpuEmitter:
         self.module = module
         self.model_name = sanitize_label(model_name) if model_name else None
         self.kernels_used: set[str] = set()
-        self.reserved = set(_MODULE_NAMES) | set(dir(K)) | set(dir(builtins)) | set(keyword.kwlist)
+        self.reserved = (set(_MODULE_NAMES) | set(dir(K)) | set(dir(KS)) | set(dir(H)) | set(dir(builtins))
+                         | set(keyword.kwlist))
         # Model attributes: params, state and constants, by a key that identifies them.
         self.attr_namer = Namer(self.reserved | _MODEL_ATTRS)
         self.params: dict[str, tuple[str, TensorType]] = {}  # ggml name -> (attr, type)
@@ -115,6 +125,7 @@ class CpuEmitter:
         self.locals = Namer(set())
         self.inputs: dict[tuple[str, Attribute], str] = {}
         self.n_kv = 0
+        self.layout: dict | None = None
         self.last_use: dict[SSAValue, Operation] = {}
 
     # -- driver ---------------------------------------------------------------------------
@@ -149,7 +160,7 @@ class CpuEmitter:
         out = IndentedWriter()
         self.print_header(out)
         library = KernelLibrary()
-        for name in library.closure(self.kernels_used | {"host_input"}):
+        for name in library.closure(self.kernels_used):
             out.line()
             out.line()
             out.block(library.text(name))
@@ -211,7 +222,8 @@ class CpuEmitter:
             out.line()
             out.line("N_CTX = N_CTX")
             out.line("MODEL_NAME = MODEL_NAME")
-            out.line(f"ENTRIES = {tuple(fn.sym_name.data for fn in self.entries)!r}")
+            public = [fn for fn in self.entries if fn.sym_visibility is None or fn.sym_visibility.data != "private"]
+            out.line(f"ENTRIES = {tuple(fn.sym_name.data for fn in public)!r}")
             out.line("PARAMS = (")
             with out.indented():
                 for name in self.params:
@@ -223,13 +235,30 @@ class CpuEmitter:
                     out.line(f"{literal_name(name, 'state name')}: ({int_tuple(typ.get_shape())}, "
                              f"{dtype_expr(typ.get_element_type())}),")
             out.line("}")
-            out.line("OUTPUTS = {  # entry -> (shape, dtype) of its result; None: the number of tokens")
+            out.line("OUTPUTS = {  # entry -> (shape, dtype) of its (first) result; None: the number of tokens")
             with out.indented():
                 for fn in self.entries:
-                    (typ,) = fn.function_type.outputs.data
-                    dims = ", ".join("None" if d == DYNAMIC_INDEX else str(d) for d in typ.get_shape())
-                    dims += "," if len(typ.get_shape()) == 1 else ""
-                    out.line(f"{fn.sym_name.data!r}: (({dims}), {dtype_expr(typ.get_element_type())}),")
+                    typ = fn.function_type.outputs.data[0]
+                    out.line(f"{fn.sym_name.data!r}: ({_shape_literal(typ)}, {dtype_expr(typ.get_element_type())}),")
+            out.line("}")
+            out.line("RESULTS = {  # entry -> the (shape, dtype) of each result")
+            with out.indented():
+                for fn in self.entries:
+                    items = [f"({_shape_literal(t)}, {dtype_expr(t.get_element_type())})"
+                             for t in fn.function_type.outputs.data]
+                    out.line(f"{fn.sym_name.data!r}: ({', '.join(items)},),")
+            out.line("}")
+            out.line("ARGS = {  # entry -> its arguments: (name, shape (None: a scalar; -1: the call's size), dtype)")
+            with out.indented():
+                for fn in self.entries:
+                    out.line(f"{fn.sym_name.data!r}: {self.arg_spec(fn)!r},")
+            out.line("}")
+            out.line("LAYOUTS = {  # entry -> how its arguments become its inputs (host_inputs.entry_call)")
+            with out.indented():
+                for fn in self.entries:
+                    layout = _layout(fn)
+                    if layout is not None:
+                        out.line(f"{fn.sym_name.data!r}: {layout!r},")
             out.line("}")
             out.line()
             out.line("def __init__(self, weights):")
@@ -264,7 +293,29 @@ class CpuEmitter:
 
     def _signature(self, fn: func.FuncOp) -> str:
         name = fn.sym_name.data
+        if _layout(fn) is not None:
+            return f"{name}({', '.join(n for n, _, _ in self.arg_spec(fn))})"
         return f"{name}(token, pos)" if name == "decode" else f"{name}(tokens, start)"
+
+    def arg_spec(self, fn: func.FuncOp) -> tuple:
+        """The entry's arguments as (name, shape or None, numpy dtype name), from `op.args`."""
+        if _layout(fn) is None:
+            first = ("token", None, "int32") if fn.sym_name.data == "decode" else ("tokens", (-1,), "int32")
+            return (first, ("pos" if fn.sym_name.data == "decode" else "start", None, "int32"))
+        names, types = fn.attributes.get("op.args"), fn.attributes.get("op.arg_types")
+        if names is None or types is None or len(names.data) != len(types.data):
+            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} has op.call but no op.args / op.arg_types")
+        out = []
+        for name, typ in zip(names.data, types.data):
+            if not _ARG_NAME.fullmatch(name.data) or name.data in self.reserved | {"self", "call", "n_tokens"}:
+                raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data}: argument name "
+                                     f"{sanitize_label(name.data)!r} cannot be a parameter name")
+            if isinstance(typ, TensorType):
+                shape = tuple(-1 if d == DYNAMIC_INDEX else int(d) for d in typ.get_shape())
+                out.append((name.data, shape, _numpy_name(typ.get_element_type())))
+            else:
+                out.append((name.data, None, _numpy_name(typ)))
+        return tuple(out)
 
     def print_entry(self, fn: func.FuncOp, out: IndentedWriter) -> None:
         self.out = out
@@ -275,8 +326,9 @@ class CpuEmitter:
         self.n_kv = int(fn.attributes["op.n_kv"].value.data) if "op.n_kv" in fn.attributes else self.n_ctx
         if self.n_kv is None:
             raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} has no op.n_kv attribute")
-        if len(fn.function_type.outputs.data) != 1 or not isinstance(fn.function_type.outputs.data[0], TensorType):
-            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must return one tensor")
+        outs = fn.function_type.outputs.data
+        if not outs or not all(isinstance(t, TensorType) for t in outs):
+            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must return tensors")
         if fn.function_type.inputs.data:
             raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must take no arguments "
                                  "(host data comes from op.input)")
@@ -288,6 +340,24 @@ class CpuEmitter:
 
         out.line()
         name = fn.sym_name.data
+        self.layout = _layout(fn)
+        if self.layout is not None:
+            spec = self.arg_spec(fn)
+            self.locals.taken |= {n for n, _, _ in spec}
+            args = ", ".join(n for n, _, _ in spec)
+            out.line(f"def {name}(self, {args}):")
+            with out.indented():
+                kind = "step function" if fn.sym_visibility is not None else "entry"
+                out.line(f'"""The {kind} @{name}: its arguments checked and turned into its inputs, then its ops."""')
+                given = ", ".join(f"{n!r}: {n}" for n, _, _ in spec)
+                self.kernels_used.add("entry_call")
+                out.line(f"call = entry_call(self.LAYOUTS[{name!r}], self.ARGS[{name!r}], {{{given}}})")
+                out.line("n_tokens = call['tokens'].shape[0]")
+                for op in ops:
+                    if op is not fn:
+                        self.print_op(op)
+            return
+        self.kernels_used.add("host_input")
         if name == "decode":
             out.line("def decode(self, token, pos):")
         else:
@@ -415,7 +485,11 @@ def _input(e: CpuEmitter, op: O.InputOp) -> None:
     if key in e.inputs:  # the same host input again (k_idxs, v_idxs, ...): computed once
         e.names[op.result] = e.inputs[key]
         return
-    e.assign(op, "host_input", repr(kind), "tokens", "start", str(e.n_kv))
+    if e.layout is not None:
+        shape = tuple(-1 if d == DYNAMIC_INDEX else d for d in op.result.type.get_shape())
+        e.assign(op, "call_input", repr(kind), "call", int_tuple(shape))
+    else:
+        e.assign(op, "host_input", repr(kind), "tokens", "start", str(e.n_kv))
     e.inputs[key] = e.names[op.result]
 
 
@@ -442,7 +516,14 @@ SHAPED_KERNELS: dict[type[Operation], str] = {O.ReshapeOp: "reshape", O.ContOp: 
 
 
 def _shaped(kernel: str) -> Callable[[CpuEmitter, Operation], None]:
-    return lambda e, op: e.assign(op, kernel, e.ref(op.operands[0]), e.shape(op.results[0]))
+    def emit(e: CpuEmitter, op: Operation) -> None:
+        shape = e.shape(op.results[0])
+        dims = op.results[0].type.get_shape()  # type: ignore[attr-defined]
+        if kernel in ("reshape", "cont") and list(dims).count(DYNAMIC_INDEX) == 1:
+            shape = int_tuple([-1 if d == DYNAMIC_INDEX else d for d in dims])  # the elements decide it
+        e.assign(op, kernel, e.ref(op.operands[0]), shape)
+
+    return emit
 
 
 for _cls, _kernel in SHAPED_KERNELS.items():
@@ -536,16 +617,77 @@ def _flash_attn_ext(e: CpuEmitter, op: O.FlashAttnExtOp) -> None:
 
 @CPU_EMITTER.register(func.ReturnOp)
 def _return(e: CpuEmitter, op: func.ReturnOp) -> None:
-    if len(op.arguments) != 1:
-        raise CpuTargetError("cpu target: an entry must return exactly one tensor")
-    e.out.line(f"return {e.ref(op.arguments[0])}")
+    if not op.arguments:
+        raise CpuTargetError("cpu target: an entry must return a tensor")
+    e.out.line(f"return {', '.join(e.ref(v) for v in op.arguments)}")
+
+
+@CPU_EMITTER.register(O.GatedDeltaNetSeqOp)
+def _gated_delta_net_seq(e: CpuEmitter, op: O.GatedDeltaNetSeqOp) -> None:
+    args = [e.ref(v) for v in op.operands]
+    if op.state is None:
+        args.append("None")
+    if op.grouped is not None:
+        args.append("grouped=True")
+    e.assign(op, "gated_delta_net_seq", *args)
+
+
+@CPU_EMITTER.register(O.TargetLogProbsOp)
+def _target_log_probs(e: CpuEmitter, op: O.TargetLogProbsOp) -> None:
+    e.assign(op, "target_log_probs", e.ref(op.x), e.ref(op.weight), e.ref(op.targets))
+
+
+def _loop(e: CpuEmitter, op: O.GenerateOp | O.GenerateUntilOp) -> None:
+    """`generate_loop(self.<step>, tokens, start, steps[, eos])`: the step is a method too."""
+    step = op.callee.root_reference.data
+    if step not in {fn.sym_name.data for fn in e.entries}:
+        raise CpuTargetError(f"cpu target: {op.name}: no step function @{sanitize_label(step)}")
+    args = [f"self.{step}", e.ref(op.tokens), e.ref(op.start), str(int(op.steps.value.data))]
+    if isinstance(op, O.GenerateUntilOp):
+        args.append(e.ref(op.eos))
+    e.kernels_used.add("generate_loop")
+    names = [e.locals.fresh(e.labels.get(r, "v")) for r in op.results]
+    for r, n in zip(op.results, names):
+        e.names[r] = n
+    e.out.line(f"{', '.join(names)} = generate_loop({', '.join(args)})  # {type_comment(op.results[0].type)}")
+
+
+CPU_EMITTER.add(O.GenerateOp, _loop)
+CPU_EMITTER.add(O.GenerateUntilOp, _loop)
+
+
+def _shape_literal(typ: TensorType) -> str:
+    dims = ", ".join("None" if d == DYNAMIC_INDEX else str(d) for d in typ.get_shape())
+    return f"({dims}{',' if len(typ.get_shape()) == 1 else ''})"
+
+
+def _numpy_name(elem: Attribute) -> str:
+    found = dtypes.lookup(elem)
+    if found is None:
+        raise CpuTargetError(f"cpu target: element type {elem} is not supported")
+    return found.numpy.name
+
+
+def _layout(fn: func.FuncOp) -> dict | None:
+    """The entry's `op.call` (how its arguments become its inputs) as plain values, or None for a
+    one-sequence prefill or decode."""
+    attr = fn.attributes.get("op.call")
+    if attr is None:
+        return None
+    out = {}
+    for k, v in attr.data.items():  # type: ignore[attr-defined]
+        value = v.data if isinstance(getattr(v, "data", None), str) else int(v.value.data)
+        if isinstance(value, str):
+            literal_name(value, "entry layout value")
+        out[k] = value
+    return out
 
 
 def emit_cpu(module: ModuleOp, model_name: str | None = None) -> str:
     """The generated numpy module for an op-level ``module`` (deterministic)."""
     emitter = CpuEmitter(module, model_name)
     source = emitter.emit()
-    check_generated(source, emitter.kernels_used | {"host_input"})
+    check_generated(source, emitter.kernels_used)
     return source
 
 
