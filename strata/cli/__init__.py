@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 #: The commands, in the order `strata --help` lists them: modules of this package.
-COMMANDS = ("inspect", "ir", "blueprint", "trace", "compile", "run", "import_model", "export_model", "view",
+COMMANDS = ("inspect", "ir", "blueprint", "trace", "compile", "run", "call", "import_model", "export_model", "view",
             "verify", "calibrate", "quantize", "demo")
 
 

@@ -48,7 +48,15 @@ def lowered(module: ModuleOp, spec: str) -> ModuleOp:
 #: The entries' generics a checkpoint does not bind, by the option of convert-module-to-op that
 #: sets each (MaxSeq is `ctx`; S and P are `tokens`), with the option's default.
 GENERIC_OPTIONS = {"Batch": ("batch", 0), "PageSize": ("page_size", 0), "Rows": ("rows", 0), "Pages": ("pages", 0),
-                   "M": ("prompts", 0), "Steps": ("steps", 16), "MaxNew": ("max_new", 16)}
+                   "M": ("prompts", 0), "Steps": ("steps", 16), "MaxNew": ("max_new", 16), "P": ("packed_tokens", 0)}
+#: Every generic an entry's function can bind: those, MaxSeq (`ctx`) and S (`tokens`).
+SETTABLE_GENERICS = ("Batch", "MaxSeq", "PageSize", "Steps", "MaxNew", "Rows", "Pages", "P", "M", "S")
+
+
+def generic_options(values: dict[str, Any]) -> dict[str, int]:
+    """The convert-module-to-op options (`batch=4`) of the generics in `values` (`Batch=4`; None
+    or absent: the option's default). MaxSeq and S are `ctx` and `tokens`, not given here."""
+    return {option: values[name] for name, (option, _) in GENERIC_OPTIONS.items() if values.get(name) is not None}
 
 
 def entry_pipeline(entry: str, *, tokens: int = 0, start: int = -1, ctx: int = 0, kv_pad: int = 256,

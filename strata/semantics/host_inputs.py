@@ -118,7 +118,7 @@ def entry_call(layout: dict, spec, given) -> dict:
         call.update(_slot_state(rows, rows, positions, batch))
     elif entry == "decode_rows":
         positions = args["positions"]
-        _check_range(entry, "positions", positions, 0, max_seq - 1, f"the context (MaxSeq = {max_seq})")
+        _check_range(entry, "positions", positions, 0, max_seq - 1, f"the context, MaxSeq = {max_seq}")
         rows = np.arange(batch)
         call = _call(args["tokens"], positions, rows, rows * max_seq + positions)
         call["out"] = rows
@@ -150,7 +150,7 @@ def _check_range(entry: str, name: str, values, low: int, high: int, what: str) 
     if bad.size:
         i = int(bad[0])
         where = f"[{', '.join(str(int(x)) for x in np.unravel_index(i, np.shape(values)))}]" if np.ndim(values) else ""
-        raise ValueError(f"{entry}: {name}{where} = {int(flat[i])} is outside {what} ([{low}, {high}])")
+        raise ValueError(f"{entry}: {name}{where} = {int(flat[i])} is not in [{low}, {high}] ({what})")
 
 
 def _check_positions(entry: str, name: str, length: int, max_seq: int) -> None:
@@ -182,7 +182,7 @@ def _prefill_slots(entry: str, args: dict, batch: int, max_seq: int) -> dict:
     tokens, slots, lengths = args["tokens"], args["slots"], args["lengths"]
     m, s = tokens.shape
     _check_positions(entry, "tokens", s, max_seq)
-    _check_range(entry, "slots", slots, 0, batch - 1, f"the {batch} slots (Batch)")
+    _check_range(entry, "slots", slots, 0, batch - 1, f"the {batch} slots, Batch")
     _check_range(entry, "lengths", lengths, 1, s, f"the {s} tokens per prompt")
     _check_distinct(entry, "slots", slots)
     rows = np.repeat(np.arange(m), s)
@@ -230,7 +230,7 @@ def _segments(entry: str, segments, positions, first_at_zero: bool) -> np.ndarra
 
 def _packed(entry: str, args: dict, max_seq: int, vocab: int) -> dict:
     tokens, positions = args["tokens"], args["positions"]
-    _check_range(entry, "positions", positions, 0, max_seq - 1, f"the context (MaxSeq = {max_seq})")
+    _check_range(entry, "positions", positions, 0, max_seq - 1, f"the context, MaxSeq = {max_seq}")
     seq = _segments(entry, args["segments"], positions, True)
     call = _call(tokens, positions, seq, -np.ones(tokens.size, np.int64))
     call["out"] = np.arange(tokens.size)
@@ -252,7 +252,7 @@ def _chunk_rows(entry: str, rows, positions, segments, n_rows: int, max_pos: int
     row (int64)."""
     rows = np.asarray(rows, np.int64)
     _check_range(entry, "rows", rows, 0, n_rows - 1, what)
-    _check_range(entry, "positions", positions, 0, max_pos - 1, f"the context ({max_pos} positions)")
+    _check_range(entry, "positions", positions, 0, max_pos - 1, f"the {max_pos} positions of the context")
     groups = rows if segments is None else np.asarray(segments, np.int64)
     if segments is not None:
         _segments(entry, segments, positions, False)
@@ -278,7 +278,7 @@ def _check_last(entry: str, last, rows, offset: int) -> np.ndarray:
     """`last` [R]: for each row the index of the chunk token whose logits it returns, -1 for none;
     returns the output rows' token indices (shifted by `offset`, -1 kept)."""
     last = np.asarray(last, np.int64)
-    _check_range(entry, "last", last, -1, rows.size - 1, f"the {rows.size} tokens (or -1)")
+    _check_range(entry, "last", last, -1, rows.size - 1, f"the {rows.size} tokens, or -1 for none")
     for r, i in enumerate(last.tolist()):
         if i >= 0 and rows[i] != r:
             raise ValueError(f"{entry}: last[{r}] = {i} is a token of row {int(rows[i])}, not of row {r}")
@@ -287,7 +287,7 @@ def _check_last(entry: str, last, rows, offset: int) -> np.ndarray:
 
 def _packed_rows(entry: str, args: dict, batch: int, max_seq: int, layout: dict) -> dict:
     positions = args["positions"]
-    rows = _chunk_rows(entry, args["rows"], positions, args["segments"], batch, max_seq, f"the {batch} rows (Batch)")
+    rows = _chunk_rows(entry, args["rows"], positions, args["segments"], batch, max_seq, f"the {batch} rows, Batch")
     out = _check_last(entry, args["last"], rows, batch if entry == "step_packed" else 0)
     chunk = _call(args["tokens"], positions, rows, rows * max_seq + positions)
     if entry == "prefill_packed":
@@ -295,7 +295,7 @@ def _packed_rows(entry: str, args: dict, batch: int, max_seq: int, layout: dict)
         chunk.update(_slot_state(rows, rows, positions, batch))
         return chunk
     step_pos = args["step_positions"]
-    step = _steps(entry, args["step_tokens"], step_pos, rows, max_seq, f"the context (MaxSeq = {max_seq})")
+    step = _steps(entry, args["step_tokens"], step_pos, rows, max_seq, f"the context, MaxSeq = {max_seq}")
     active = step_pos >= 0
     cells = np.where(active, np.arange(batch) * max_seq + step_pos, -1)
     call = _join(_call(args["step_tokens"], step, np.arange(batch), cells), chunk)
@@ -309,7 +309,7 @@ def _steps(entry: str, tokens, step_positions, chunk_rows, max_pos: int, what: s
     """The positions of the decode steps (-1: the row takes no step; it gets position 0, a
     harmless query): in the context, and no row both stepping and in the chunk."""
     step_positions = np.asarray(step_positions, np.int64)
-    _check_range(entry, "step_positions", step_positions, -1, max_pos - 1, what + " (or -1)")
+    _check_range(entry, "step_positions", step_positions, -1, max_pos - 1, what + ", or -1 for none")
     both = sorted(set(np.flatnonzero(step_positions >= 0).tolist()) & set(np.asarray(chunk_rows).tolist()))
     if both:
         raise ValueError(f"{entry}: row {both[0]} takes a decode step and chunk tokens in one call")

@@ -14,8 +14,8 @@ package); it knows no model family. One `func.func` per entry:
 
 The generics a checkpoint does not bind are options: `batch` (Batch), `page_size`
 (PageSize), `rows` and `pages` (Rows, Pages: default Batch and the pages that hold `ctx`),
-`prompts` (M, default Batch), `steps` (Steps) and `max_new` (MaxNew); `tokens` is S or P
-(0: dynamic) and `ctx` is MaxSeq. The function records its entry's arguments (`op.args`,
+`prompts` (M, default Batch), `steps` (Steps), `max_new` (MaxNew) and `packed_tokens` (P,
+0: dynamic); `tokens` is S (0: dynamic) and `ctx` is MaxSeq. The function records its entry's arguments (`op.args`,
 `op.arg_types`) and what the host needs to turn them into the inputs (`op.call`).
 
 `n_kv` (the visible cache rows) is `start + S` rounded up to `kv-pad` (capped at `ctx`)
@@ -76,6 +76,7 @@ class ConvertModuleToOpPass(ModulePass):
     prompts: int = 0
     steps: int = 16
     max_new: int = 16
+    packed_tokens: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         entries = (self.entry,) if isinstance(self.entry, str) else tuple(self.entry)
@@ -116,6 +117,8 @@ def _check_options(opts: ConvertModuleToOpPass, entries: tuple[str, ...]) -> Non
             raise _error(f"unknown entry '{entry}' (known: {', '.join(ENTRIES)})")
     if not 0 <= opts.tokens <= MAX_CTX:
         raise _error(f"tokens must be >= 0 (0: dynamic) and at most {MAX_CTX}, got {opts.tokens}")
+    if not 0 <= opts.packed_tokens <= MAX_CTX:
+        raise _error(f"packed-tokens must be >= 0 (0: dynamic) and at most {MAX_CTX}, got {opts.packed_tokens}")
     if entries == ("decode",) and opts.tokens not in (0, 1):
         raise _error(f"decode takes one token, got tokens={opts.tokens}")
     if not -1 <= opts.start <= MAX_CTX:

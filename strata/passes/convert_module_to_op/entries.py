@@ -74,7 +74,10 @@ def conv_kernel(root: BlockInstance) -> int:
 def make_plan(root: BlockInstance, entry: str, opts, n_ctx: int) -> tuple[CallPlan, dict[str, int]]:
     """The entry's plan, and the values of its own generics (DYNAMIC_INDEX: the dynamic one)."""
     batch, page = root.dim("Batch"), root.dim("PageSize")
-    tokens = opts.tokens or DYNAMIC_INDEX
+    tokens = opts.tokens or DYNAMIC_INDEX  # S
+    if entry in ("hidden_packed", "log_probs_packed", "loss_packed", "prefill_packed", "step_packed",
+                 "prefill_paged", "step_paged"):
+        tokens = opts.packed_tokens or DYNAMIC_INDEX  # P
     kv, state = LAYOUTS[entry]
     recurrent = conv_kernel(root) > 0
     generics: dict[str, int] = {}

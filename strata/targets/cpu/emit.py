@@ -299,9 +299,9 @@ class CpuEmitter:
 
     def arg_spec(self, fn: func.FuncOp) -> tuple:
         """The entry's arguments as (name, shape or None, numpy dtype name), from `op.args`."""
-        if _layout(fn) is None:
-            first = ("token", None, "int32") if fn.sym_name.data == "decode" else ("tokens", (-1,), "int32")
-            return (first, ("pos" if fn.sym_name.data == "decode" else "start", None, "int32"))
+        if _layout(fn) is None:  # one sequence: seed 003's signature (the method takes tokens [S] and start)
+            first = ("token", (1, 1), "int32") if fn.sym_name.data == "decode" else ("tokens", (1, -1), "int32")
+            return (first, ("pos", None, "int32"))
         names, types = fn.attributes.get("op.args"), fn.attributes.get("op.arg_types")
         if names is None or types is None or len(names.data) != len(types.data):
             raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} has op.call but no op.args / op.arg_types")
