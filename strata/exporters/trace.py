@@ -68,7 +68,11 @@ for _cls, _ggml in [(O.GetRowsOp, "GET_ROWS"), (O.RmsNormOp, "RMS_NORM"), (O.Mul
                     (O.DivOp, "DIV"), (O.ClampOp, "CLAMP"), (O.SiluOp, "SILU"), (O.SigmoidOp, "SIGMOID"),
                     (O.SoftplusOp, "SOFTPLUS"), (O.SumRowsOp, "SUM_ROWS"), (O.ArgsortOp, "ARGSORT"),
                     (O.RepeatOp, "REPEAT"), (O.ConcatOp, "CONCAT"), (O.MulMatIdOp, "MUL_MAT_ID"),
-                    (O.SsmConvOp, "SSM_CONV"), (O.GatedDeltaNetOp, "GATED_DELTA_NET")]:
+                    (O.SsmConvOp, "SSM_CONV"), (O.GatedDeltaNetOp, "GATED_DELTA_NET"),
+                    # ggml's GATED_DELTA_NET runs several sequences too; the others have no ggml op
+                    # and show the op level's own name.
+                    (O.GatedDeltaNetSeqOp, "GATED_DELTA_NET"), (O.TargetLogProbsOp, "TARGET_LOG_PROBS"),
+                    (O.GenerateOp, "GENERATE"), (O.GenerateUntilOp, "GENERATE_UNTIL")]:
     TRACE.add(_cls, TraceRule(_ggml))
 # ggml's views are named after what they view.
 for _cls, _ggml, _suffix in [(O.ViewOp, "VIEW", "view"), (O.PermuteOp, "PERMUTE", "permuted"),

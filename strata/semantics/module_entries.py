@@ -4,7 +4,7 @@ blocks' one-sequence `prefill`; a paged cache is gathered into a row of its own 
 the block table names, and what the call wrote is put back.
 
     runner = ModuleRunner(model_op, weights)
-    logits = runner.call("decode_rows", tokens=[[5], [9]], positions=[3, 7])
+    logits = runner.call("decode_rows", {"tokens": [[5], [9]], "positions": [3, 7]})
 
 This is the reference the op level's batched graphs (one flat row of tokens, masks, cache cells,
 state slots) are checked against: the two share no code but the blocks' formulas.
@@ -80,10 +80,9 @@ def _runs(rows: np.ndarray) -> list[tuple[int, int, int]]:
     return out
 
 
-def _chunk_logits(runner, tokens, rows, positions, last, n_rows: int, state: Callable) -> np.ndarray:
+def _chunk_logits(root: Block, tokens, rows, positions, last, n_rows: int, state: Callable) -> np.ndarray:
     """Each row's run of chunk tokens prefilled alone in its state; the logits of `last`."""
-    root = runner.root
-    out = np.zeros((n_rows, runner.vocab), dtype=np.float32)
+    out = np.zeros((n_rows, root.inst.dim("Vocab")), dtype=np.float32)
     for r, i, j in _runs(rows):
         with state(r):
             x = root.states(tokens[None, i:j], int(positions[i]))[0]  # [run, H]
@@ -93,18 +92,18 @@ def _chunk_logits(runner, tokens, rows, positions, last, n_rows: int, state: Cal
     return out
 
 
-def _steps(runner, tokens, positions, state: Callable) -> np.ndarray:
-    out = np.zeros((positions.size, runner.vocab), dtype=np.float32)
+def _steps(root: Block, tokens, positions, state: Callable) -> np.ndarray:
+    out = np.zeros((positions.size, root.inst.dim("Vocab")), dtype=np.float32)
     for r in np.flatnonzero(positions >= 0):
         with state(int(r)):
-            out[r] = runner.root.prefill(tokens[r:r + 1], int(positions[r]))[0]
+            out[r] = root.prefill(tokens[r:r + 1], int(positions[r]))[0]
     return out
 
 
-def run_entry(runner, entry: str, args: dict):
-    """Entry `entry` of the model on `args` (seed 003's argument names) -> its result(s)."""
+def run_entry(root: Block, entry: str, args: dict):
+    """Entry `entry` of the model whose root block is `root` on `args` (seed 003's argument
+    names, and `steps` for a device loop) -> its result, or a tuple of its results."""
     a = {k: np.asarray(v) for k, v in args.items()}
-    root = runner.root
     if entry in ("forward", "next_token"):
         logits = root.forward(a["tokens"].astype(np.int64))
         return logits if entry == "forward" else logits[:, -1]
@@ -113,7 +112,7 @@ def run_entry(runner, entry: str, args: dict):
     if entry == "prefill":
         return root.prefill(a["tokens"].astype(np.int64), int(a["pos"]))
     if entry == "decode_rows":
-        return _steps(runner, a["tokens"].astype(np.int64), a["positions"], lambda r: row_state(root, r))
+        return _steps(root, a["tokens"].astype(np.int64), a["positions"], lambda r: row_state(root, r))
     if entry == "prefill_slots":
         out = []
         for m, slot in enumerate(a["slots"].tolist()):
@@ -121,33 +120,32 @@ def run_entry(runner, entry: str, args: dict):
                 out.append(root.prefill(a["tokens"][m:m + 1, :int(a["lengths"][m])].astype(np.int64), 0)[0])
         return np.stack(out)
     if entry in ("hidden_packed", "log_probs_packed", "loss_packed"):
-        return _packed(runner, entry, a)
+        return _packed(root, entry, a)
     if entry in ("prefill_packed", "step_packed"):
         n = a["last"].size
         state = lambda r: row_state(root, r)  # noqa: E731
-        chunk = _chunk_logits(runner, a["tokens"].astype(np.int64), a["rows"], a["positions"], a["last"], n, state)
+        chunk = _chunk_logits(root, a["tokens"].astype(np.int64), a["rows"], a["positions"], a["last"], n, state)
         if entry == "prefill_packed":
             return chunk
-        return np.concatenate((chunk, _steps(runner, a["step_tokens"].astype(np.int64), a["step_positions"], state)))
+        return np.concatenate((chunk, _steps(root, a["step_tokens"].astype(np.int64), a["step_positions"], state)))
     if entry in ("decode_paged", "prefill_paged", "step_paged"):
         page = root.inst.dim("PageSize")
         table = a["table"]
         state = lambda r: row_state(root, r, table[r], page)  # noqa: E731
         if entry == "decode_paged":
-            return _steps(runner, a["tokens"].astype(np.int64), a["positions"], state)
+            return _steps(root, a["tokens"].astype(np.int64), a["positions"], state)
         n = table.shape[0]
-        chunk = _chunk_logits(runner, a["tokens"].astype(np.int64), a["rows"], a["positions"], a["last"], n, state)
+        chunk = _chunk_logits(root, a["tokens"].astype(np.int64), a["rows"], a["positions"], a["last"], n, state)
         if entry == "prefill_paged":
             return chunk
-        return np.concatenate((chunk, _steps(runner, a["step_tokens"].astype(np.int64), a["step_positions"], state)))
+        return np.concatenate((chunk, _steps(root, a["step_tokens"].astype(np.int64), a["step_positions"], state)))
     if entry in ("generate", "generate_until"):
-        return _generate(runner, entry, a)
+        return _generate(root, entry, a)
     raise ModuleRunError(f"the module interpreter has no entry '{entry}'")
 
 
-def _packed(runner, entry: str, a: dict):
+def _packed(root: Block, entry: str, a: dict):
     """Each segment run alone from position 0, without a cache."""
-    root = runner.root
     segments, tokens = a["segments"], a["tokens"].astype(np.int64)
     hidden, logits = [], []
     for _, i, j in _runs(segments):
@@ -166,8 +164,7 @@ def _packed(runner, entry: str, a: dict):
     return np.float32(-(picked * w).sum() / w.sum())
 
 
-def _generate(runner, entry: str, a: dict):
-    root = runner.root
+def _generate(root: Block, entry: str, a: dict):
     steps = int(a["steps"])
     token, pos = a["token"].astype(np.int64), int(a["pos"])
     eos = int(a["eos"]) if entry == "generate_until" else None

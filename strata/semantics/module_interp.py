@@ -232,6 +232,19 @@ class DecoderLayer(Block):
 
 @BLOCK_SEMANTICS.register("std.model.causal_lm")
 class Model(Block):
+    #: The entries of seed 003 this kind runs (`entry`; see strata.semantics.module_entries).
+    ENTRIES = ("forward", "next_token", "decode", "prefill", "decode_rows", "prefill_slots", "loss_packed",
+               "log_probs_packed", "hidden_packed", "prefill_packed", "step_packed", "decode_paged", "prefill_paged",
+               "step_paged", "generate", "generate_until")
+
+    def entry(self, name: str, inputs: dict):
+        """Entry `name` on `inputs` (its arguments by name; `steps` for a device loop)."""
+        from strata.semantics.module_entries import run_entry
+
+        if name not in self.ENTRIES:
+            raise ModuleRunError(f"the module interpreter has no entry '{name}'")
+        return run_entry(self, name, inputs)
+
     def logits(self, x: np.ndarray) -> np.ndarray:
         return self.children["lm_head"].forward(self.children["norm"].forward(x))
 
@@ -300,9 +313,7 @@ class ModuleRunner:
         """Entry `entry` of seed 003 on `inputs` (its arguments by name): each sequence run alone
         in its own row of the state (see `strata.semantics.module_entries`); `steps` is the
         device loops' Steps (or MaxNew)."""
-        from strata.semantics.module_entries import run_entry
-
-        return run_entry(self, entry, {**inputs, "steps": steps})
+        return self.root.entry(entry, {**inputs, "steps": steps})
 
     def state(self) -> dict[str, np.ndarray]:
         """Every state buffer by instance path (`layers.0.attention.cache_k`: [Batch, KvHeads, MaxSeq, D])."""

@@ -48,10 +48,10 @@ from strata.errors import StrataError
 
 # The expansions register themselves with EXPANSIONS when imported.
 from strata.passes.convert_module_to_op import attention, hybrid, model, moe, nn  # noqa: F401
-from strata.passes.convert_module_to_op.entries import ENTRIES, lower_plan_entry
+from strata.passes.convert_module_to_op.entries import ENTRIES, LOOPS, lower_plan_entry
 from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering, LoweringError
 
-__all__ = ["ConvertModuleToOpPass", "ENTRIES", "EXPANSIONS", "LoweringError", "lower_entry"]
+__all__ = ["ConvertModuleToOpPass", "ENTRIES", "EXPANSIONS", "LOOPS", "LoweringError", "lower_entry"]
 
 #: The largest context the IR can describe with room to spare in int64 products.
 MAX_CTX = 2**31 - 1

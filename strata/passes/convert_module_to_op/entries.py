@@ -130,6 +130,8 @@ def make_plan(root: BlockInstance, entry: str, opts, n_ctx: int) -> tuple[CallPl
             n_kv = batch * n_ctx
     if kv == "self":  # a stream's columns are its own tokens
         n_kv = per
+    if entry in ("decode", "decode_rows", "decode_paged"):  # every token's logits, in order: no GET_ROWS
+        outputs = None
     plan = CallPlan(entry, kv, streams, per, n_kv, state, groups, outputs, batch, writes=entry == "prefill_slots")
     return plan, generics
 
@@ -159,7 +161,8 @@ def lower_plan_entry(root: BlockInstance, entry: str, opts, n_ctx: int, declared
     plan, generics = make_plan(root, entry, opts, n_ctx)
     block = Block()
     lo = Lowering(block, entry, plan.tokens, n_ctx, plan.n_kv, opts.flash_attn, start=opts.start, plan=plan)
-    results = [lo.g.expand(r) for r in lo.call(root, "run_plan")]
+    results = lo.call(root, entry)
+    results = [lo.g.expand(r) for r in (results if isinstance(results, list) else [results])]
     lo.g.finish()
     block.add_op(func.ReturnOp(*results))
     fn = func.FuncOp(entry, ((), tuple(r.type for r in results)), Region(block))
@@ -174,10 +177,10 @@ def lower_plan_entry(root: BlockInstance, entry: str, opts, n_ctx: int, declared
 def _step_function(root: BlockInstance, opts, n_ctx: int) -> func.FuncOp:
     """`@greedy_step`: decode_rows' graph at one position for every row, then ARGMAX."""
     batch = root.dim("Batch")
-    plan = CallPlan("decode", "cache", batch, 1, n_ctx, "slots", batch, batch, batch)
+    plan = CallPlan("decode", "cache", batch, 1, n_ctx, "slots", batch, None, batch)
     block = Block()
     lo = Lowering(block, "decode", plan.tokens, n_ctx, n_ctx, opts.flash_attn, plan=plan)
-    (logits,) = lo.call(root, "run_plan")
+    (logits,) = lo.call(root, "decode_rows")
     ids = lo.g.expand(lo.g.unary(O.ArgmaxOp, logits, (batch,), "result_ids", elem=i32))
     lo.g.finish()
     block.add_op(func.ReturnOp(ids))

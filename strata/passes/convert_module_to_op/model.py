@@ -60,6 +60,8 @@ class CausalLM:
 
     @staticmethod
     def prefill(lo: Lowering, inst: BlockInstance) -> SSAValue:
+        if lo.plan is not None:  # prefill or decode of several rows
+            return CausalLM.run_plan(lo, inst)
         rows = _configure(lo, inst)
         tokens = lo.input("tokens", (lo.S,), i32, "inp_tokens", label="inp_tokens")
         x = lo.call(inst.child("embedding"), "forward", tokens,
@@ -106,6 +108,10 @@ class CausalLM:
             logits = g.reshape(logits, (rows, DYNAMIC_INDEX if N == DYNAMIC_INDEX else N // rows,
                                         O.shape_of(logits)[-1]))
         return [logits]
+
+    # Every other entry is the same builder: the plan says how its tokens meet (entries.py).
+    forward = next_token = decode_rows = prefill_slots = loss_packed = log_probs_packed = hidden_packed = run_plan
+    prefill_packed = step_packed = decode_paged = prefill_paged = step_paged = run_plan
 
 
 def _scores(lo: Lowering, inst: BlockInstance, h: SSAValue) -> SSAValue:
