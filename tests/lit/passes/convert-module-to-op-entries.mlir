@@ -79,5 +79,3 @@
 // Bad options are one-line errors.
 // RUN: not strata-opt %S/Inputs/llama2l.mlir -p 'convert-module-to-op{entry=prefill_slots ctx=64 batch=2 prompts=3}' 2>&1 | filecheck %s --check-prefix=ERR-SLOTS
 // ERR-SLOTS: convert-module-to-op: prefill_slots: M = 3 prompts do not fit the 2 slots (Batch)
-// RUN: not strata-opt %S/Inputs/llama2l.mlir -p 'convert-module-to-op{entry=decode_roz}' 2>&1 | filecheck %s --check-prefix=ERR-ENTRY
-// ERR-ENTRY: convert-module-to-op: unknown entry 'decode_roz' (known: forward, next_token, decode, prefill, decode_rows
