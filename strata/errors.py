@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
@@ -38,6 +39,19 @@ def counter(verb: str, unit: str) -> Callable[..., None] | None:
         print(f"\rstrata: {verb} {i}/{n} {unit}", end="" if i < n else "\n", file=sys.stderr, flush=True)
 
     return show
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """A StrataError raised inside comes out as it was raised. xDSL's interpreter loop and its
+    pattern walker attach the whole IR, the failing op underlined, as a note to any error raised
+    under them: kept for other errors (a bug), dropped from a StrataError, a message for the user."""
+    try:
+        yield
+    except StrataError as error:
+        if hasattr(error, "__notes__"):
+            del error.__notes__
+        raise
 
 
 def run_tool(prog: str, body: Callable[[], int], *, owns_process: bool = False) -> int:

@@ -98,7 +98,7 @@ class Builder:
         layers = ", ".join(f'"{k}"' for k in kinds)
         head = (f'func.func @decode(%tok: {T["tok"]}) attributes {{blueprint.mode = "decode", blueprint.rows = 1 : i64, '
                 f'blueprint.layers = [{layers}], blueprint.model = "Qwen3.6-35B-A3B-FP8", '
-                f'blueprint.recipe = "fp8-bf16head", blueprint.dims = {{hidden = 2048 : i64, top_k = 8 : i64}}}} {{')
+                f'blueprint.recipe = "fp8-bf16head", blueprint.dims = #blueprint.dims<hidden = 2048, top_k = 8>}} {{')
         return "\n".join([head, *lines, "  func.return", "}", ""])
 
 

@@ -3,7 +3,7 @@
 A tiny model's blueprint (`Bp`) gives real groups: their nodes, attributes (eps, rope mode and
 sections, attention scale, top-k norm), dims and weights (converted as the function's weight
 table says). `Bp.reference(group, inputs)` runs the group's nodes with the blueprint
-interpreter's implementation of each node (`BLUEPRINT_INTERPRETER`), in f32: weights are
+interpreter's implementation of each node (`run_group`), in f32: weights are
 quantized and dequantized as the node's weight format says (the "pre-dequantized" weights), but
 activations and outputs are not rounded through bf16 (the Triton interpreter cannot do bf16
 arithmetic), so the kernels are compared with the reference's f32 computation.
@@ -19,7 +19,7 @@ import torch
 from strata.dialects import blueprint as B
 from strata.ir import fp8
 from strata.pipeline import blueprint_of, load_model
-from strata.semantics.blueprint_interp import BLUEPRINT_INTERPRETER, Env, quantize_int4_block
+from strata.semantics.blueprint_interp import Env, quantize_int4_block, run_group
 from strata.semantics.op_interp import find_function
 
 RNG = np.random.default_rng(7)
@@ -43,9 +43,8 @@ class Bp:
         model = load_model(directory)
         self.fn = find_function(blueprint_of(model, mode, rows, recipe))
         self.store = model.open_weights(quiet=True)
-        self.dims = {k: int(v.value.data) for k, v in self.fn.attributes["blueprint.dims"].data.items()}
-        table = self.fn.attributes.get("blueprint.weights")
-        self.table = table.data if table is not None else {}
+        self.dims = B.function_dims(self.fn)
+        self.table = B.function_weights(self.fn)
 
     def groups(self, rule: str) -> list[B.GroupOp]:
         return [op for op in self.fn.walk() if isinstance(op, B.GroupOp) and op.rule.data == rule]
@@ -88,14 +87,7 @@ class Bp:
 
     def reference(self, group: B.GroupOp, values: dict, state: dict | None = None, pos: int = 0) -> list:
         """The group's yielded values: each node by its interpreter implementation, in f32."""
-        env = self.env(state, pos)
-        values = dict(values)
-        for op in group.body.block.ops:
-            if isinstance(op, B.YieldOp):
-                return [values[v] for v in op.operands]
-            results = BLUEPRINT_INTERPRETER.get(type(op))(op, [values[v] for v in op.operands], env)
-            values.update(zip(op.results, results))
-        raise AssertionError("a group without a yield")
+        return run_group(group, values, self.env(state, pos), emulate_precision=False)
 
     # -- weights, as the kernels take them ---------------------------------------------------
 
@@ -106,14 +98,12 @@ class Bp:
         """(the stored tensor of weight `name`, its conversion or None), as Env.raw reads them."""
         from strata.semantics.op_interp import PARAM_CONVERSIONS
 
-        info = self.table.get(name)
-        src = info.data["source"].data if info is not None and "source" in info.data else name
-        w = np.asarray(self.store.get(src), np.float32)
-        if info is None or "convert" not in info.data:
+        read = self.table.get(name) or B.WeightRead(name)
+        w = np.asarray(self.store.get(read.source), np.float32)
+        if read.convert is None:
             return w, None
-        args = tuple(info.data["convert_args"].get_values()) if "convert_args" in info.data else ()
-        fn = PARAM_CONVERSIONS[info.data["convert"].data]
-        return w, lambda x: np.asarray(fn(x, args))
+        fn = PARAM_CONVERSIONS[read.convert]
+        return w, lambda x: np.asarray(fn(x, read.args))
 
     def raw_weight(self, op) -> np.ndarray:
         env = self.env()

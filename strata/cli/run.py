@@ -21,9 +21,21 @@ def add(sub) -> None:
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
     p.add_argument("--allow-nonfinite", action="store_true",
                    help="run even if a weight holds NaN or infinity (warns instead of refusing)")
+    p.add_argument("--tp", type=bounded_int(1), default=1,
+                   help="run on this many ranks, one process each, tensor-parallel on torch.distributed "
+                        "(--target cpu: gloo on this machine; default 1)")
     p.add_argument("--via", choices=["onnxruntime"], default=None,
                    help="generate through this runtime instead of the compiled target (exports to ONNX first)")
     p.set_defaults(func=run)
+
+
+def _ranks(tp: int):
+    """The opener of a program on `tp` ranks (None: this process alone)."""
+    if tp == 1:
+        return None
+    from strata.runtime.tp import opener
+
+    return opener(tp)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,5 +48,5 @@ def run(args: argparse.Namespace) -> int:
     prompt = parse_prompt_ids(args.prompt_ids)
     run_prompt(args.model, prompt, args.max_new_tokens, target_name=args.target, knobs=knobs_of(args), via=args.via,
                interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir, dump_logits=args.dump_logits,
-               allow_nonfinite=args.allow_nonfinite)
+               allow_nonfinite=args.allow_nonfinite, opener=_ranks(args.tp))
     return 0

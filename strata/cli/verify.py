@@ -24,7 +24,7 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from strata.pipeline import load_model
-    from strata.verify.llamacpp import verify_against
+    from strata.verify.verify_llamacpp import verify_against
 
     ok, verdict = verify_against(load_model(args.model), args.against, args.ctx, args.kv_pad, args.rtol)
     print(verdict)

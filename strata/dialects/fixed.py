@@ -23,132 +23,27 @@ pure ops as values).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
-from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntAttr, IntegerAttr, IntegerType, Signedness, StringAttr, TensorType
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
-from xdsl.irdl import (
-    IRDLOperation,
-    attr_def,
-    irdl_attr_definition,
-    irdl_op_definition,
-    operand_def,
-    opt_attr_def,
-    result_def,
-    traits_def,
-)
-from xdsl.parser import AttrParser
-from xdsl.printer import Printer
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType, Signedness, StringAttr
+from xdsl.ir import Dialect, SSAValue
+from xdsl.irdl import IRDLOperation, attr_def, irdl_op_definition, operand_def, opt_attr_def, result_def, traits_def
 from xdsl.traits import MemoryReadEffect, Pure
-from xdsl.utils.exceptions import VerifyException
 
-from strata.ir.dtypes import DType, TensorOf, is_int, register_dtype
+# The element type and the ops' base are the dialect's too: `FX.frac_of`, `FX.fixed_tensor`.
+from strata.dialects.fixed_base import MAX_FRAC, FixedOp, FixedPointType, FixedTensor, fixed_tensor, frac_of  # noqa: F401
+from strata.dialects.fixed_kv import KV_OPS
+from strata.ir.checks import elem_of, require, shape_of
+from strata.ir.dtypes import TensorOf, is_int
 
-MAX_FRAC = 31
 #: What `fixed.param` may produce from a weight: its value, or one part of its int4 packing.
 PARTS = ("value", "int4_b", "int4_scales", "int4_zp")
 
 
-@irdl_attr_definition
-class FixedPointType(ParametrizedAttribute, TypeAttribute):
-    """FixedPoint32 with `frac` fractional bits: int32 X means X * 2^-frac.
-
-        !fixed.fp32<27>      range [-16, 16 - 2^-27), resolution 2^-27
-    """
-
-    name = "fixed.fp32"
-    frac_attr: IntAttr
-
-    def __init__(self, frac: int):
-        super().__init__(IntAttr(frac))
-
-    @property
-    def frac(self) -> int:
-        return self.frac_attr.data
-
-    def verify(self) -> None:
-        if not 0 <= self.frac <= MAX_FRAC:
-            raise VerifyException(f"fixed.fp32: frac must be in 0..{MAX_FRAC}, got {self.frac}")
-
-    @classmethod
-    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        with parser.in_angle_brackets():
-            frac = parser.parse_integer(allow_boolean=False, context_msg=" (the fractional bits)")
-        return (IntAttr(frac),)
-
-    def print_parameters(self, printer: Printer) -> None:
-        printer.print_string(f"<{self.frac}>")
-
-
-def _fixed_dtype(attr: Attribute) -> DType:
-    assert isinstance(attr, FixedPointType)
-    f = attr.frac
-    return DType(f"fp32<{f}>", "fixed", 32, attr, np.dtype(np.int32), None, None,
-                 {"cpp": f"FixedPoint32<{f}>", "cpu": "np.int32"})
-
-
-register_dtype(lambda a: isinstance(a, FixedPointType), _fixed_dtype)
-
-FixedTensor = TensorOf(("fixed",))
 AnyFixedOperand = TensorOf(("fixed", "int", "float"))
 
 
-def fixed_tensor(shape: Sequence[int], frac: int) -> TensorType:
-    return TensorType(FixedPointType(frac), list(shape))
-
-
-def frac_of(value: SSAValue | Attribute) -> int:
-    """The frac of a fixed tensor value or type."""
-    t = value.type if isinstance(value, SSAValue) else value
-    assert isinstance(t, TensorType)
-    el = t.get_element_type()
-    if not isinstance(el, FixedPointType):
-        raise VerifyException(f"expected a fixed-point tensor, got {t}")
-    return el.frac
-
-
-def shape_of(value: SSAValue) -> tuple[int, ...]:
-    t = value.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
-
-
-def require(cond: bool, message: str) -> None:
-    if not cond:
-        raise VerifyException(message)
-
-
-def _elem(value: SSAValue) -> Attribute:
-    t = value.type
-    assert isinstance(t, TensorType)
-    return t.get_element_type()
-
-
 def _is_u8(value: SSAValue) -> bool:
-    el = _elem(value)
+    el = elem_of(value)
     return isinstance(el, IntegerType) and el.width.data == 8 and el.signedness.data == Signedness.UNSIGNED
-
-
-class FixedOp(IRDLOperation):
-    """Base of the compute ops: `node` names the op's tensor in a ranges file (what
-    assign-frac-bits reads), `range` ([min, max], f64) is the calibrated range the pass set the
-    result's format from; results are fixed tensors."""
-
-    node = opt_attr_def(StringAttr)
-    calibrated = opt_attr_def(ArrayAttr[FloatAttr], attr_name="range")
-
-    def verify_(self) -> None:
-        if self.calibrated is not None:
-            require(len(self.calibrated.data) == 2, f"{self.name}: range is [min, max], got {len(self.calibrated.data)} numbers")
-            lo, hi = (f.value.data for f in self.calibrated.data)
-            require(lo <= hi, f"{self.name}: range [{lo}, {hi}] has min > max")
-        for r in self.results:
-            require(isinstance(_elem(r), FixedPointType), f"{self.name}: the result must be a fixed-point tensor, got {r.type}")
-        self.verify_op()
-
-    def verify_op(self) -> None:
-        """The op's own checks."""
 
 
 class _Unary(FixedOp):
@@ -203,7 +98,7 @@ class ParamOp(IRDLOperation):
     def verify_(self) -> None:
         part = self.part_name
         require(part in PARTS, f"fixed.param: part must be one of {', '.join(PARTS)}, got '{part}'")
-        fixed = isinstance(_elem(self.result), FixedPointType)
+        fixed = isinstance(elem_of(self.result), FixedPointType)
         if part == "value":
             require(self.block is None, "fixed.param: a block is for an int4 part")
         else:
@@ -414,7 +309,7 @@ class DequantInt8Op(FixedOp):
     def verify_op(self) -> None:
         x, s, r = shape_of(self.src), shape_of(self.scales), shape_of(self.result)
         hd = self.head_dim.value.data
-        require(is_int(_elem(self.src), 8), f"fixed.dequant_int8: the source is an 8-bit tensor, got {self.src.type}")
+        require(is_int(elem_of(self.src), 8), f"fixed.dequant_int8: the source is an 8-bit tensor, got {self.src.type}")
         require(len(x) == 2 and hd > 0 and x[1] % hd == 0, f"fixed.dequant_int8: the source is [rows, heads*{hd}], got {list(x)}")
         require(s == (x[1] // hd,), f"fixed.dequant_int8: one scale per head: [{x[1] // hd}], got {list(s)}")
         require(r == x, f"fixed.dequant_int8: result shape {list(r)} must be the source's {list(x)}")
@@ -439,7 +334,7 @@ class QuantInt8Op(IRDLOperation):
     def verify_(self) -> None:
         x, s, r = shape_of(self.src), shape_of(self.scales), shape_of(self.result)
         hd = self.head_dim.value.data
-        require(is_int(_elem(self.result), 8), f"fixed.quant_int8: the result is an 8-bit tensor, got {self.result.type}")
+        require(is_int(elem_of(self.result), 8), f"fixed.quant_int8: the result is an 8-bit tensor, got {self.result.type}")
         require(len(x) == 2 and hd > 0 and x[1] % hd == 0, f"fixed.quant_int8: the source is [rows, heads*{hd}], got {list(x)}")
         require(s == (x[1] // hd,), f"fixed.quant_int8: one scale per head: [{x[1] // hd}], got {list(s)}")
         require(r == x, f"fixed.quant_int8: result shape {list(r)} must be the source's {list(x)}")
@@ -539,9 +434,6 @@ MATMUL_OPS: tuple[type[FixedOp], ...] = (MatmulW4A16Op, MatmulOp)
 
 OPS = [ParamOp, EmbedOp, MulOp, AddOp, RescaleOp, RmsNormOp, SoftmaxOp, SigmoidOp, SiluOp, RopeOp,
        DequantInt4Op, DequantInt8Op, QuantInt8Op, MatmulW4A16Op, MatmulOp, AttentionOp]
-
-from strata.dialects.fixed_kv import KV_OPS  # noqa: E402  (the decode ops build on the ones above)
-
 OPS += KV_OPS
 
 Fixed = Dialect("fixed", OPS, [FixedPointType])

@@ -24,7 +24,8 @@ from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, String
 from xdsl.irdl import IRDLOperation, attr_def, irdl_op_definition, operand_def, result_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-from strata.dialects.fixed import MAX_FRAC, FixedOp, FixedPointType, FixedTensor, _elem, require, shape_of
+from strata.dialects.fixed_base import MAX_FRAC, FixedOp, FixedPointType, FixedTensor
+from strata.ir.checks import elem_of, require, shape_of
 from strata.ir.dtypes import TensorOf, is_int
 
 
@@ -69,7 +70,7 @@ class KvStateOp(IRDLOperation):
     assembly_format = "$state attr-dict `:` type($result)"
 
     def verify_(self) -> None:
-        require(is_int(_elem(self.result), 8) and len(shape_of(self.result)) == 2,
+        require(is_int(elem_of(self.result), 8) and len(shape_of(self.result)) == 2,
                 f"fixed.kv_state: the state is an 8-bit [ctx, width] tensor, got {self.result.type}")
 
 

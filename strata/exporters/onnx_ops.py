@@ -1,4 +1,4 @@
-"""The ONNX translation of each op-level op, registered with `ONNX_EXPORT` (see `onnx.py`).
+"""The ONNX translation of each op-level op, registered with `ONNX_EXPORT` (see `onnx_graph.py`); `onnx.py` imports it.
 
 Each translation mirrors the op's numpy kernel (`strata.semantics.kernels`): float32 compute,
 ggml's broadcasting (REPEAT tiles), the kernel's formula where rounding could differ.
@@ -9,32 +9,40 @@ from __future__ import annotations
 import numpy as np
 
 from strata.dialects import op as O
-from strata.exporters.onnx import (
+from strata.exporters.onnx_graph import (
     ONNX_EXPORT,
     VIEW_LIKE,
     Alias,
     Exporter,
     OnnxExportError,
-    _f,
-    _label,
-    _numel,
-    _shape,
+    attr_float,
+    label_of,
+    numel,
     sanitize,
 )
+from strata.ir.checks import shape_of
 from strata.semantics import kernels as K
-from strata.semantics.op_interp import INTERPRETER, numpy_dtype
+from strata.semantics.op_interp import numpy_dtype, read_param
 
 # ---------------------------------------------------------------------------------------------
 # Leaves
 
 
+#: Why a tensor-parallel entry is not exported: an ONNX graph is one process's, with no collectives.
+SHARDED = "a tensor-parallel entry has no ONNX export (ONNX has no collectives); export the unsharded model"
+
+
+@ONNX_EXPORT.register(*O.COLLECTIVE_OPS)
+def _collective(ex: Exporter, op) -> None:
+    raise OnnxExportError(f"{op.name}: {SHARDED}")
+
+
 @ONNX_EXPORT.register(O.ParamOp)
 def _param(ex: Exporter, op: O.ParamOp) -> None:
+    if op.piece is not None:
+        raise OnnxExportError(f"op.param '{op.tensor_name.data}' is one rank's piece: {SHARDED}")
     # The interpreter's param: the stored tensor, converted and checked against the IR type.
-    class _Env:
-        weights = ex.weights
-
-    array = INTERPRETER[O.ParamOp](op, [], _Env)
+    array = read_param(op, ex.weights)
     try:
         name = ex.const(np.asarray(array), sanitize(op.tensor_name.data))
     except (TypeError, ValueError, KeyError) as e:
@@ -47,7 +55,7 @@ def _param(ex: Exporter, op: O.ParamOp) -> None:
 def _constant(ex: Exporter, op: O.ConstantOp) -> None:
     typ = op.result.type
     values = np.asarray(op.value.get_values(), dtype=numpy_dtype(typ.get_element_type())).reshape(typ.get_shape())
-    ex.set(op, ex.const(values, _label(op)))
+    ex.set(op, ex.const(values, label_of(op)))
 
 
 @ONNX_EXPORT.register(O.InputOp)
@@ -93,8 +101,8 @@ def _cont(ex: Exporter, op: O.ContOp) -> None:
 @ONNX_EXPORT.register(O.GetRowsOp)
 def _get_rows(ex: Exporter, op: O.GetRowsOp) -> None:
     table, ids = ex.get(op.lhs), ex.cast(ex.get(op.rhs), np.int64, "ids")
-    base = _label(op)
-    rank = len(_shape(op.lhs))
+    base = label_of(op)
+    rank = len(shape_of(op.lhs))
     if rank == 2:
         rows = ex.node("Gather", [table, ids], base, elem=ex.elem[table], axis=0)
     else:  # batch b gathers from table[b]
@@ -105,18 +113,18 @@ def _get_rows(ex: Exporter, op: O.GetRowsOp) -> None:
 
 @ONNX_EXPORT.register(O.RepeatOp)
 def _repeat(ex: Exporter, op: O.RepeatOp) -> None:
-    src, shape = ex.get(op.src), _shape(op.result)
-    small = _shape(op.src)
+    src, shape = ex.get(op.src), shape_of(op.result)
+    small = shape_of(op.src)
     small = (1,) * (len(shape) - len(small)) + small
-    x = ex.reshape(src, small, _label(op))
+    x = ex.reshape(src, small, label_of(op))
     reps = [d // s if s else 1 for d, s in zip(shape, small)]
-    ex.set(op, ex.node("Tile", [x, ex.i64(reps)], _label(op), elem=ex.elem[src]))
+    ex.set(op, ex.node("Tile", [x, ex.i64(reps)], label_of(op), elem=ex.elem[src]))
 
 
 @ONNX_EXPORT.register(O.ConcatOp)
 def _concat(ex: Exporter, op: O.ConcatOp) -> None:
     a, b = ex.get(op.lhs), ex.get(op.rhs)
-    ex.set(op, ex.node("Concat", [a, b], _label(op), elem=ex.elem[a], axis=int(op.axis.value.data)))
+    ex.set(op, ex.node("Concat", [a, b], label_of(op), elem=ex.elem[a], axis=int(op.axis.value.data)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,13 +134,13 @@ def _concat(ex: Exporter, op: O.ConcatOp) -> None:
 @ONNX_EXPORT.register(O.SetRowsOp)
 def _set_rows(ex: Exporter, op: O.SetRowsOp) -> None:
     dst = ex.state_of(op.dst)
-    base = _label(op)
+    base = label_of(op)
     src, rows = ex.get(op.src), ex.cast(ex.get(op.rows), np.int64, "rows")
     if dst.chain:  # rows of a view of the state: write through the view's element map
         index = ex.index_map(dst)  # [R, C]
         where = ex.node("Gather", [ex.const(index, "rows_index"), rows], base, elem=ex.elem[rows], axis=0)
         state_type = ex.states[dst.state][1]
-        total = _numel(state_type.get_shape())
+        total = numel(state_type.get_shape())
         cur = ex.reshape(ex.version[dst.state], [total], base)
         data = ex.cast(src, numpy_dtype(state_type.get_element_type()), base)
         flat_where = ex.reshape(where, [-1, 1], base)
@@ -149,8 +157,8 @@ def _set_rows(ex: Exporter, op: O.SetRowsOp) -> None:
 @ONNX_EXPORT.register(O.CpyOp)
 def _cpy(ex: Exporter, op: O.CpyOp) -> None:
     dst = ex.state_of(op.rhs)
-    if _numel(_shape(op.rhs)) > 0:
-        ex.write(dst, ex.get(op.lhs), _label(op))
+    if numel(shape_of(op.rhs)) > 0:
+        ex.write(dst, ex.get(op.lhs), label_of(op))
     ex.values[op.result] = dst
 
 
@@ -161,11 +169,11 @@ def _cpy(ex: Exporter, op: O.CpyOp) -> None:
 def _binary(onnx_op: str):
     def translate(ex: Exporter, op) -> None:
         a, b = ex.f32(ex.get(op.lhs)), ex.f32(ex.get(op.rhs))
-        sa, sb = _shape(op.lhs), _shape(op.rhs)
+        sa, sb = shape_of(op.lhs), shape_of(op.rhs)
         sb_full = (1,) * (len(sa) - len(sb)) + sb
         if any(db not in (1, da) for da, db in zip(sa, sb_full)):  # ggml repeat: b tiles a
             b = ex.node("Tile", [ex.reshape(b, sb_full), ex.i64([da // db for da, db in zip(sa, sb_full)])], "tile")
-        ex.set(op, ex.node(onnx_op, [a, b], _label(op)))
+        ex.set(op, ex.node(onnx_op, [a, b], label_of(op)))
 
     return translate
 
@@ -181,7 +189,7 @@ def _scalar(ex: Exporter, value: float) -> str:
 
 @ONNX_EXPORT.register(O.ScaleOp)
 def _scale(ex: Exporter, op: O.ScaleOp) -> None:
-    ex.set(op, ex.node("Mul", [ex.f32(ex.get(op.src)), _scalar(ex, _f(op.scale))], _label(op)))
+    ex.set(op, ex.node("Mul", [ex.f32(ex.get(op.src)), _scalar(ex, attr_float(op.scale))], label_of(op)))
 
 
 def _sigmoid_parts(ex: Exporter, x: str, base: str) -> str:
@@ -193,26 +201,26 @@ def _sigmoid_parts(ex: Exporter, x: str, base: str) -> str:
 @ONNX_EXPORT.register(O.SiluOp)
 def _silu(ex: Exporter, op: O.SiluOp) -> None:
     x = ex.f32(ex.get(op.src))
-    ex.set(op, ex.node("Div", [x, _sigmoid_parts(ex, x, _label(op))], _label(op)))
+    ex.set(op, ex.node("Div", [x, _sigmoid_parts(ex, x, label_of(op))], label_of(op)))
 
 
 @ONNX_EXPORT.register(O.SigmoidOp)
 def _sigmoid(ex: Exporter, op: O.SigmoidOp) -> None:
     x = ex.f32(ex.get(op.src))
-    ex.set(op, ex.node("Reciprocal", [_sigmoid_parts(ex, x, _label(op))], _label(op)))
+    ex.set(op, ex.node("Reciprocal", [_sigmoid_parts(ex, x, label_of(op))], label_of(op)))
 
 
 @ONNX_EXPORT.register(O.SwigluOp)
 def _swiglu(ex: Exporter, op: O.SwigluOp) -> None:
     g, u = ex.f32(ex.get(op.lhs)), ex.f32(ex.get(op.rhs))
-    base = _label(op)
+    base = label_of(op)
     silu = ex.node("Div", [g, _sigmoid_parts(ex, g, base)], base)
     ex.set(op, ex.node("Mul", [silu, u], base))
 
 
 @ONNX_EXPORT.register(O.SoftplusOp)
 def _softplus(ex: Exporter, op: O.SoftplusOp) -> None:
-    x, base = ex.f32(ex.get(op.src)), _label(op)
+    x, base = ex.f32(ex.get(op.src)), label_of(op)
     twenty = _scalar(ex, 20.0)
     y = ex.node("Exp", [ex.node("Min", [x, twenty], base)], base)
     y = ex.node("Log", [ex.node("Add", [y, _scalar(ex, 1.0)], base)], base)
@@ -223,8 +231,8 @@ def _softplus(ex: Exporter, op: O.SoftplusOp) -> None:
 @ONNX_EXPORT.register(O.ClampOp)
 def _clamp(ex: Exporter, op: O.ClampOp) -> None:
     # ggml's MAX(MIN(x, hi), lo) with its comparisons: a NaN becomes hi.
-    x, base = ex.f32(ex.get(op.src)), _label(op)
-    lo, hi = _scalar(ex, _f(op.min)), _scalar(ex, _f(op.max))
+    x, base = ex.f32(ex.get(op.src)), label_of(op)
+    lo, hi = _scalar(ex, attr_float(op.min)), _scalar(ex, attr_float(op.max))
     y = ex.node("Where", [ex.node("Less", [x, hi], base, elem=ex.onnx.TensorProto.BOOL), x, hi], base)
     ex.set(op, ex.node("Where", [ex.node("Greater", [y, lo], base, elem=ex.onnx.TensorProto.BOOL), y, lo], base))
 
@@ -235,28 +243,28 @@ def _clamp(ex: Exporter, op: O.ClampOp) -> None:
 
 @ONNX_EXPORT.register(O.RmsNormOp)
 def _rms_norm(ex: Exporter, op: O.RmsNormOp) -> None:
-    x, base = ex.f32(ex.get(op.src)), _label(op)
+    x, base = ex.f32(ex.get(op.src)), label_of(op)
     ms = ex.node("ReduceMean", [ex.node("Mul", [x, x], base), ex.i64([-1])], base, keepdims=1)
-    root = ex.node("Sqrt", [ex.node("Add", [ms, _scalar(ex, _f(op.eps))], base)], base)
+    root = ex.node("Sqrt", [ex.node("Add", [ms, _scalar(ex, attr_float(op.eps))], base)], base)
     ex.set(op, ex.node("Div", [x, root], base))
 
 
 @ONNX_EXPORT.register(O.SumRowsOp)
 def _sum_rows(ex: Exporter, op: O.SumRowsOp) -> None:
-    ex.set(op, ex.node("ReduceSum", [ex.f32(ex.get(op.src)), ex.i64([-1])], _label(op), keepdims=1))
+    ex.set(op, ex.node("ReduceSum", [ex.f32(ex.get(op.src)), ex.i64([-1])], label_of(op), keepdims=1))
 
 
 @ONNX_EXPORT.register(O.ArgmaxOp)
 def _argmax(ex: Exporter, op: O.ArgmaxOp) -> None:
-    i = ex.node("ArgMax", [ex.f32(ex.get(op.src))], _label(op), elem=ex.onnx.TensorProto.INT64, axis=-1, keepdims=0)
-    ex.set(op, ex.cast(i, np.int32, _label(op)))
+    i = ex.node("ArgMax", [ex.f32(ex.get(op.src))], label_of(op), elem=ex.onnx.TensorProto.INT64, axis=-1, keepdims=0)
+    ex.set(op, ex.cast(i, np.int32, label_of(op)))
 
 
 @ONNX_EXPORT.register(O.ArgsortOp)
 def _argsort(ex: Exporter, op: O.ArgsortOp) -> None:
     # TopK of every column: equal values keep their index order (ONNX's tie rule), a stable sort.
-    x, base = ex.f32(ex.get(op.src)), _label(op)
-    n = _shape(op.src)[-1]
+    x, base = ex.f32(ex.get(op.src)), label_of(op)
+    n = shape_of(op.src)[-1]
     largest = 1 if op.order.data == "desc" else 0
     ex.node("TopK", [x, ex.i64([n])], base, outputs=2, axis=-1, largest=largest, sorted=1)
     idx = ex.nodes[-1].output[1]
@@ -266,8 +274,8 @@ def _argsort(ex: Exporter, op: O.ArgsortOp) -> None:
 
 @ONNX_EXPORT.register(O.SoftMaxOp)
 def _soft_max(ex: Exporter, op: O.SoftMaxOp) -> None:
-    x, base = ex.f32(ex.get(op.src)), _label(op)
-    z = ex.node("Mul", [x, _scalar(ex, _f(op.scale))], base)
+    x, base = ex.f32(ex.get(op.src)), label_of(op)
+    z = ex.node("Mul", [x, _scalar(ex, attr_float(op.scale))], base)
     if op.mask is not None:
         z = ex.node("Add", [z, ex.f32(ex.get(op.mask))], base)
     ex.set(op, ex.node("Softmax", [z], base, axis=-1))
@@ -297,19 +305,19 @@ def _matmul_bt(ex: Exporter, a: str, b: str, sa, sb, base: str) -> str:
 @ONNX_EXPORT.register(O.MulMatOp)
 def _mul_mat(ex: Exporter, op: O.MulMatOp) -> None:
     a, b = ex.f32(ex.get(op.lhs)), ex.f32(ex.get(op.rhs))
-    ex.set(op, _matmul_bt(ex, a, b, _shape(op.lhs), _shape(op.rhs), _label(op)))
+    ex.set(op, _matmul_bt(ex, a, b, shape_of(op.lhs), shape_of(op.rhs), label_of(op)))
 
 
 @ONNX_EXPORT.register(O.MulMatIdOp)
 def _mul_mat_id(ex: Exporter, op: O.MulMatIdOp) -> None:
     # Gather each slot's expert [T, U, M, K] (only the routed experts are read and upcast),
     # then one batched product with the slot's row of b.
-    base = _label(op)
+    base = label_of(op)
     ids = ex.cast(ex.get(op.ids), np.int64, base)
     w = ex.f32(ex.node("Gather", [ex.get(op.experts), ids], base, elem=ex.elem[ex.get(op.experts)], axis=0), base)
     b = ex.f32(ex.get(op.b))
-    t, u = _shape(op.ids)
-    n_b = _shape(op.b)[1]
+    t, u = shape_of(op.ids)
+    n_b = shape_of(op.b)[1]
     if n_b not in (1, u):  # slot j reads row j % Nb
         b = ex.node("Gather", [b, ex.i64([j % n_b for j in range(u)])], base, axis=1)
     col = ex.node("Unsqueeze", [b, ex.i64([-1])], base)
@@ -319,14 +327,14 @@ def _mul_mat_id(ex: Exporter, op: O.MulMatIdOp) -> None:
 
 @ONNX_EXPORT.register(O.FlashAttnExtOp)
 def _flash_attn_ext(ex: Exporter, op: O.FlashAttnExtOp) -> None:
-    base = _label(op)
+    base = label_of(op)
     q, k, v = (ex.f32(ex.get(x)) for x in (op.q, op.k, op.v))
-    hq, s, d = _shape(op.q)
-    hkv, n, dv = _shape(op.v)
+    hq, s, d = shape_of(op.q)
+    hkv, n, dv = shape_of(op.v)
     group = hq // hkv
     qg = ex.reshape(q, [hkv, group * s, d], base)
     kq = ex.node("MatMul", [qg, ex.transpose(k, [0, 2, 1], base)], base)
-    z = ex.node("Mul", [ex.reshape(kq, [hkv, group, s, n], base), _scalar(ex, _f(op.scale))], base)
+    z = ex.node("Mul", [ex.reshape(kq, [hkv, group, s, n], base), _scalar(ex, attr_float(op.scale))], base)
     if op.mask is not None:
         z = ex.node("Add", [z, ex.f32(ex.get(op.mask))], base)
     p = ex.reshape(ex.node("Softmax", [z], base, axis=-1), [hkv, group * s, n], base)
@@ -336,21 +344,21 @@ def _flash_attn_ext(ex: Exporter, op: O.FlashAttnExtOp) -> None:
 
 @ONNX_EXPORT.register(O.RopeOp)
 def _rope(ex: Exporter, op: O.RopeOp) -> None:
-    base = _label(op)
+    base = label_of(op)
     x = ex.f32(ex.get(op.src))
-    s, heads, d = _shape(op.src)
+    s, heads, d = shape_of(op.src)
     n_dims, mode = int(op.n_dims.value.data), op.mode.data
     half = n_dims // 2
     # Angles in float64, cos and sin rounded to float32, as the kernel.
-    inv = float(_f(op.freq_base)) ** (-np.arange(half, dtype=np.float64) * 2.0 / n_dims)
+    inv = float(attr_float(op.freq_base)) ** (-np.arange(half, dtype=np.float64) * 2.0 / n_dims)
     pos = ex.cast(ex.get(op.positions), np.float64, base)
     if op.freq_factors is not None:
         factors = ex.cast(ex.slice(ex.get(op.freq_factors), [0], [half], [0], base), np.float64, base)
         c = ex.node("Div", [ex.const(inv, "rope_inv"), factors], base, elem=ex.elem[pos])
-        c = ex.node("Mul", [c, ex.const(np.asarray(_f(op.freq_scale), dtype=np.float64), "scalar")], base,
+        c = ex.node("Mul", [c, ex.const(np.asarray(attr_float(op.freq_scale), dtype=np.float64), "scalar")], base,
                     elem=ex.elem[pos])
     else:
-        c = ex.const(float(_f(op.freq_scale)) * inv, "rope_freq")
+        c = ex.const(float(attr_float(op.freq_scale)) * inv, "rope_freq")
     if mode in ("mrope", "imrope"):
         which = K._mrope_streams(half, op.sections.get_values(), mode == "imrope")
         streams = ex.reshape(pos, [4, s], base)
@@ -386,10 +394,10 @@ def _rope(ex: Exporter, op: O.RopeOp) -> None:
 @ONNX_EXPORT.register(O.SsmConvOp)
 def _ssm_conv(ex: Exporter, op: O.SsmConvOp) -> None:
     # result[t, ch] = sum_i sx[ch, t + i] * c[ch, i], summed in order of i (as the kernel).
-    base = _label(op)
+    base = label_of(op)
     sx, c = ex.f32(ex.get(op.lhs)), ex.f32(ex.get(op.rhs))
-    shape_x = _shape(op.lhs)
-    k = _shape(op.rhs)[1]
+    shape_x = shape_of(op.lhs)
+    k = shape_of(op.rhs)[1]
     t = shape_x[-1] - k + 1
     axis = len(shape_x) - 1
     acc = None
@@ -405,10 +413,10 @@ def _ssm_conv(ex: Exporter, op: O.SsmConvOp) -> None:
 def _gated_delta_net(ex: Exporter, op: O.GatedDeltaNetOp) -> None:
     """The delta rule's recurrence over the tokens as an ONNX Scan (state [Hv, D, D] carried)."""
     helper, TP = ex.onnx.helper, ex.onnx.TensorProto
-    base = _label(op)
-    t, hk, d = _shape(op.q)
-    hv = _shape(op.v)[1]
-    gw = _shape(op.g)[2]
+    base = label_of(op)
+    t, hk, d = shape_of(op.q)
+    hv = shape_of(op.v)[1]
+    gw = shape_of(op.g)[2]
     heads = np.arange(hv) // (hv // hk) if op.grouped is not None else np.arange(hv) % hk
     head_idx = ex.const(heads.astype(np.int64), "gdn_heads")
     qh = ex.node("Gather", [ex.f32(ex.get(op.q)), head_idx], base, axis=1)  # [T, Hv, D]
@@ -452,7 +460,7 @@ def _gated_delta_net(ex: Exporter, op: O.GatedDeltaNetOp) -> None:
     ex.elem[s_final] = ex.elem[outs] = TP.FLOAT
     flat = ex.node("Concat", [ex.reshape(outs, [t * hv * d], base), ex.reshape(s_final, [hv * d * d], base)], base,
                    axis=0)
-    ex.set(op, ex.reshape(flat, list(_shape(op.result)), base))
+    ex.set(op, ex.reshape(flat, list(shape_of(op.result)), base))
 
 
 # ---------------------------------------------------------------------------------------------

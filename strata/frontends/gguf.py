@@ -1,7 +1,10 @@
 """Read llama.cpp's GGUF files: the metadata gives the config, the tensors give the weights.
 
-    config = read_gguf_config("tiny.gguf")         # the family's config (LlamaConfig, Qwen35Config)
-    store = GgufWeights(gguf_file, params, ...)     # what `Model.open_weights` returns for a GGUF
+    g = GgufFile("tiny.gguf")
+    fields = hf_config_dict(g)                      # the metadata as the HF config fields it stands for
+    store = GgufWeights(g, config, params, ...)     # what `Model.open_weights` returns for a GGUF
+
+The pipeline reads `fields` by the family they name (`strata.pipeline.model.gguf_config`).
 
 The file is parsed by the `gguf` package's `GGUFReader` and quantized tensors are dequantized by
 `gguf.quants.dequantize` (an optional dependency, imported only here). Types read: F32, F16 and
@@ -44,7 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from strata.errors import StrataError
+from strata.ir.split import split_piece
 
 MAGIC = b"GGUF"
 #: general.architecture -> the HF architecture whose family reads it.
@@ -66,6 +70,8 @@ ARCHITECTURES = {
 }
 HYBRID = ("qwen35", "qwen35moe", "qwen3next")
 MOE = ("qwen3moe", "qwen35moe", "qwen3next")
+#: The architectures llama.cpp ropes with IMROPE (interleaved M-RoPE sections).
+IMROPE_ARCHS = ("qwen35", "qwen35moe")
 #: The tensor types read (ggml type names). Q6_K is what llama-quantize gives the output tensor
 #: (or tied embedding) of a Q4_0 file whose rows split into its 256-blocks.
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q6_K")
@@ -190,18 +196,22 @@ class GgufFile:
         """The element type the store gives tensor `name` in (f32 for the quantized types)."""
         return {"F16": "f16", "BF16": "bf16"}.get(self.tensors[name].tensor_type.name, "f32")
 
-    def load(self, name: str) -> np.ndarray:
-        """Tensor `name`: a view of the file for F32, F16 and BF16, else dequantized to f32."""
+    def load(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
+        """Tensor `name`: a view of the file for F32, F16 and BF16, else dequantized to f32;
+        `rows` (lo, hi): only those indices of its first (row-major) dim, of which a block format
+        dequantizes nothing else (its blocks lie within a row)."""
         t = self.tensors[name]
         kind, shape = t.tensor_type.name, self.shape(name)
+        lo, hi = rows if rows is not None else (0, shape[0])
         try:
             if kind in ("F32", "F16"):
-                return t.data.reshape(shape)
+                return t.data.reshape(shape)[lo:hi]
             if kind == "BF16":
                 import ml_dtypes
 
-                return t.data.view(ml_dtypes.bfloat16).reshape(shape)
-            out = _gguf().quants.dequantize(t.data, t.tensor_type).reshape(shape)
+                return t.data.view(ml_dtypes.bfloat16).reshape(shape)[lo:hi]
+            data = t.data.reshape(shape[0], -1)[lo:hi]  # the rows' blocks
+            out = _gguf().quants.dequantize(data, t.tensor_type).reshape((hi - lo, *shape[1:]))
         except Exception as e:  # noqa: BLE001 - a truncated tensor fails in numpy or the dequantizer
             raise GgufError(f"{self.path}: tensor '{name}' ({kind}) cannot be read ({_first_line(e)})") from None
         out = np.ascontiguousarray(out, dtype=np.float32)
@@ -262,10 +272,10 @@ def hf_config_dict(g: GgufFile) -> dict[str, Any]:
     }
     theta = g.number(k("rope.freq_base"), 10000.0)
     rope_dims = g.integer(k("rope.dimension_count"), head_dim)
+    if arch in ("llama", "qwen2", "qwen3", "qwen3moe") and rope_dims != head_dim:  # llama.cpp asserts it too
+        raise GgufError(f"{g.path}: metadata key '{k('rope.dimension_count')}' is {rope_dims}; partial RoPE "
+                        f"(head dim {head_dim}) is not supported for {arch}")
     if arch in ("llama", "qwen2", "qwen3"):
-        if rope_dims != head_dim:
-            raise GgufError(f"{g.path}: metadata key '{k('rope.dimension_count')}' is {rope_dims}; partial RoPE "
-                            f"(head dim {head_dim}) is not supported for {arch}")
         d["intermediate_size"] = g.integer(k("feed_forward_length"))
         d["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
         if "rope_freqs.weight" in g.tensors:
@@ -280,7 +290,7 @@ def hf_config_dict(g: GgufFile) -> dict[str, Any]:
         sections = [int(s) for s in sections]
         while len(sections) > 3 and sections[-1] == 0:  # ggml pads to 4; HF configs list 3
             sections.pop()
-        rope.update(mrope_section=sections, mrope_interleaved=arch in ("qwen35", "qwen35moe"))
+        rope.update(mrope_section=sections, mrope_interleaved=arch in IMROPE_ARCHS)
     sparse = [f"blk.{i}.ffn_gate_inp.weight" in g.tensors for i in range(layers)] if arch in MOE else [False] * layers
     if not all(sparse):
         d["intermediate_size"] = g.integer(k("feed_forward_length"))
@@ -330,24 +340,56 @@ def llama3_scaling(g: GgufFile, theta: float, head_dim: int) -> dict[str, Any]:
     if f.shape != (head_dim // 2,) or not np.isfinite(f).all() or (f <= 0).any():
         raise GgufError(f"{g.path}: tensor '{name}' must hold {head_dim // 2} positive factors (one per rotated pair)")
     factor = float(f[-1])  # the lowest frequency is scaled by the whole factor
-    wavelen = 2 * math.pi * theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    mid = (f > 1 + 1e-6) & (f < factor * (1 - 1e-6))
-    why = None
-    if factor <= 1 or mid.sum() < 2:
-        why = "fewer than two frequencies between the unscaled and the fully scaled ones"
-    else:
-        s = (1 / f[mid] - 1 / factor) / (1 - 1 / factor)  # = original / wavelen / span - low / span
-        (a, b), *_ = np.linalg.lstsq(np.stack([1 / wavelen[mid], -np.ones(int(mid.sum()))], axis=1), s, rcond=None)
-        span = LLAMA3_ORIGINAL_CTX / a if a > 0 else -1.0
+    if factor <= 1:
+        raise GgufError(f"{g.path}: tensor '{name}' cannot be read as llama3 RoPE scaling: "
+                        "its lowest frequency is not scaled down")
+    line = _llama3_line(1 / (2 * math.pi * theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)),
+                        f, factor)
+    why = "no llama3 parameters give them"
+    if line is not None:
+        a, b = line
+        span = LLAMA3_ORIGINAL_CTX / a
         rs = {"rope_type": "llama3", "factor": factor, "low_freq_factor": float(b * span),
               "high_freq_factor": float(b * span + span), "original_max_position_embeddings": LLAMA3_ORIGINAL_CTX}
-        if span <= 0 or rs["low_freq_factor"] <= 0:
-            why = "no llama3 parameters give them"
-        elif not np.allclose(llama3_freq_factors(theta, head_dim, rs), f, rtol=1e-5, atol=0):
-            why = "they are not llama3's (the fitted parameters do not give them back)"
-        else:
+        if np.allclose(llama3_freq_factors(theta, head_dim, rs), f, rtol=1e-5, atol=0):
             return rs
+        why = "they are not llama3's (the fitted parameters do not give them back)"
     raise GgufError(f"{g.path}: tensor '{name}' cannot be read as llama3 RoPE scaling: {why}")
+
+
+def _llama3_line(x: np.ndarray, f: np.ndarray, factor: float) -> tuple[float, float] | None:
+    """(a, b) with a > 0 and b > 0 of the smoothing line s = a x - b (x = 1 / wavelength) that
+    llama3 scaling draws through `f`, the factors of frequencies x: s is 1 at the shortest
+    scaled wavelength, 0 at the longest unscaled one, and f = 1 / ((1 - s) / factor + s) between.
+    Two or more frequencies between fix the line (least squares); one or none leave it free,
+    and any line through them that keeps the unscaled ones (s >= 1) and the fully scaled ones
+    (s <= 0) on their sides gives the same factors: a tiny head has few pairs."""
+    unscaled, full = f <= 1 + 1e-6, f >= factor * (1 - 1e-6)
+    mid = ~unscaled & ~full
+    s = (1 / f[mid] - 1 / factor) / (1 - 1 / factor)
+    x_lo = float(x[full].max())  # the highest fully scaled frequency (the last pair is one)
+    # the lowest unscaled frequency, or, when every pair is scaled, one above them all
+    x_hi = float(x[unscaled].min()) if unscaled.any() else 2 * float(x.max())
+    if mid.sum() >= 2:
+        (a, b), *_ = np.linalg.lstsq(np.stack([x[mid], -np.ones(int(mid.sum()))], axis=1), s, rcond=None)
+    elif mid.sum() == 1:
+        xm, sm = float(x[mid][0]), float(s[0])
+        if not x_lo < xm < x_hi:
+            return None
+        a = max((1 - sm) / (x_hi - xm), sm / (xm - x_lo))
+        b = a * xm - sm
+    else:
+        if not x_lo < x_hi:
+            return None
+        a = 1 / (x_hi - x_lo)
+        b = a * x_lo
+    return (float(a), float(b)) if a > 0 and b > 0 else None
+
+
+def config_overrides(g: GgufFile) -> dict[str, Any]:
+    """Fields of the family config that the file's architecture fixes beyond its metadata: what
+    llama.cpp computes differently from HF for it (M-RoPE's fourth stream is position 0 for text)."""
+    return {"mrope_extra_stream": "zero"} if g.arch in IMROPE_ARCHS else {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,10 +518,35 @@ class GgufWeights:
         plan = self._plans[name]
         return tuple(self.get(name).shape), self.g.dtype_name(plan.sources[0]) if plan.as_stored else "f32"
 
+    def piece(self, name: str, axis: int, pieces: int, parts: Sequence[int], index: int) -> np.ndarray:
+        """This rank's piece of tensor `name` (op.param's `split`, see `strata.ir.split`). A row
+        split of a tensor used as stored reads (and dequantizes) only the piece's rows; any other
+        is made whole (not kept), then cut."""
+        plan = self._plans.get(name) or _Plan((name,))
+        if plan.as_stored and axis == 0 and plan.sources[0] in self.g.tensors:
+            src = plan.sources[0]
+            total = self.g.shape(src)[0]
+            sizes = list(parts) or [total // pieces]
+            if sum(sizes) * pieces == total:
+                out, start = [], 0
+                for p in sizes:
+                    out.append(self.g.load(src, (start + index * p, start + (index + 1) * p)))
+                    start += pieces * p
+                return out[0] if len(out) == 1 else np.concatenate(out)
+        try:
+            out = np.ascontiguousarray(split_piece(self._make(name), axis, pieces, parts, index))
+        except ValueError as e:
+            raise GgufError(f"{self.label}: tensor '{name}': {e}") from None
+        out.flags.writeable = False
+        return out
+
     def get(self, name: str) -> np.ndarray:
         """Tensor `name` in the IR's form: a view of the file, or an array made once and kept."""
-        if name in self._cache:
-            return self._cache[name]
+        if name not in self._cache:
+            self._cache[name] = self._make(name)
+        return self._cache[name]
+
+    def _make(self, name: str) -> np.ndarray:
         plan = self._plans.get(name) or _Plan((name,))
         missing = [s for s in plan.sources if s not in self.g.tensors]
         if missing:
@@ -494,7 +561,6 @@ class GgufWeights:
         if not plan.as_stored:
             w = np.ascontiguousarray(w, dtype=np.float32)
             w.flags.writeable = False
-        self._cache[name] = w
         return w
 
     def check(self, expected: Mapping[str, tuple[tuple[int, ...], str]]) -> None:

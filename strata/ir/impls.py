@@ -1,14 +1,16 @@
 """Per-consumer registries: one implementation of an op (or a block kind) per consumer.
 
-Each consumer of the IR (the op interpreter, the CPU emitter, the trace exporter, the module
-interpreter, the op-level expansion) owns one `Implementations` table next to its code, in
-the spirit of xDSL's `@impl(Op)`; adding an op means its class plus one registered
-implementation per consumer, and `missing(dialect)` lets a test find the gaps.
+Each consumer of the IR (the CPU emitter, the trace exporter, the module interpreter, the
+op-level expansion) owns one `Implementations` table next to its code, in the spirit of xDSL's
+`@impl(Op)`; adding an op means its class plus one registered implementation per consumer,
+and `missing(dialect)` lets a test find the gaps. The interpreters' semantics are xDSL's own
+`@impl` methods; their tables (`op_interp.INTERPRETER`, ...) are built from those classes
+(`strata.semantics.interpreter.implementations`).
 
-    INTERPRETER = Implementations("op interpreter")
+    CPU_EMITTER = Implementations("cpu emitter")
 
-    @INTERPRETER.register(O.AddOp, O.MulOp)
-    def _binary(op, args, env): ...
+    @CPU_EMITTER.register(O.AddOp, O.MulOp)
+    def _binary(emitter, op): ...
 """
 
 from __future__ import annotations

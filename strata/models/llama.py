@@ -79,6 +79,14 @@ def _rope_attrs(cfg: LlamaConfig) -> dict[str, Attribute]:
     return attrs
 
 
+def _layer_names(cfg: LlamaConfig) -> dict[str, Attribute]:
+    """The layer's llama.cpp names that differ by builder: llama.cpp's llama (unlike its qwen2
+    and qwen3) names the attention's output projection `attn_out`."""
+    if cfg.arch != "LlamaForCausalLM":
+        return {}
+    return {"ggml_names": DictionaryAttr({"attn_out": StringAttr("attn_out")})}
+
+
 def build_llama(cfg: LlamaConfig, max_seq: int | None = None) -> ModuleOp:
     """The module-level program of a llama-family checkpoint."""
     eps = {"eps": FloatAttr(float(cfg.rms_norm_eps), f64)}
@@ -135,6 +143,7 @@ def build_llama(cfg: LlamaConfig, max_seq: int | None = None) -> ModuleOp:
             _sub("DecoderLayer", "mlp", "SwiGlu<H, Inner / Shards, T>"),
             *seq_fns,
         ],
+        **_layer_names(cfg),
     )
     lm_head = {"tied": StringAttr("embedding.weight")} if cfg.tie_word_embeddings else {}
     model_generics = ["Vocab: Dim", "H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "Layers: Dim",
@@ -148,6 +157,8 @@ def build_llama(cfg: LlamaConfig, max_seq: int | None = None) -> ModuleOp:
             _sub("Model", "lm_head", "Linear<H, Vocab / Shards, T>", **lm_head),
             *model_fns(),
         ],
+        # llama.cpp's llama, qwen2 and qwen3 keep the output rows in the last layer, for one token too.
+        ggml_output_rows=StringAttr("last_layer"),
     )
     # eps lives on the norm instances' block: all norms of a llama share one eps.
     rms.attributes.update(eps)

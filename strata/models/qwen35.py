@@ -138,6 +138,9 @@ class Qwen35Config:
     moe_intermediate_size: int = 0
     shared_intermediate_size: int = 0
     norm_topk_prob: bool = True
+    #: M-RoPE's fourth stream for text: "position" (HF: every pair turns by the position) or
+    #: "zero" (llama.cpp, for a GGUF: pairs the sections send there do not turn).
+    mrope_extra_stream: str = "position"
 
     @property
     def hybrid(self) -> bool:
@@ -213,7 +216,11 @@ def read_config(data: Any, file: str, name: str) -> Qwen35Config:
         raise f.error("hidden_act", f"is {act!r}; only 'silu' is supported")
     if f.flag("attention_bias", default=False):
         raise f.error("attention_bias", "is true; attention biases are not supported for this family")
+    if arch == "Qwen3MoeForCausalLM" and f.flag("use_sliding_window", default=False):
+        raise f.error("use_sliding_window", "is true; sliding-window attention is not supported")
     theta, partial, section, interleaved = _rope(f, d)
+    if arch == "Qwen3MoeForCausalLM":  # its default RoPE (HF's and llama.cpp's) turns every dim
+        partial = 1.0
     rotary = int(head_dim * partial)
     if rotary <= 0 or rotary % 2:
         key = "rope_parameters.partial_rotary_factor" if "partial_rotary_factor" in (
@@ -383,6 +390,8 @@ def _attention(cfg: Qwen35Config) -> M.BlockOp:
         if section:
             attrs["mrope_section"] = DenseArrayBase.from_list(i64, section)
             attrs["mrope_interleaved"] = IntegerAttr(int(cfg.mrope_interleaved or cfg.arch in QWEN35), i64)
+            if cfg.mrope_extra_stream != "position":
+                attrs["mrope_extra_stream"] = StringAttr(cfg.mrope_extra_stream)
         # llama.cpp: Qwen3.5 ropes with IMROPE (four position streams) and views q and its gate
         # straight out of q_proj's output; Qwen3-Next ropes plainly and reshapes first.
         attrs["rope_mode"] = StringAttr("imrope" if cfg.arch in QWEN35 else "neox")

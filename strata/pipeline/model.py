@@ -11,6 +11,7 @@ metadata as the same fields, `strata.frontends.gguf`), then the family that its
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from strata.artifacts.stage import sha256_file
 from strata.dialects.instances import TensorInstance, find_model, instantiate
-from strata.errors import warn
+from strata.errors import StrataError, warn
 from strata.ir.weights import Composite, WeightStore
 from strata.models import build_module, read_config, read_config_dict
 
@@ -176,13 +177,16 @@ def load_config(path: str | Path):
 def gguf_config(g: Any) -> Any:
     """The family config of a GGUF file (`strata.frontends.gguf.GgufFile`), named after its stem:
     its metadata read as the HF fields they stand for, then by the family."""
-    from strata.frontends.gguf import GgufError, hf_config_dict
+    import dataclasses
+
+    from strata.frontends.gguf import GgufError, config_overrides, hf_config_dict
     from strata.frontends.hf_config import ConfigError
 
     try:
-        return read_config_dict(hf_config_dict(g), str(g.path), g.path.stem)
+        config = read_config_dict(hf_config_dict(g), str(g.path), g.path.stem)
     except ConfigError as e:  # the dict's fields are the GGUF's keys: say so
         raise GgufError(f"{e} (read from the GGUF's metadata)") from None
+    return dataclasses.replace(config, **config_overrides(g))
 
 
 def load_model(path: str | Path, max_seq: int | None = None) -> Model:
@@ -195,6 +199,36 @@ def load_model(path: str | Path, max_seq: int | None = None) -> Model:
     module = build_module(config, max_seq=max_seq)
     module.verify()
     root = model_root(path)
-    return Model(root, config, module, fp8_block=None if gguf else fp8_block_of(root), gguf=gguf)
+    model = Model(root, config, module, fp8_block=None if gguf else fp8_block_of(root), gguf=gguf)
+    if gguf is None and stores_another_head(model):
+        # transformers does the same: a checkpoint's own lm_head wins over the tie
+        warn(f"{root}: config.json ties the lm_head to the embedding (tie_word_embeddings), but the checkpoint "
+             "stores another lm_head; using the stored one, as transformers does")
+        config = dataclasses.replace(config, tie_word_embeddings=False)
+        module = build_module(config, max_seq=max_seq)
+        module.verify()
+        model = Model(root, config, module, fp8_block=model.fp8_block)
+    return model
+
+
+def stores_another_head(model: Model) -> bool:
+    """Whether a tied model's checkpoint stores the tied copy (lm_head.weight) with other values
+    than the tensor it is tied to."""
+    import numpy as np
+
+    tied = [t for t in model.param_instances() if t.tied_from is not None]
+    if not tied:
+        return False
+    try:
+        store = WeightStore.open(model.root)
+    except (StrataError, OSError):  # no or unreadable weights: the tie is all there is; open_weights reports it
+        return False
+    stored = {name: f for f in store.files for name in f.entries}
+    for t in tied:
+        if t.tied_from in stored and t.hf in stored:
+            a, b = stored[t.tied_from].array(t.tied_from), stored[t.hf].array(t.hf)
+            if a.shape == b.shape and not np.array_equal(a, b):
+                return True
+    return False
 
 

@@ -122,14 +122,12 @@ def fp8_targets(model: Any, recipe: str = "fp8-bf16head", store: WeightStore | N
     fp8_use: dict[str, set[bool]] = {}
     for mode in MODES:
         for fn in blueprint_functions(blueprint_module(model.module, model.name, mode, 1, recipe)):
-            table = fn.attributes.get("blueprint.weights")
-            table = table.data if table is not None else {}
+            table = B.function_weights(fn)
             for op in fn.walk():
                 if not isinstance(op, B.NodeOp):
                     continue
                 for name in _node_weights(op):
-                    info = table.get(name)
-                    source = info.data["source"].data if info is not None and "source" in info.data else name
+                    source = table[name].source if name in table else name
                     if source not in stored_of:
                         raise QuantizeError(f"{model.root}: the blueprint's weight '{name}' ({op.name}) "
                                             "is stored under no tensor of the checkpoint")

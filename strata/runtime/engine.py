@@ -63,9 +63,11 @@ def prepare_device(target_name: str, interpret: bool) -> None:
         raise EngineError(f"--interpret applies to --target cuda, not --target {target_name}")
 
 
-def cache_dir_of(model: Any, target_name: str, interpret: bool = False) -> Path:
-    """The default cache of `model`'s compiled program for a target (see the module docstring)."""
-    return model.cache_root / (f"{target_name}-interpret" if interpret else target_name)
+def cache_dir_of(model: Any, target_name: str, interpret: bool = False, tp: int = 1) -> Path:
+    """The default cache of `model`'s compiled program for a target (see the module docstring);
+    a tensor-parallel one's is `TARGET-tpN`."""
+    variant = f"{target_name}-interpret" if interpret else target_name
+    return model.cache_root / (f"{variant}-tp{tp}" if tp > 1 else variant)
 
 
 def resolved_knobs(model: Any, target_name: str, knobs: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -77,10 +79,13 @@ def resolved_knobs(model: Any, target_name: str, knobs: Mapping[str, Any] | None
 
 def open_program(model: Any, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,
                  store: Any = None, cache_dir: str | Path | None = None, interpret: bool = False,
-                 via: str | None = None, prompt_len: int | None = None, need_decode: bool = True) -> Program:
+                 via: str | None = None, prompt_len: int | None = None, need_decode: bool = True,
+                 group: Any = None, quiet: bool = False) -> Program:
     """`model` as a program: compiled for `target_name` into its cache (reused while it matches)
     and loaded with its weights; `via="onnxruntime"`: its prefill (for `prompt_len` tokens) and
-    decode exported to ONNX and run by onnxruntime instead (`need_decode=False`: no decode)."""
+    decode exported to ONNX and run by onnxruntime instead (`need_decode=False`: no decode).
+    `group`: the process group of one rank of a tensor-parallel program (`strata.runtime.tp`);
+    `quiet`: no messages (a follower rank's)."""
     from strata.pipeline import cached_compile
     from strata.targets import target
 
@@ -98,7 +103,7 @@ def open_program(model: Any, target_name: str = "cpu", knobs: Mapping[str, Any] 
     if via is not None:
         raise EngineError(f"unknown runtime {via!r} for --via (known: onnxruntime)")
     default_cache = cache_dir is None
-    cache = cache_dir_of(model, target_name, interpret) if default_cache else Path(cache_dir)
+    cache = cache_dir_of(model, target_name, interpret, knobs.get("tp", 1)) if default_cache else Path(cache_dir)
     t0 = time.perf_counter()
     try:
         out, rebuilt = cached_compile(model, target_name, cache, knobs, store)
@@ -106,12 +111,16 @@ def open_program(model: Any, target_name: str = "cpu", knobs: Mapping[str, Any] 
         hint = "; pass --cache-dir DIR to keep the compiled model elsewhere" if default_cache else ""
         raise StageError(f"{e}{hint}") from None
     recipe = f" ({knobs['recipe']})" if knobs.get("recipe") else ""
-    if rebuilt is None:
+    if quiet:
+        pass
+    elif rebuilt is None:
         say(f"reusing the compiled model in {out}")
     else:
         why = f" (rebuilt: {rebuilt})" if rebuilt != "there was none" else ""
         say(f"compiled {model.root} for {target_name}{recipe} into {out} in {time.perf_counter() - t0:.2f} s{why}")
-    options = {"interpret": interpret} if target_name == "cuda" else {}
+    options: dict[str, Any] = {"interpret": interpret} if target_name == "cuda" else {}
+    if group is not None:
+        options["group"] = group
     t0 = time.perf_counter()
     program = target(target_name).load(out, store, **options)
     if target_name == "cuda":
@@ -122,9 +131,11 @@ def open_program(model: Any, target_name: str = "cpu", knobs: Mapping[str, Any] 
 def run_prompt(model_path: str | Path, prompt: Sequence[int], max_new_tokens: int, *, target_name: str = "cpu",
                knobs: Mapping[str, Any] | None = None, via: str | None = None, interpret: bool = False,
                cache_dir: str | Path | None = None, dump_logits: str | None = None,
-               allow_nonfinite: bool = False) -> Generation:
+               allow_nonfinite: bool = False, opener: Any = None) -> Generation:
     """`strata run`: check the request, open the program, generate greedily with progress, and
-    print the ids last (then the logits to `dump_logits`)."""
+    print the ids last (then the logits to `dump_logits`). `opener(model_path, target_name,
+    knobs, cache_dir)`, if given, opens the program instead (`strata.runtime.tp.opener(N)`: on N
+    ranks, this process rank 0 and the others spawned)."""
     from strata.pipeline import load_model
 
     prepare_device(target_name, interpret)
@@ -136,8 +147,21 @@ def run_prompt(model_path: str | Path, prompt: Sequence[int], max_new_tokens: in
     ids = check_request(prompt, max_new_tokens, int(model.config.vocab_size), k["ctx"])
     store = model.open_weights()
     check_finite(store, list(model.params()), allow_nonfinite)
-    program = open_program(model, target_name, k, store=store, cache_dir=cache_dir, interpret=interpret, via=via,
-                           prompt_len=len(ids), need_decode=max_new_tokens > 1)
+    if opener is not None:
+        if via is not None or interpret:
+            raise EngineError("--tp runs the compiled cpu program on several ranks: it takes no --via or --interpret")
+        del store  # each rank opens its own, reading only its pieces
+        program: Program = opener(model_path, target_name, k, cache_dir)
+    else:
+        program = open_program(model, target_name, k, store=store, cache_dir=cache_dir, interpret=interpret, via=via,
+                               prompt_len=len(ids), need_decode=max_new_tokens > 1)
+    return generate_reported(program, ids, max_new_tokens, dump_logits)
+
+
+def generate_reported(program: Program, ids: Sequence[int], max_new_tokens: int,
+                      dump_logits: str | None = None) -> Generation:
+    """Generate greedily with progress through the one loop, close the program, and print the ids
+    last (then the logits to `dump_logits`): the end of `strata run`, on one rank or on many."""
     try:
         clock = GenerationClock(len(ids), max_new_tokens)
         out = generate(program, ids, max_new_tokens, keep_logits=True, on_token=clock.on_token)

@@ -3,7 +3,8 @@
     outs = run_fixed(fn, weights, [ids, cos, sin])      # int64 arrays (fixed values' integers)
     floats = [from_fixed(o, frac_of(t)) for o, t in zip(outs, fn.function_type.outputs)]
 
-One implementation per op, registered in `FIXED_INTERPRETER` (as `op_interp.INTERPRETER`).
+Each op's semantics is an `@impl` method of `FixedFunctions` (the decode ops': `FixedKvFunctions`,
+`strata.semantics.fixed_kv_interp`); the run loop is xDSL's `Interpreter` (`strata.semantics.interpreter`).
 A fixed tensor's value is an int64 array of its int32 integers (X meaning X * 2^-frac, the frac
 read from the value's type); ui8/i8/i32 tensors are their numpy arrays. The arithmetic is
 `strata.semantics.fixed_arith`'s: rounding half away from zero everywhere, saturation at the
@@ -19,26 +20,27 @@ packing (`strata.ir.int4`), the scales rounded to their frac. Each is cached per
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import TensorType
+from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
 from xdsl.ir import Operation, SSAValue
 
 from strata.dialects import fixed as FX
-from strata.dialects.fixed import frac_of, shape_of
-from strata.errors import StrataError
+from strata.dialects.fixed import frac_of
+from strata.ir.checks import shape_of
 from strata.ir.impls import Implementations
 from strata.ir.int4 import pack_int4, quantize_int4_block, unpack_int4
 from strata.semantics.fixed_arith import (
     I64,
+    bit_length,
     ceil_log2,
     from_fixed,
     isqrt,
-    bit_length,
     rdiv,
     rshift_round,
     sat32,
@@ -47,30 +49,11 @@ from strata.semantics.fixed_arith import (
     softmax_q31,
     to_fixed,
 )
+from strata.semantics.fixed_env import Env, FixedRunError
+from strata.semantics.fixed_kv_interp import FixedKvFunctions
+from strata.semantics.interpreter import Observer, first_unimplemented, implementations, run_body
 
-
-class FixedRunError(StrataError):
-    """A fixed-level function that cannot be executed (a missing weight, a bad input)."""
-
-
-@dataclass
-class Env:
-    weights: Any
-    cache: dict[tuple, np.ndarray] = field(default_factory=dict)
-    state: dict[str, np.ndarray] = field(default_factory=dict)  # fixed.kv_state buffers, by name
-
-    def weight(self, name: str) -> np.ndarray:
-        try:
-            w = self.weights[name] if isinstance(self.weights, Mapping) else self.weights.get(name)
-        except (KeyError, StrataError):
-            w = None
-        if w is None:
-            raise FixedRunError(f"fixed.param: no weight '{name}'")
-        return np.asarray(w, np.float32)
-
-
-FIXED_INTERPRETER: Implementations[Callable[[Operation, list, Env], tuple]] = Implementations("fixed interpreter")
-R = FIXED_INTERPRETER.register
+V = PythonValues
 
 
 def _out(op: Operation) -> int:
@@ -81,8 +64,9 @@ def _f(v: SSAValue) -> int:
     return frac_of(v)
 
 
-@R(FX.ParamOp)
-def _param(op: FX.ParamOp, a: list, env: Env) -> tuple:
+def param_value(op: FX.ParamOp, env: Env) -> np.ndarray:
+    """What a `fixed.param` yields: its weight rounded to the result's frac (`value`), or one part
+    of its int4 packing, checked against its IR type; cached in `env` per (name, part, type)."""
     t = op.result.type
     assert isinstance(t, TensorType)
     shape = tuple(t.get_shape())
@@ -110,7 +94,7 @@ def _param(op: FX.ParamOp, a: list, env: Env) -> tuple:
             if tuple(value.shape) != shape:
                 raise FixedRunError(f"fixed.param: '{op.param.data}' {part} has shape {list(value.shape)}, the IR says {list(shape)}")
             env.cache[key] = value
-    return (env.cache[key],)
+    return env.cache[key]
 
 
 def _check_fits(op: FX.ParamOp, w: np.ndarray, frac: int) -> None:
@@ -120,33 +104,6 @@ def _check_fits(op: FX.ParamOp, w: np.ndarray, frac: int) -> None:
     if top * 2.0 ** frac > 2.0 ** 31 + 0.5:
         raise FixedRunError(f"fixed.param: weight '{op.param.data}' ({op.part_name}) reaches {top:g}, beyond "
                             f"FixedPoint32<{frac}>'s range of +-{2.0 ** (31 - frac):g}")
-
-
-@R(FX.EmbedOp)
-def _embed(op: FX.EmbedOp, a: list, env: Env) -> tuple:
-    ids, table = np.asarray(a[0]).astype(np.int64), a[1]
-    if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
-        raise FixedRunError(f"fixed.embed: token id outside [0, {table.shape[0]})")
-    return (sat32(shift(table[ids], _f(op.table) - _out(op))),)
-
-
-@R(FX.MulOp)
-def _mul(op: FX.MulOp, a: list, env: Env) -> tuple:
-    # |X * Z| < 2^62
-    return (sat32(shift(a[0] * a[1], _f(op.lhs) + _f(op.rhs) - _out(op))),)
-
-
-@R(FX.AddOp)
-def _add(op: FX.AddOp, a: list, env: Env) -> tuple:
-    fx, fz, fy = _f(op.lhs), _f(op.rhs), _out(op)
-    fm = max(fx, fz, fy)
-    # each aligned operand < 2^62, their sum < 2^63: exact; one rounding to the result
-    return (sat32(shift((a[0] << (fm - fx)) + (a[1] << (fm - fz)), fm - fy)),)
-
-
-@R(FX.RescaleOp)
-def _rescale(op: FX.RescaleOp, a: list, env: Env) -> tuple:
-    return (sat32(shift(a[0], _f(op.src) - _out(op))),)
 
 
 def rms_norm_fixed(x: np.ndarray, fx: int, w: np.ndarray, fw: int, fy: int, eps: float) -> np.ndarray:
@@ -170,42 +127,6 @@ def rms_norm_fixed(x: np.ndarray, fx: int, w: np.ndarray, fw: int, fy: int, eps:
     return np.where(m == 0, 0, y)
 
 
-@R(FX.RmsNormOp)
-def _rms_norm(op: FX.RmsNormOp, a: list, env: Env) -> tuple:
-    return (rms_norm_fixed(a[0], _f(op.src), a[1], _f(op.weight), _out(op), float(op.eps.value.data)),)
-
-
-@R(FX.SoftmaxOp)
-def _softmax(op: FX.SoftmaxOp, a: list, env: Env) -> tuple:
-    return (sat32(shift(softmax_q31(a[0], _f(op.src)), 31 - _out(op))),)
-
-
-@R(FX.SigmoidOp)
-def _sigmoid(op: FX.SigmoidOp, a: list, env: Env) -> tuple:
-    return (sat32(shift(sigmoid_q31(a[0], _f(op.src)), 31 - _out(op))),)
-
-
-@R(FX.SiluOp)
-def _silu(op: FX.SiluOp, a: list, env: Env) -> tuple:
-    # X * sigmoid_Q31 < 2^31 * 2^31 = 2^62
-    return (sat32(shift(a[0] * sigmoid_q31(a[0], _f(op.src)), _f(op.src) + 31 - _out(op))),)
-
-
-@R(FX.RopeOp)
-def _rope(op: FX.RopeOp, a: list, env: Env) -> tuple:
-    x, c, s = a
-    hd = op.head_dim.value.data
-    n = x.shape[0]
-    h = x.reshape(n, -1, hd)
-    x1, x2 = h[..., :hd // 2], h[..., hd // 2:]
-    c, s = c[:, None, :], s[:, None, :]
-    sh = _f(op.src) + _f(op.cos) - _out(op)
-    # each product < 2^62 (|cos|, |sin| < 2^31), a sum of two < 2^63
-    y1 = shift(x1 * c - x2 * s, sh)
-    y2 = shift(x2 * c + x1 * s, sh)
-    return (sat32(np.concatenate([y1, y2], axis=-1).reshape(x.shape)),)
-
-
 def dequant_int4_fixed(b: np.ndarray, scales: np.ndarray, fs: int, zp: np.ndarray, k: int, fy: int) -> np.ndarray:
     """(q - zp) * scale per block (|q - zp| <= 15, |scale| < 2^31: < 2^35), to frac fy."""
     q, z = unpack_int4(np.asarray(b, np.uint8), np.asarray(zp, np.uint8), k)
@@ -213,11 +134,6 @@ def dequant_int4_fixed(b: np.ndarray, scales: np.ndarray, fs: int, zp: np.ndarra
     zr = np.repeat(z.astype(I64), block, axis=-1)[:, :k]
     sr = np.repeat(np.asarray(scales, I64), block, axis=-1)[:, :k]
     return sat32(shift((q.astype(I64) - zr) * sr, fs - fy))
-
-
-@R(FX.DequantInt4Op)
-def _dequant_int4(op: FX.DequantInt4Op, a: list, env: Env) -> tuple:
-    return (dequant_int4_fixed(a[0], a[1], _f(op.scales), a[2], shape_of(op.result)[1], _out(op)),)
 
 
 def matmul_fixed(x: np.ndarray, fx: int, w: np.ndarray, fw: int, fy: int) -> np.ndarray:
@@ -233,63 +149,132 @@ def matmul_fixed(x: np.ndarray, fx: int, w: np.ndarray, fw: int, fy: int) -> np.
     return out
 
 
-@R(FX.MatmulW4A16Op)
-def _matmul_w4a16(op: FX.MatmulW4A16Op, a: list, env: Env) -> tuple:
-    x, b, s, zp = a
-    wf = op.wfrac.value.data
-    w = dequant_int4_fixed(b, s, _f(op.scales), zp, x.shape[1], wf)
-    return (matmul_fixed(x, _f(op.src), w, wf, _out(op)),)
+@register_impls
+@dataclass
+class FixedFunctions(InterpreterFunctions):
+    """The fixed level's compute ops in exact integer arithmetic on `env` (weights, their cache)."""
+
+    env: Env
+
+    @impl(FX.ParamOp)
+    def run_param(self, interpreter: Interpreter, op: FX.ParamOp, a: V) -> V:
+        return (param_value(op, self.env),)
+
+    @impl(FX.EmbedOp)
+    def run_embed(self, interpreter: Interpreter, op: FX.EmbedOp, a: V) -> V:
+        ids, table = np.asarray(a[0]).astype(np.int64), a[1]
+        if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
+            raise FixedRunError(f"fixed.embed: token id outside [0, {table.shape[0]})")
+        return (sat32(shift(table[ids], _f(op.table) - _out(op))),)
+
+    @impl(FX.MulOp)
+    def run_mul(self, interpreter: Interpreter, op: FX.MulOp, a: V) -> V:
+        # |X * Z| < 2^62
+        return (sat32(shift(a[0] * a[1], _f(op.lhs) + _f(op.rhs) - _out(op))),)
+
+    @impl(FX.AddOp)
+    def run_add(self, interpreter: Interpreter, op: FX.AddOp, a: V) -> V:
+        fx, fz, fy = _f(op.lhs), _f(op.rhs), _out(op)
+        fm = max(fx, fz, fy)
+        # each aligned operand < 2^62, their sum < 2^63: exact; one rounding to the result
+        return (sat32(shift((a[0] << (fm - fx)) + (a[1] << (fm - fz)), fm - fy)),)
+
+    @impl(FX.RescaleOp)
+    def run_rescale(self, interpreter: Interpreter, op: FX.RescaleOp, a: V) -> V:
+        return (sat32(shift(a[0], _f(op.src) - _out(op))),)
+
+    @impl(FX.RmsNormOp)
+    def run_rms_norm(self, interpreter: Interpreter, op: FX.RmsNormOp, a: V) -> V:
+        return (rms_norm_fixed(a[0], _f(op.src), a[1], _f(op.weight), _out(op), float(op.eps.value.data)),)
+
+    @impl(FX.SoftmaxOp)
+    def run_softmax(self, interpreter: Interpreter, op: FX.SoftmaxOp, a: V) -> V:
+        return (sat32(shift(softmax_q31(a[0], _f(op.src)), 31 - _out(op))),)
+
+    @impl(FX.SigmoidOp)
+    def run_sigmoid(self, interpreter: Interpreter, op: FX.SigmoidOp, a: V) -> V:
+        return (sat32(shift(sigmoid_q31(a[0], _f(op.src)), 31 - _out(op))),)
+
+    @impl(FX.SiluOp)
+    def run_silu(self, interpreter: Interpreter, op: FX.SiluOp, a: V) -> V:
+        # X * sigmoid_Q31 < 2^31 * 2^31 = 2^62
+        return (sat32(shift(a[0] * sigmoid_q31(a[0], _f(op.src)), _f(op.src) + 31 - _out(op))),)
+
+    @impl(FX.RopeOp)
+    def run_rope(self, interpreter: Interpreter, op: FX.RopeOp, a: V) -> V:
+        x, c, s = a
+        hd = op.head_dim.value.data
+        n = x.shape[0]
+        h = x.reshape(n, -1, hd)
+        x1, x2 = h[..., :hd // 2], h[..., hd // 2:]
+        c, s = c[:, None, :], s[:, None, :]
+        sh = _f(op.src) + _f(op.cos) - _out(op)
+        # each product < 2^62 (|cos|, |sin| < 2^31), a sum of two < 2^63
+        y1 = shift(x1 * c - x2 * s, sh)
+        y2 = shift(x2 * c + x1 * s, sh)
+        return (sat32(np.concatenate([y1, y2], axis=-1).reshape(x.shape)),)
+
+    @impl(FX.DequantInt4Op)
+    def run_dequant_int4(self, interpreter: Interpreter, op: FX.DequantInt4Op, a: V) -> V:
+        return (dequant_int4_fixed(a[0], a[1], _f(op.scales), a[2], shape_of(op.result)[1], _out(op)),)
+
+    @impl(FX.MatmulW4A16Op)
+    def run_matmul_w4a16(self, interpreter: Interpreter, op: FX.MatmulW4A16Op, a: V) -> V:
+        x, b, s, zp = a
+        wf = op.wfrac.value.data
+        w = dequant_int4_fixed(b, s, _f(op.scales), zp, x.shape[1], wf)
+        return (matmul_fixed(x, _f(op.src), w, wf, _out(op)),)
+
+    @impl(FX.MatmulOp)
+    def run_matmul(self, interpreter: Interpreter, op: FX.MatmulOp, a: V) -> V:
+        return (matmul_fixed(a[0], _f(op.src), a[1], _f(op.weight), _out(op)),)
+
+    @impl(FX.DequantInt8Op)
+    def run_dequant_int8(self, interpreter: Interpreter, op: FX.DequantInt8Op, a: V) -> V:
+        q, s = np.asarray(a[0], I64), np.asarray(a[1], I64)
+        hd = op.head_dim.value.data
+        sr = np.repeat(s, hd)[None, :]
+        return (sat32(shift(q * sr, _f(op.scales) - _out(op))),)  # |q * s| < 2^38
+
+    @impl(FX.QuantInt8Op)
+    def run_quant_int8(self, interpreter: Interpreter, op: FX.QuantInt8Op, a: V) -> V:
+        x, s = np.asarray(a[0], I64), np.asarray(a[1], I64)
+        hd = op.head_dim.value.data
+        fx, fs = _f(op.src), _f(op.scales)
+        sr = np.repeat(s, hd)[None, :]
+        safe = np.maximum(sr, 1)
+        # x / s = X * 2^(fs - fx) / S; numerator or denominator shifted by <= 31 bits: < 2^62
+        q = rdiv(x << max(fs - fx, 0), safe << max(fx - fs, 0))
+        return (np.where(sr > 0, np.clip(q, -127, 127), 0).astype(np.int8),)
+
+    @impl(FX.AttentionOp)
+    def run_attention(self, interpreter: Interpreter, op: FX.AttentionOp, a: V) -> V:
+        q, k, v = (np.asarray(t, I64) for t in a)
+        hd = op.head_dim.value.data
+        n = q.shape[0]
+        hq, hkv = q.shape[1] // hd, k.shape[1] // hd
+        fq, fk, fv, fy = _f(op.q), _f(op.k), _f(op.v), _out(op)
+        sf = op.sfrac.value.data
+        scale = float(op.scale.value.data)
+        fsc = 31 if scale < 1 else 30 - ceil_log2(int(np.ceil(scale)))  # the scale's own format
+        sc = int(to_fixed(np.array(scale), fsc))
+        gd, gj = ceil_log2(hd), ceil_log2(n)
+        valid = np.tril(np.ones((n, n), bool))
+        out = np.empty((n, hq, hd), I64)
+        qh, kh, vh = q.reshape(n, hq, hd), k.reshape(n, hkv, hd), v.reshape(n, hkv, hd)
+        for h in range(hq):
+            j = h // (hq // hkv)
+            raw = rshift_round(qh[:, h, None, :] * kh[None, :, j, :], gd).sum(axis=-1)  # < 2^62
+            scores = sat32(shift(raw, fq + fk - gd - sf))  # q.k at sfrac
+            scores = sat32(shift(scores * sc, fsc))  # times scale (Q fsc), still at sfrac
+            p = softmax_q31(scores, sf, valid)  # Q31, <= 2^31
+            acc = rshift_round(p[:, :, None] * vh[None, :, j, :], gj).sum(axis=1)  # < 2^62
+            out[:, h, :] = sat32(shift(acc, 31 + fv - gj - fy))
+        return (out.reshape(n, hq * hd),)
 
 
-@R(FX.MatmulOp)
-def _matmul(op: FX.MatmulOp, a: list, env: Env) -> tuple:
-    return (matmul_fixed(a[0], _f(op.src), a[1], _f(op.weight), _out(op)),)
-
-
-@R(FX.DequantInt8Op)
-def _dequant_int8(op: FX.DequantInt8Op, a: list, env: Env) -> tuple:
-    q, s = np.asarray(a[0], I64), np.asarray(a[1], I64)
-    hd = op.head_dim.value.data
-    sr = np.repeat(s, hd)[None, :]
-    return (sat32(shift(q * sr, _f(op.scales) - _out(op))),)  # |q * s| < 2^38
-
-
-@R(FX.QuantInt8Op)
-def _quant_int8(op: FX.QuantInt8Op, a: list, env: Env) -> tuple:
-    x, s = np.asarray(a[0], I64), np.asarray(a[1], I64)
-    hd = op.head_dim.value.data
-    fx, fs = _f(op.src), _f(op.scales)
-    sr = np.repeat(s, hd)[None, :]
-    safe = np.maximum(sr, 1)
-    # x / s = X * 2^(fs - fx) / S; numerator or denominator shifted by <= 31 bits: < 2^62
-    q = rdiv(x << max(fs - fx, 0), safe << max(fx - fs, 0))
-    return (np.where(sr > 0, np.clip(q, -127, 127), 0).astype(np.int8),)
-
-
-@R(FX.AttentionOp)
-def _attention(op: FX.AttentionOp, a: list, env: Env) -> tuple:
-    q, k, v = (np.asarray(t, I64) for t in a)
-    hd = op.head_dim.value.data
-    n = q.shape[0]
-    hq, hkv = q.shape[1] // hd, k.shape[1] // hd
-    fq, fk, fv, fy = _f(op.q), _f(op.k), _f(op.v), _out(op)
-    sf = op.sfrac.value.data
-    scale = float(op.scale.value.data)
-    fsc = 31 if scale < 1 else 30 - ceil_log2(int(np.ceil(scale)))  # the scale's own format
-    sc = int(to_fixed(np.array(scale), fsc))
-    gd, gj = ceil_log2(hd), ceil_log2(n)
-    valid = np.tril(np.ones((n, n), bool))
-    out = np.empty((n, hq, hd), I64)
-    qh, kh, vh = q.reshape(n, hq, hd), k.reshape(n, hkv, hd), v.reshape(n, hkv, hd)
-    for h in range(hq):
-        j = h // (hq // hkv)
-        raw = rshift_round(qh[:, h, None, :] * kh[None, :, j, :], gd).sum(axis=-1)  # < 2^62
-        scores = sat32(shift(raw, fq + fk - gd - sf))  # q.k at sfrac
-        scores = sat32(shift(scores * sc, fsc))  # times scale (Q fsc), still at sfrac
-        p = softmax_q31(scores, sf, valid)  # Q31, <= 2^31
-        acc = rshift_round(p[:, :, None] * vh[None, :, j, :], gj).sum(axis=1)  # < 2^62
-        out[:, h, :] = sat32(shift(acc, 31 + fv - gj - fy))
-    return (out.reshape(n, hq * hd),)
+#: op class -> its semantics (the `@impl` methods of `FixedFunctions` and `FixedKvFunctions`).
+FIXED_INTERPRETER: Implementations = implementations("fixed interpreter", FixedFunctions, FixedKvFunctions)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,8 +289,10 @@ def run_fixed(fn: func.FuncOp, weights: Any, inputs: Sequence[np.ndarray], *, ca
     args = fn.body.block.args
     if len(inputs) != len(args):
         raise FixedRunError(f"@{fn.sym_name.data}: takes {len(args)} inputs, got {len(inputs)}")
-    env = Env(weights, cache if cache is not None else {}, state if state is not None else {})
-    values: dict[SSAValue, np.ndarray] = {}
+    unknown = first_unimplemented(fn, FIXED_INTERPRETER)
+    if unknown is not None:
+        raise FixedRunError(f"no fixed-level semantics for op '{unknown.name}'")
+    values = []
     for v, x in zip(args, inputs):
         x = np.asarray(x)
         t = v.type
@@ -315,19 +302,10 @@ def run_fixed(fn: func.FuncOp, weights: Any, inputs: Sequence[np.ndarray], *, ca
             if x.dtype.kind not in "iu":
                 raise FixedRunError(f"@{fn.sym_name.data}: input {v.index} is fixed point: pass its integers (to_fixed)")
             x = x.astype(I64)
-        values[v] = x
-    for op in fn.body.block.ops:
-        if isinstance(op, func.ReturnOp):
-            return [values[v] for v in op.operands]
-        impl = FIXED_INTERPRETER.get(type(op))
-        if impl is None:
-            raise FixedRunError(f"no fixed-level semantics for op '{op.name}'")
-        results = impl(op, [values[v] for v in op.operands], env)
-        for v, r in zip(op.results, results):
-            values[v] = r
-        if observe is not None:
-            observe(op, results)
-    return []
+        values.append(x)
+    env = Env(weights, cache if cache is not None else {}, state if state is not None else {})
+    listeners = [Observer(observe)] if observe is not None else []
+    return list(run_body(fn, [FixedFunctions(env), FixedKvFunctions(env)], values, listeners))
 
 
 def rope_tables(rows: int, head_dim: int, theta: float, pos: int = 0, frac: int = 30) -> tuple[np.ndarray, np.ndarray]:
@@ -338,7 +316,5 @@ def rope_tables(rows: int, head_dim: int, theta: float, pos: int = 0, frac: int 
     return to_fixed(np.cos(ang), frac), to_fixed(np.sin(ang), frac)
 
 
-from strata.semantics import fixed_kv_interp  # noqa: E402, F401  (registers the decode ops)
-
-__all__ = ["FIXED_INTERPRETER", "FixedRunError", "run_fixed", "rope_tables", "rms_norm_fixed", "matmul_fixed",
-           "dequant_int4_fixed", "from_fixed", "to_fixed"]
+__all__ = ["FIXED_INTERPRETER", "Env", "FixedFunctions", "FixedRunError", "run_fixed", "rope_tables", "rms_norm_fixed",
+           "matmul_fixed", "dequant_int4_fixed", "param_value", "from_fixed", "to_fixed"]

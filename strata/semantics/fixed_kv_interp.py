@@ -1,45 +1,23 @@
-"""Exact semantics of the `fixed` dialect's decode ops (`strata.dialects.fixed_kv`), registered in
-`FIXED_INTERPRETER`. The KV state lives in the interpreter's `Env.state` (by name, int8 numpy
-arrays, zero when first read) and persists across `run_fixed` calls given the same `state` dict.
+"""Exact semantics of the `fixed` dialect's decode ops (`strata.dialects.fixed_kv`): the `@impl`
+methods of `FixedKvFunctions`, which `run_fixed` runs beside the compute ops'. The KV state
+lives in the run's `Env.state` (by name, int8 numpy arrays, zero when first read) and persists
+across `run_fixed` calls given the same `state` dict.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
 
 from strata.dialects import fixed_kv as KV
-from strata.dialects.fixed import frac_of, shape_of
+from strata.dialects.fixed import frac_of
+from strata.ir.checks import shape_of
 from strata.semantics.fixed_arith import I64, ceil_log2, rshift_round, sat32, shift, softmax_q31, to_fixed
-from strata.semantics.fixed_interp import FIXED_INTERPRETER, Env, FixedRunError
+from strata.semantics.fixed_env import Env, FixedRunError
 
-R = FIXED_INTERPRETER.register
-
-
-@R(KV.ConstOp)
-def _const(op: KV.ConstOp, a: list, env: Env) -> tuple:
-    return (np.asarray(op.integers(), I64).reshape(shape_of(op.result)),)
-
-
-@R(KV.KvStateOp)
-def _kv_state(op: KV.KvStateOp, a: list, env: Env) -> tuple:
-    name = op.state.data
-    shape = shape_of(op.result)
-    buf = env.state.get(name)
-    if buf is None:
-        buf = env.state[name] = np.zeros(shape, np.int8)
-    elif buf.shape != shape:
-        raise FixedRunError(f"fixed.kv_state '{name}': the state has shape {list(buf.shape)}, the IR says {list(shape)}")
-    return (buf,)
-
-
-@R(KV.CacheWriteOp)
-def _cache_write(op: KV.CacheWriteOp, a: list, env: Env) -> tuple:
-    cache, rows, pos = a[0], np.asarray(a[1]), int(np.asarray(a[2]).reshape(-1)[0])
-    if not 0 <= pos <= cache.shape[0] - rows.shape[0]:
-        raise FixedRunError(f"fixed.cache_write: rows {pos}..{pos + rows.shape[0] - 1} are outside the cache's "
-                            f"{cache.shape[0]} positions")
-    cache[pos:pos + rows.shape[0]] = rows  # in place: the state persists
-    return ()
+V = PythonValues
 
 
 def cache_attention_fixed(q, k, v, pos: int, hd: int, fq: int, fk: int, fv: int, fy: int, sf: int,
@@ -70,11 +48,43 @@ def attention_scale(scale: float) -> tuple[int, int]:
     return int(to_fixed(np.array(scale), fsc)), fsc
 
 
-@R(KV.CacheAttentionOp)
-def _cache_attention(op: KV.CacheAttentionOp, a: list, env: Env) -> tuple:
-    pos = int(np.asarray(a[3]).reshape(-1)[0])
-    n, ctx = shape_of(op.q)[0], shape_of(op.k)[0]
-    if not 0 <= pos <= ctx - n:
-        raise FixedRunError(f"fixed.cache_attention: positions {pos}..{pos + n - 1} are outside the cache's {ctx}")
-    return (cache_attention_fixed(a[0], a[1], a[2], pos, op.head_dim.value.data, frac_of(op.q), frac_of(op.k),
-                                  frac_of(op.v), frac_of(op.result), op.sfrac.value.data, float(op.scale.value.data)),)
+@register_impls
+@dataclass
+class FixedKvFunctions(InterpreterFunctions):
+    """The decode ops (constants, the int8 KV state, cache writes, attention over the cache) on
+    `env` (its `state` holds the caches)."""
+
+    env: Env
+
+    @impl(KV.ConstOp)
+    def run_const(self, interpreter: Interpreter, op: KV.ConstOp, a: V) -> V:
+        return (np.asarray(op.integers(), I64).reshape(shape_of(op.result)),)
+
+    @impl(KV.KvStateOp)
+    def run_kv_state(self, interpreter: Interpreter, op: KV.KvStateOp, a: V) -> V:
+        name = op.state.data
+        shape = shape_of(op.result)
+        buf = self.env.state.get(name)
+        if buf is None:
+            buf = self.env.state[name] = np.zeros(shape, np.int8)
+        elif buf.shape != shape:
+            raise FixedRunError(f"fixed.kv_state '{name}': the state has shape {list(buf.shape)}, the IR says {list(shape)}")
+        return (buf,)
+
+    @impl(KV.CacheWriteOp)
+    def run_cache_write(self, interpreter: Interpreter, op: KV.CacheWriteOp, a: V) -> V:
+        cache, rows, pos = a[0], np.asarray(a[1]), int(np.asarray(a[2]).reshape(-1)[0])
+        if not 0 <= pos <= cache.shape[0] - rows.shape[0]:
+            raise FixedRunError(f"fixed.cache_write: rows {pos}..{pos + rows.shape[0] - 1} are outside the cache's "
+                                f"{cache.shape[0]} positions")
+        cache[pos:pos + rows.shape[0]] = rows  # in place: the state persists
+        return ()
+
+    @impl(KV.CacheAttentionOp)
+    def run_cache_attention(self, interpreter: Interpreter, op: KV.CacheAttentionOp, a: V) -> V:
+        pos = int(np.asarray(a[3]).reshape(-1)[0])
+        n, ctx = shape_of(op.q)[0], shape_of(op.k)[0]
+        if not 0 <= pos <= ctx - n:
+            raise FixedRunError(f"fixed.cache_attention: positions {pos}..{pos + n - 1} are outside the cache's {ctx}")
+        return (cache_attention_fixed(a[0], a[1], a[2], pos, op.head_dim.value.data, frac_of(op.q), frac_of(op.k),
+                                      frac_of(op.v), frac_of(op.result), op.sfrac.value.data, float(op.scale.value.data)),)

@@ -550,6 +550,16 @@ def convert_ungroup_rows(w: np.ndarray, args) -> np.ndarray:
     return np.concatenate(parts, axis=0)
 
 
+def get_rows_sharded(table: np.ndarray, ids: np.ndarray, rank: int) -> np.ndarray:
+    """op.get_rows_sharded: GET_ROWS from rank `rank`'s piece of a row-split table, its rows
+    rank*R .. rank*R + R-1 of the whole; other ids give zero rows (float32)."""
+    ids = np.asarray(ids, dtype=np.int64) - rank * table.shape[0]
+    mine = (ids >= 0) & (ids < table.shape[0])
+    rows = np.asarray(table[np.where(mine, ids, 0)], dtype=np.float32)
+    rows[~mine] = 0.0
+    return rows
+
+
 def host_input(kind: str, tokens: np.ndarray, start: int, n_kv: int) -> np.ndarray:
     """The host-prepared input `kind` for a call on `tokens` [S] at position `start`.
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from strata.semantics.module_interp import Block, ModuleRunError
+from strata.semantics.module_blocks import Block, ModuleRunError
 
 
 def _blocks(block: Block) -> Iterator[Block]:

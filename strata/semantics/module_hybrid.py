@@ -1,6 +1,6 @@
 """Module-interpreter semantics of the hybrid and MoE block kinds (Qwen3-MoE, Qwen3.5,
 Qwen3.5-MoE, Qwen3-Next), registered in `BLOCK_SEMANTICS` next to the dense kinds of
-`module_interp`:
+`module_blocks`:
 
     std.nn.gated_norm          rms(x)·w·silu(z) over the last dim (HF's *RMSNormGated)
     std.attn.gated             gated full attention: q_proj gives [query | gate] per head,
@@ -8,7 +8,7 @@ Qwen3.5-MoE, Qwen3-Next), registered in `BLOCK_SEMANTICS` next to the dense kind
     std.attn.gated_delta_net   Gated DeltaNet linear attention with conv and recurrent state
     std.moe.sparse             softmax router, top-k experts (SwiGLU each), optional shared expert
 
-Like `module_interp`, this is a reference written from HF transformers' formulas in plain
+Like `module_blocks`, this is a reference written from HF transformers' formulas in plain
 numpy, independently of the op-level kernels: float32 throughout, activations [B, S, H],
 states in the module's layouts. The op level is checked against it, and it against HF.
 
@@ -27,7 +27,7 @@ import math
 import numpy as np
 from xdsl.dialects.builtin import IntegerAttr, UnitAttr
 
-from strata.semantics.module_interp import (
+from strata.semantics.module_blocks import (
     BLOCK_SEMANTICS,
     Block,
     GroupedQueryAttention,

@@ -3,8 +3,9 @@
     state = alloc_state(fn)
     logits = run_function(fn, WeightStore.open(d), state, tokens, start=0)
 
-Each op's semantics is registered with `INTERPRETER` (`@INTERPRETER.register(O.AddOp)`),
-and computed by the numpy kernels of `kernels.py`.
+Each op's semantics is an `@impl` method of `OpFunctions` (xDSL's interpreter shape: one
+`@register_impls` class per level, the run loop is xDSL's `Interpreter`, see
+`strata.semantics.interpreter`), computed by the numpy kernels of `kernels.py`.
 
 The function is one entry produced by `convert-module-to-op` (`@prefill`, `@decode`):
 no arguments, leaves for weights (`op.param`), persistent buffers (`op.state`),
@@ -19,11 +20,13 @@ somewhere downstream.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, TensorType
+from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.traits import SymbolTable
 
@@ -31,9 +34,12 @@ from strata.dialects import op as O
 from strata.errors import StrataError
 from strata.ir import dtypes
 from strata.ir.impls import Implementations
+from strata.ir.split import split_piece
 from strata.semantics import host_inputs as H
 from strata.semantics import kernels as K
 from strata.semantics import kernels_seq as KS
+from strata.semantics.ranks import Group, SoloGroup
+from strata.semantics.interpreter import Observer, first_unimplemented, implementations, run_body
 
 
 class InterpreterError(StrataError):
@@ -68,12 +74,8 @@ def _describe(op: Operation) -> str:
     return f"{op.name}" + (f" '{label.data}'" if label is not None else "")  # type: ignore[attr-defined]
 
 
-def _check_result(op: Operation, value: np.ndarray) -> None:
-    _check_value(op, op.results[0], value)
-
-
-def _check_value(op: Operation, res: SSAValue, value: np.ndarray) -> None:
-    typ = res.type
+def _check_result(op: Operation, value: np.ndarray, res: SSAValue | None = None) -> None:
+    typ = (res or op.results[0]).type
     want = shape_with_holes(typ)
     ok = value.ndim == len(want) and all(w in (-1, g) for w, g in zip(want, value.shape))
     if not ok:
@@ -81,6 +83,14 @@ def _check_value(op: Operation, res: SSAValue, value: np.ndarray) -> None:
     dtype = numpy_dtype(typ.get_element_type())  # type: ignore[attr-defined]
     if value.dtype != dtype:
         raise InterpreterError(f"{_describe(op)}: computed {value.dtype}, IR type says {typ}")
+
+
+class _ResultTypes(Interpreter.Listener):
+    """Checks each op's result against its IR type right after the op runs."""
+
+    def did_interpret_op(self, op: Operation, results: PythonValues) -> None:
+        for res, value in zip(op.results, results):
+            _check_result(op, value, res)
 
 
 # ---------------------------------------------------------------------------
@@ -101,7 +111,7 @@ def alloc_state(fn: Operation) -> dict[str, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------
-# Implementations: op + operand arrays -> kernel call
+# Leaves
 # ---------------------------------------------------------------------------
 
 
@@ -111,9 +121,11 @@ class Env:
     `strata.semantics.host_inputs.entry_call`)."""
 
     def __init__(self, fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray],
-                 tokens: np.ndarray, start: int, call: dict | None = None):
+                 tokens: np.ndarray, start: int, group: Group | None = None, call: dict | None = None):
         self.fn = fn
         self.weights = weights
+        #: The rank's group in a tensor-parallel entry (`strata.semantics.ranks`); one rank else.
+        self.group: Group = group if group is not None else SoloGroup()
         self.state = state
         self.call = call
         self.tokens = np.asarray(call["tokens"] if call is not None else tokens, dtype=np.int32).reshape(-1)
@@ -127,7 +139,7 @@ def function_layout(fn: func.FuncOp) -> dict | None:
     attr = fn.attributes.get("op.call")
     if attr is None:
         return None
-    return {k: (v.data if hasattr(v, "data") and isinstance(v.data, str) else v.value.data)  # type: ignore[attr-defined]
+    return {k: (v.data if isinstance(getattr(v, "data", None), str) else v.value.data)  # type: ignore[attr-defined]
             for k, v in attr.data.items()}  # type: ignore[attr-defined]
 
 
@@ -157,12 +169,6 @@ def entry_call(fn: func.FuncOp, inputs: dict) -> dict:
         raise InterpreterError(str(e)) from None
 
 
-Impl = Callable[[Any, list, Env], np.ndarray]
-
-#: op class -> its semantics: (op, operand arrays, env) -> the result array.
-INTERPRETER: Implementations[Impl] = Implementations("op interpreter")
-
-
 def _float(attr: Attribute) -> float:
     return float(attr.value.data)  # type: ignore[attr-defined]
 
@@ -180,13 +186,17 @@ PARAM_CONVERSIONS.add("squeeze", K.convert_squeeze)
 PARAM_CONVERSIONS.add("ungroup_rows", K.convert_ungroup_rows)
 
 
-@INTERPRETER.register(O.ParamOp)
-def _param(op: O.ParamOp, _: list, env: Env) -> np.ndarray:
+def read_param(op: O.ParamOp, weights: Weights, group: Group | None = None) -> np.ndarray:
+    """The weight an `op.param` reads: its stored tensor (or, split, the rank's piece of it),
+    converted as it says, checked against its IR type and cast to its element type (a checkpoint
+    stored otherwise is converted)."""
     name, stored = op.tensor_name.data, op.stored_name
     try:
-        w = env.weights.get(stored)
+        w = _stored_or_piece(op, weights, group or SoloGroup())
     except (KeyError, StrataError) as e:
         raise InterpreterError(f"op.param '{name}': '{stored}' is not in the weight store ({e})") from None
+    except ValueError as e:  # a split that does not fit the stored tensor
+        raise InterpreterError(f"op.param '{name}': {e}") from None
     if op.conversion is not None:
         kind, args = op.conversion
         w = PARAM_CONVERSIONS[kind](w, args)
@@ -199,123 +209,245 @@ def _param(op: O.ParamOp, _: list, env: Env) -> np.ndarray:
     return w if w.dtype == dtype else w.astype(dtype)
 
 
-@INTERPRETER.register(O.StateOp)
-def _state(op: O.StateOp, _: list, env: Env) -> np.ndarray:
-    name = op.state_name.data
-    if name not in env.state:
-        raise InterpreterError(f"op.state '{name}': no buffer given (use alloc_state)")
-    if op.recurrent is not None and env.start == 0:  # a new sequence: its recurrent state starts at 0
-        env.state[name][...] = 0
-    return env.state[name]
+def _stored_or_piece(op: O.ParamOp, weights: Weights, group: Group) -> np.ndarray:
+    """The stored tensor of `op`, or this rank's piece of it (a weight store reads only the piece)."""
+    piece = op.piece
+    if piece is None:
+        return weights.get(op.stored_name)
+    axis, pieces, parts = piece
+    index = group.rank * pieces // group.size
+    read = getattr(weights, "piece", None)
+    if read is not None:
+        return read(op.stored_name, axis, pieces, parts, index)
+    return split_piece(weights.get(op.stored_name), axis, pieces, parts, index)
 
 
 #: Host inputs with one (or, for M-RoPE's streams, four) entries per token of the call.
 _PER_TOKEN = {"tokens": 1, "positions": 1, "kv_rows": 1, "kq_mask": 1, "mrope_positions": 4}
 
 
-@INTERPRETER.register(O.InputOp)
-def _input(op: O.InputOp, _: list, env: Env) -> np.ndarray:
-    kind = op.kind.data
-    if env.call is not None:
-        return H.call_input(kind, env.call, shape_with_holes(op.result.type))
-    shape = op.result.type.get_shape()  # type: ignore[attr-defined]
-    n_kv = env.n_kv if env.n_kv is not None else (shape[1] if kind == "kq_mask" else 0)
-    per = _PER_TOKEN.get(kind)
-    if per is not None and shape[0] != DYNAMIC_INDEX and shape[0] != per * env.tokens.shape[0]:
-        raise InterpreterError(f"op.input '{kind}': the function takes {shape[0] // per} tokens, got {env.tokens.shape[0]}")
-    if n_kv and env.start + env.tokens.shape[0] > n_kv:
-        raise InterpreterError(f"op.input '{kind}': {env.start} + {env.tokens.shape[0]} tokens exceed n_kv = {n_kv}")
-    return K.host_input(kind, env.tokens, env.start, n_kv)
+# ---------------------------------------------------------------------------
+# Implementations: op + operand arrays -> kernel call
+# ---------------------------------------------------------------------------
+
+V = PythonValues
 
 
-@INTERPRETER.register(O.ConstantOp)
-def _constant(op: O.ConstantOp, _: list, env: Env) -> np.ndarray:
-    typ = op.result.type
-    values = op.value.get_values()
-    return np.asarray(values, dtype=numpy_dtype(typ.get_element_type())).reshape(typ.get_shape())  # type: ignore[attr-defined]
+@register_impls
+@dataclass
+class OpFunctions(InterpreterFunctions):
+    """The op level's semantics: each op's numpy kernel on its operands' arrays, one result
+    each; leaves read `env` (the weights, the state buffers, the call's tokens and start)."""
+
+    env: Env
+
+    @impl(O.ParamOp)
+    def run_param(self, interpreter: Interpreter, op: O.ParamOp, a: V) -> V:
+        return (read_param(op, self.env.weights, self.env.group),)
+
+    @impl(O.StateOp)
+    def run_state(self, interpreter: Interpreter, op: O.StateOp, a: V) -> V:
+        name = op.state_name.data
+        if name not in self.env.state:
+            raise InterpreterError(f"op.state '{name}': no buffer given (use alloc_state)")
+        if op.recurrent is not None and self.env.start == 0:  # a new sequence: its recurrent state starts at 0
+            self.env.state[name][...] = 0
+        return (self.env.state[name],)
+
+    @impl(O.InputOp)
+    def run_input(self, interpreter: Interpreter, op: O.InputOp, a: V) -> V:
+        env, kind = self.env, op.kind.data
+        if env.call is not None:  # an entry's call: the input from its arguments
+            return (H.call_input(kind, env.call, shape_with_holes(op.result.type)),)
+        shape = op.result.type.get_shape()  # type: ignore[attr-defined]
+        n_kv = env.n_kv if env.n_kv is not None else (shape[1] if kind == "kq_mask" else 0)
+        per = _PER_TOKEN.get(kind)
+        if per is not None and shape[0] != DYNAMIC_INDEX and shape[0] != per * env.tokens.shape[0]:
+            raise InterpreterError(f"op.input '{kind}': the function takes {shape[0] // per} tokens, got {env.tokens.shape[0]}")
+        if n_kv and env.start + env.tokens.shape[0] > n_kv:
+            raise InterpreterError(f"op.input '{kind}': {env.start} + {env.tokens.shape[0]} tokens exceed n_kv = {n_kv}")
+        return (K.host_input(kind, env.tokens, env.start, n_kv),)
+
+    @impl(O.ConstantOp)
+    def run_constant(self, interpreter: Interpreter, op: O.ConstantOp, a: V) -> V:
+        typ = op.result.type
+        values = op.value.get_values()
+        return (np.asarray(values, dtype=numpy_dtype(typ.get_element_type())).reshape(typ.get_shape()),)  # type: ignore[attr-defined]
+
+    @impl(O.ViewOp)
+    def run_view(self, interpreter: Interpreter, op: O.ViewOp, a: V) -> V:
+        t = self.env.tokens.shape[0]  # a dynamic dim of a view is the call's number of tokens
+        shape = tuple(t if d == -1 else d for d in shape_with_holes(op.result.type))
+        offset, strides = op.window(t)
+        return (K.view(a[0], shape, offset, strides),)
+
+    @impl(O.SoftMaxOp)
+    def run_soft_max(self, interpreter: Interpreter, op: O.SoftMaxOp, a: V) -> V:
+        return (K.soft_max(a[0], a[1] if len(a) > 1 else None, _float(op.scale)),)
+
+    @impl(O.RopeOp)
+    def run_rope(self, interpreter: Interpreter, op: O.RopeOp, a: V) -> V:
+        factors = a[2] if len(a) > 2 else None
+        sections = op.sections.get_values() if op.sections is not None else None
+        return (K.rope(a[0], a[1], _int(op.n_dims), op.mode.data, _float(op.freq_base), _float(op.freq_scale), factors,
+                       sections),)
+
+    @impl(O.GatedDeltaNetOp)
+    def run_gated_delta_net(self, interpreter: Interpreter, op: O.GatedDeltaNetOp, a: V) -> V:
+        return (K.gated_delta_net(*a, grouped=op.grouped is not None),)
+
+    @impl(O.FlashAttnExtOp)
+    def run_flash_attn_ext(self, interpreter: Interpreter, op: O.FlashAttnExtOp, a: V) -> V:
+        return (K.flash_attn_ext(a[0], a[1], a[2], a[3] if len(a) > 3 else None, _float(op.scale)),)
+
+    @impl(O.GetRowsOp)
+    def run_get_rows(self, interpreter: Interpreter, op: O.GetRowsOp, a: V) -> V:
+        return (K.get_rows(a[0], a[1]),)
+
+    @impl(O.RmsNormOp)
+    def run_rms_norm(self, interpreter: Interpreter, op: O.RmsNormOp, a: V) -> V:
+        return (K.rms_norm(a[0], _float(op.eps)),)
+
+    @impl(O.MulOp)
+    def run_mul(self, interpreter: Interpreter, op: O.MulOp, a: V) -> V:
+        return (K.mul(a[0], a[1]),)
+
+    @impl(O.AddOp)
+    def run_add(self, interpreter: Interpreter, op: O.AddOp, a: V) -> V:
+        return (K.add(a[0], a[1]),)
+
+    @impl(O.DivOp)
+    def run_div(self, interpreter: Interpreter, op: O.DivOp, a: V) -> V:
+        return (K.div(a[0], a[1]),)
+
+    @impl(O.MulMatOp)
+    def run_mul_mat(self, interpreter: Interpreter, op: O.MulMatOp, a: V) -> V:
+        return (K.mul_mat(a[0], a[1]),)
+
+    @impl(O.MulMatIdOp)
+    def run_mul_mat_id(self, interpreter: Interpreter, op: O.MulMatIdOp, a: V) -> V:
+        return (K.mul_mat_id(a[0], a[1], a[2]),)
+
+    @impl(O.ReshapeOp)
+    def run_reshape(self, interpreter: Interpreter, op: O.ReshapeOp, a: V) -> V:
+        return (K.reshape(a[0], shape_with_holes(op.result.type)),)
+
+    @impl(O.PermuteOp)
+    def run_permute(self, interpreter: Interpreter, op: O.PermuteOp, a: V) -> V:
+        return (K.permute(a[0], op.dims.get_values()),)
+
+    @impl(O.TransposeOp)
+    def run_transpose(self, interpreter: Interpreter, op: O.TransposeOp, a: V) -> V:
+        return (K.transpose(a[0]),)
+
+    @impl(O.ContOp)
+    def run_cont(self, interpreter: Interpreter, op: O.ContOp, a: V) -> V:
+        return (K.cont(a[0], shape_with_holes(op.result.type)),)
+
+    @impl(O.RepeatOp)
+    def run_repeat(self, interpreter: Interpreter, op: O.RepeatOp, a: V) -> V:
+        return (K.repeat(a[0], shape_with_holes(op.result.type)),)
+
+    @impl(O.ConcatOp)
+    def run_concat(self, interpreter: Interpreter, op: O.ConcatOp, a: V) -> V:
+        return (K.concat(a[0], a[1], _int(op.axis)),)
+
+    @impl(O.ScaleOp)
+    def run_scale(self, interpreter: Interpreter, op: O.ScaleOp, a: V) -> V:
+        return (K.scale(a[0], _float(op.scale)),)
+
+    @impl(O.ClampOp)
+    def run_clamp(self, interpreter: Interpreter, op: O.ClampOp, a: V) -> V:
+        return (K.clamp(a[0], _float(op.min), _float(op.max)),)
+
+    @impl(O.CpyOp)
+    def run_cpy(self, interpreter: Interpreter, op: O.CpyOp, a: V) -> V:
+        return (K.cpy(a[0], a[1]),)
+
+    @impl(O.SetRowsOp)
+    def run_set_rows(self, interpreter: Interpreter, op: O.SetRowsOp, a: V) -> V:
+        return (K.set_rows(a[0], a[1], a[2]),)
+
+    @impl(O.ArgmaxOp)
+    def run_argmax(self, interpreter: Interpreter, op: O.ArgmaxOp, a: V) -> V:
+        return (K.argmax(a[0]),)
+
+    @impl(O.ArgsortOp)
+    def run_argsort(self, interpreter: Interpreter, op: O.ArgsortOp, a: V) -> V:
+        return (K.argsort(a[0], op.order.data),)
+
+    @impl(O.SumRowsOp)
+    def run_sum_rows(self, interpreter: Interpreter, op: O.SumRowsOp, a: V) -> V:
+        return (K.sum_rows(a[0]),)
+
+    @impl(O.SwigluOp)
+    def run_swiglu(self, interpreter: Interpreter, op: O.SwigluOp, a: V) -> V:
+        return (K.swiglu(a[0], a[1]),)
+
+    @impl(O.SiluOp)
+    def run_silu(self, interpreter: Interpreter, op: O.SiluOp, a: V) -> V:
+        return (K.silu(a[0]),)
+
+    @impl(O.SigmoidOp)
+    def run_sigmoid(self, interpreter: Interpreter, op: O.SigmoidOp, a: V) -> V:
+        return (K.sigmoid(a[0]),)
+
+    @impl(O.SoftplusOp)
+    def run_softplus(self, interpreter: Interpreter, op: O.SoftplusOp, a: V) -> V:
+        return (K.softplus(a[0]),)
+
+    @impl(O.SsmConvOp)
+    def run_ssm_conv(self, interpreter: Interpreter, op: O.SsmConvOp, a: V) -> V:
+        return (K.ssm_conv(a[0], a[1]),)
+
+    # The entries of several sequences.
+
+    @impl(O.GatedDeltaNetSeqOp)
+    def run_gated_delta_net_seq(self, interpreter: Interpreter, op: O.GatedDeltaNetSeqOp, a: V) -> V:
+        return (KS.gated_delta_net_seq(*a[:6], a[6] if len(a) > 6 else None, op.grouped is not None),)
+
+    @impl(O.TargetLogProbsOp)
+    def run_target_log_probs(self, interpreter: Interpreter, op: O.TargetLogProbsOp, a: V) -> V:
+        return (KS.target_log_probs(a[0], a[1], a[2]),)
+
+    @impl(O.GenerateOp)
+    def run_generate(self, interpreter: Interpreter, op: O.GenerateOp, a: V) -> V:
+        return (self._loop(op, a),)
+
+    @impl(O.GenerateUntilOp)
+    def run_generate_until(self, interpreter: Interpreter, op: O.GenerateUntilOp, a: V) -> V:
+        return self._loop(op, a)
+
+    def _loop(self, op: O.GenerateOp | O.GenerateUntilOp, a: V):
+        """The step function run `steps` times on the state (host_inputs.generate_loop)."""
+        env = self.env
+        module = env.fn.parent_op()
+        step = SymbolTable.lookup_symbol(module, op.callee) if module is not None else None
+        if not isinstance(step, func.FuncOp):
+            raise InterpreterError(f"{op.name}: no step function {op.callee}")
+
+        def run_step(token: np.ndarray, pos: int) -> np.ndarray:
+            return run_entry(step, env.weights, env.state, {"token": token, "pos": np.int32(pos)})
+
+        return H.generate_loop(run_step, a[0], a[1], _int(op.steps), a[2] if len(a) > 2 else None)
+
+    # The collectives: this rank's part; the group (simulated ranks, or one) joins the others.
+
+    @impl(O.AllReduceOp)
+    def run_all_reduce(self, interpreter: Interpreter, op: O.AllReduceOp, a: V) -> V:
+        return (self.env.group.all_reduce(a[0]),)
+
+    @impl(O.AllGatherOp)
+    def run_all_gather(self, interpreter: Interpreter, op: O.AllGatherOp, a: V) -> V:
+        return (self.env.group.all_gather(a[0], _int(op.axis)),)
+
+    @impl(O.GetRowsShardedOp)
+    def run_get_rows_sharded(self, interpreter: Interpreter, op: O.GetRowsShardedOp, a: V) -> V:
+        return (K.get_rows_sharded(a[0], a[1], self.env.group.rank),)
 
 
-@INTERPRETER.register(O.ViewOp)
-def _view(op: O.ViewOp, a: list, env: Env) -> np.ndarray:
-    t = env.tokens.shape[0]  # a dynamic dim of a view is the call's number of tokens
-    shape = tuple(t if d == -1 else d for d in shape_with_holes(op.result.type))
-    offset, strides = op.window(t)
-    return K.view(a[0], shape, offset, strides)
-
-
-@INTERPRETER.register(O.SoftMaxOp)
-def _soft_max(op: O.SoftMaxOp, a: list, env: Env) -> np.ndarray:
-    return K.soft_max(a[0], a[1] if len(a) > 1 else None, _float(op.scale))
-
-
-@INTERPRETER.register(O.RopeOp)
-def _rope(op: O.RopeOp, a: list, env: Env) -> np.ndarray:
-    factors = a[2] if len(a) > 2 else None
-    sections = op.sections.get_values() if op.sections is not None else None
-    return K.rope(a[0], a[1], _int(op.n_dims), op.mode.data, _float(op.freq_base), _float(op.freq_scale), factors,
-                  sections)
-
-
-@INTERPRETER.register(O.GatedDeltaNetOp)
-def _gated_delta_net(op: O.GatedDeltaNetOp, a: list, env: Env) -> np.ndarray:
-    return K.gated_delta_net(*a, grouped=op.grouped is not None)
-
-
-@INTERPRETER.register(O.FlashAttnExtOp)
-def _flash(op: O.FlashAttnExtOp, a: list, env: Env) -> np.ndarray:
-    return K.flash_attn_ext(a[0], a[1], a[2], a[3] if len(a) > 3 else None, _float(op.scale))
-
-
-INTERPRETER.add(O.GetRowsOp, lambda op, a, env: K.get_rows(a[0], a[1]))
-INTERPRETER.add(O.RmsNormOp, lambda op, a, env: K.rms_norm(a[0], _float(op.eps)))
-INTERPRETER.add(O.MulOp, lambda op, a, env: K.mul(a[0], a[1]))
-INTERPRETER.add(O.AddOp, lambda op, a, env: K.add(a[0], a[1]))
-INTERPRETER.add(O.MulMatOp, lambda op, a, env: K.mul_mat(a[0], a[1]))
-INTERPRETER.add(O.ReshapeOp, lambda op, a, env: K.reshape(a[0], shape_with_holes(op.result.type)))
-INTERPRETER.add(O.PermuteOp, lambda op, a, env: K.permute(a[0], op.dims.get_values()))
-INTERPRETER.add(O.TransposeOp, lambda op, a, env: K.transpose(a[0]))
-INTERPRETER.add(O.ContOp, lambda op, a, env: K.cont(a[0], shape_with_holes(op.result.type)))
-INTERPRETER.add(O.ScaleOp, lambda op, a, env: K.scale(a[0], _float(op.scale)))
-INTERPRETER.add(O.CpyOp, lambda op, a, env: K.cpy(a[0], a[1]))
-INTERPRETER.add(O.ArgmaxOp, lambda op, a, env: K.argmax(a[0]))
-INTERPRETER.add(O.SwigluOp, lambda op, a, env: K.swiglu(a[0], a[1]))
-INTERPRETER.add(O.SetRowsOp, lambda op, a, env: K.set_rows(a[0], a[1], a[2]))
-INTERPRETER.add(O.DivOp, lambda op, a, env: K.div(a[0], a[1]))
-INTERPRETER.add(O.ClampOp, lambda op, a, env: K.clamp(a[0], _float(op.min), _float(op.max)))
-INTERPRETER.add(O.SiluOp, lambda op, a, env: K.silu(a[0]))
-INTERPRETER.add(O.SigmoidOp, lambda op, a, env: K.sigmoid(a[0]))
-INTERPRETER.add(O.SoftplusOp, lambda op, a, env: K.softplus(a[0]))
-INTERPRETER.add(O.SumRowsOp, lambda op, a, env: K.sum_rows(a[0]))
-INTERPRETER.add(O.ArgsortOp, lambda op, a, env: K.argsort(a[0], op.order.data))
-INTERPRETER.add(O.RepeatOp, lambda op, a, env: K.repeat(a[0], shape_with_holes(op.result.type)))
-INTERPRETER.add(O.ConcatOp, lambda op, a, env: K.concat(a[0], a[1], _int(op.axis)))
-INTERPRETER.add(O.MulMatIdOp, lambda op, a, env: K.mul_mat_id(a[0], a[1], a[2]))
-INTERPRETER.add(O.SsmConvOp, lambda op, a, env: K.ssm_conv(a[0], a[1]))
-INTERPRETER.add(O.GatedDeltaNetSeqOp,
-                lambda op, a, env: KS.gated_delta_net_seq(*a[:6], a[6] if len(a) > 6 else None, op.grouped is not None))
-INTERPRETER.add(O.TargetLogProbsOp, lambda op, a, env: KS.target_log_probs(a[0], a[1], a[2]))
-
-
-def _step_function(op: O.GenerateOp | O.GenerateUntilOp, env: Env) -> func.FuncOp:
-    module = env.fn.parent_op()
-    step = SymbolTable.lookup_symbol(module, op.callee) if module is not None else None
-    if not isinstance(step, func.FuncOp):
-        raise InterpreterError(f"{op.name}: no step function {op.callee}")
-    return step
-
-
-def _loop(op: O.GenerateOp | O.GenerateUntilOp, a: list, env: Env):
-    """Run the step function `steps` times (host_inputs.generate_loop), each step on the state."""
-    step = _step_function(op, env)
-
-    def run_step(token: np.ndarray, pos: int) -> np.ndarray:
-        return run_entry(step, env.weights, env.state, {"token": token, "pos": np.int32(pos)})
-
-    return H.generate_loop(run_step, a[0], a[1], int(op.steps.value.data), a[2] if len(a) > 2 else None)
-
-
-INTERPRETER.add(O.GenerateOp, _loop)
-INTERPRETER.add(O.GenerateUntilOp, _loop)
+#: op class -> its semantics (the `@impl` methods of `OpFunctions`).
+INTERPRETER: Implementations = implementations("op interpreter", OpFunctions)
 
 
 # ---------------------------------------------------------------------------
@@ -325,53 +457,64 @@ INTERPRETER.add(O.GenerateUntilOp, _loop)
 
 def run_function(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray],
                  tokens: np.ndarray, start: int, *,
-                 observe: Callable[[Operation, np.ndarray], None] | None = None) -> np.ndarray:
+                 observe: Callable[[Operation, np.ndarray], None] | None = None,
+                 group: Group | None = None) -> np.ndarray:
     """Run `fn` on `tokens` [S] at position `start`; returns its result (the logits).
 
-    `state` (from :func:`alloc_state`) is updated in place by the cache writes.
+    `state` (from :func:`alloc_state`) is updated in place by the cache writes. A sharded
+    function (`op.ranks` > 1, see `strata.passes.shard_tensor_parallel`) runs as one rank of
+    `group` (`strata.semantics.ranks`: `run_ranks` simulates them all).
     `observe`, if given, is called with each op and its result right after the op runs
     (leaves included), in program order: a per-op comparison (`strata verify`) or a
     debugger reads every intermediate without the interpreter keeping them all.
     """
-    return _run(Env(fn, weights, state, tokens, start), observe)
+    name = fn.sym_name.data
+    unknown = first_unimplemented(fn, INTERPRETER)
+    if unknown is not None:
+        raise InterpreterError(f"@{name}: no reference semantics for op '{unknown.name}'")
+    ret = fn.body.block.last_op
+    if not isinstance(ret, func.ReturnOp):
+        raise InterpreterError(f"@{name}: the function has no func.return")
+    if len(ret.arguments) != 1:
+        raise InterpreterError(f"@{name}: expected one returned value, got {len(ret.arguments)}")
+    env = Env(fn, weights, state, tokens, start, group)
+    if function_ranks(fn) != env.group.size:
+        raise InterpreterError(f"@{name} runs on {function_ranks(fn)} rank(s), the group has {env.group.size}")
+    listeners: list[Interpreter.Listener] = [_ResultTypes()]
+    if observe is not None:
+        listeners.append(Observer(lambda op, results: observe(op, results[0])))
+    (result,) = run_body(fn, [OpFunctions(env)], (), listeners)
+    return result
 
 
 def run_entry(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray], inputs: dict, *,
               observe: Callable[[Operation, np.ndarray], None] | None = None):
     """Run the entry `fn` on `inputs` (its arguments by seed 003's names, `op.args`): its result,
     or a tuple of its results. A one-sequence prefill or decode takes `tokens` and `start`
-    (`pos` and `token` for decode, as its signature names them)."""
+    (`token` and `pos`, as its signature names them, too)."""
+    name = fn.sym_name.data
     if function_layout(fn) is None:
         tokens = inputs.get("tokens", inputs.get("token"))
         start = inputs.get("start", inputs.get("pos"))
         if tokens is None or start is None:
-            raise InterpreterError(f"@{fn.sym_name.data}: takes tokens (or token) and start (or pos)")
+            raise InterpreterError(f"@{name}: takes tokens (or token) and start (or pos)")
         return run_function(fn, weights, state, np.asarray(tokens), int(np.asarray(start)), observe=observe)
+    unknown = first_unimplemented(fn, INTERPRETER)
+    if unknown is not None:
+        raise InterpreterError(f"@{name}: no reference semantics for op '{unknown.name}'")
     call = entry_call(fn, inputs)
-    return _run(Env(fn, weights, state, call["tokens"], 0, call), observe)
+    env = Env(fn, weights, state, call["tokens"], 0, call=call)
+    listeners: list[Interpreter.Listener] = [_ResultTypes()]
+    if observe is not None:
+        listeners.append(Observer(lambda op, results: observe(op, results[0])))
+    results = run_body(fn, [OpFunctions(env)], (), listeners)
+    return results[0] if len(results) == 1 else tuple(results)
 
 
-def _run(env: Env, observe):
-    fn = env.fn
-    values: dict[SSAValue, np.ndarray] = {}
-    for op in fn.body.block.ops:
-        if isinstance(op, func.ReturnOp):
-            if not op.arguments:
-                raise InterpreterError(f"@{fn.sym_name.data}: the function returns nothing")
-            out = tuple(values[v] for v in op.arguments)
-            return out[0] if len(out) == 1 else out
-        impl = INTERPRETER.get(type(op))
-        if impl is None:
-            raise InterpreterError(f"@{fn.sym_name.data}: no reference semantics for op '{op.name}'")
-        args = [values[v] for v in op.operands]
-        result = impl(op, args, env)
-        results = result if isinstance(op, O.GenerateUntilOp) else (result,)
-        for res, value in zip(op.results, results):
-            _check_value(op, res, value)
-            values[res] = value
-        if observe is not None:
-            observe(op, result)
-    raise InterpreterError(f"@{fn.sym_name.data}: the function has no func.return")
+def function_ranks(fn: func.FuncOp) -> int:
+    """How many ranks run `fn` (its `op.ranks`; 1 for an entry that is not sharded)."""
+    ranks = fn.attributes.get("op.ranks")
+    return int(ranks.value.data) if isinstance(ranks, IntegerAttr) else 1
 
 
 def find_function(module: Operation, name: str | None = None) -> func.FuncOp:

@@ -58,13 +58,15 @@ def _cpu() -> Target:
 
     def pipeline(k: Mapping[str, Any]) -> str:
         entries = ",".join(entry_list(k.get("entries", DEFAULT_ENTRIES)))
-        return entry_pipeline(entries, tokens=k.get("S") or 0, start=-1, ctx=k["ctx"], kv_pad=k["kv_pad"],
-                              flash_attn=k["flash_attn"], **generic_options(dict(k)))
+        shard = f"shard-tensor-parallel{{tp={k['tp']}}}," if k.get("tp", 1) > 1 else ""
+        return shard + entry_pipeline(entries, tokens=k.get("S") or 0, start=-1, ctx=k["ctx"], kv_pad=k["kv_pad"],
+                                      flash_attn=k["flash_attn"], **generic_options(dict(k)))
 
     def emit(module: ModuleOp, model_name: str | None, weights: Any = None) -> dict[str, str | bytes]:
         return {"model.py": emit_cpu(module, model_name)}
 
-    return Target("cpu", pipeline, emit, {"ctx": None, "flash_attn": True, "kv_pad": 256, **ENTRY_KNOBS},
+    # tp: the ranks of a tensor-parallel program (launched by strata.runtime.tp: one process each).
+    return Target("cpu", pipeline, emit, {"ctx": None, "flash_attn": True, "kv_pad": 256, "tp": 1, **ENTRY_KNOBS},
                   ("model.py",), load=program.load, check=check_entry_knobs)
 
 

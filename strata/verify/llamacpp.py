@@ -7,7 +7,8 @@ llama-eval-callback prints each tensor it computes, in firing order, with its na
 shapes, output shape and `sum`. The op level follows llama.cpp's graph row for row (the trace
 equals llama.cpp's), so the i-th computed op of ours is llama.cpp's i-th row: names and ops are
 checked to agree, then sums are compared with a tolerance relative to the tensor's magnitude
-(Σ|x| of ours), since a sum can cancel to near zero while its terms do not.
+(Σ|x| of ours), since a sum can cancel to near zero while its terms do not. `strata verify`
+does both for a model and explains a divergence (`strata.verify.verify_llamacpp`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -142,15 +142,3 @@ def strata_values(model, tokens: Sequence[int], ctx: int, kv_pad: int) -> list[t
     ops = [op for op in fn.body.block.ops
            if not isinstance(op, func.ReturnOp) and TRACE[type(op)].ggml_op is not None]
     return [(name, kind, values[op]) for (name, kind, _, _), op in zip(trace_rows(fn), ops)]
-
-
-def verify_against(model: Any, log_path: str | Path, ctx: int, kv_pad: int, rtol: float) -> tuple[bool, str]:
-    """`strata verify`: run `model`'s prefill on the log's prompt and compare every op's sum
-    with llama.cpp's; (whether all agree, the one-line verdict)."""
-    log = parse_callback_log(Path(log_path))
-    agreed, divergence = compare(log, strata_values(model, log.tokens, ctx=ctx, kv_pad=kv_pad), rtol)
-    if divergence is None:
-        return True, f"all {agreed} ops agree with {log_path} (rtol {rtol} of each tensor's magnitude)"
-    d = divergence
-    return False, (f"ops 1-{agreed} agree; op {d.index} diverges: {d.op} '{d.name}': llama.cpp sum {d.theirs:.6g}, "
-                   f"strata {d.ours:.6g} (magnitude {d.scale:.6g}): {d.why}")

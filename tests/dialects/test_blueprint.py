@@ -24,6 +24,7 @@ from strata.dialects.blueprint import (
     YieldOp,
 )
 from strata.dialects.blueprint.attrs import ATTRIBUTES
+from strata.dialects.blueprint.facts import ATTRIBUTES as FACT_ATTRIBUTES
 from strata.ir.text import print_ir
 
 DOCUMENTED = [*NODE_OPS, GroupOp, YieldOp]
@@ -77,7 +78,7 @@ def test_docstring_example_round_trips(cls):
     assert any(op.name == cls.name for op in module.walk())
 
 
-@pytest.mark.parametrize("cls", ATTRIBUTES, ids=lambda c: c.name)
+@pytest.mark.parametrize("cls", [*ATTRIBUTES, *FACT_ATTRIBUTES], ids=lambda c: c.name)
 def test_attribute_examples_parse(cls):
     examples = [ln.strip() for ln in (cls.__doc__ or "").splitlines() if ln.strip().startswith(("#blueprint", "!blueprint"))]
     assert examples

@@ -96,6 +96,10 @@ def test_metadata_gives_the_config(case: Case, kind: str) -> None:
         assert ours.rope_scaling is not None
         np.testing.assert_allclose(factors(ours), factors(theirs), rtol=1e-6)
         ours, theirs = (dataclasses.replace(c, rope_scaling=None) for c in (ours, theirs))
+    if getattr(theirs, "mrope_section", ()):
+        # llama.cpp gives M-RoPE's fourth stream position 0 for text (HF: the position)
+        assert (ours.mrope_extra_stream, theirs.mrope_extra_stream) == ("zero", "position")
+        ours = dataclasses.replace(ours, mrope_extra_stream="position")
     assert ours == theirs
 
 
@@ -410,6 +414,26 @@ def test_rope_freqs_that_are_not_llama3(tmp_path) -> None:
     factors = np.linspace(1.0, 3.0, 16, dtype=np.float32) ** 2  # smooth all the way: no llama3 shape
     path = rewrite(gguf_path("llama3rope", "f32"), tmp_path / "r.gguf", change={"rope_freqs.weight": factors})
     one_line_error(path, "'rope_freqs.weight' cannot be read as llama3 RoPE scaling")
+
+
+@pytest.mark.parametrize("between", [0, 1])
+def test_rope_freqs_with_few_smoothed_frequencies(tmp_path, between: int) -> None:
+    """A tiny head has one frequency between the unscaled and the fully scaled ones, or none:
+    the parameters read give the stored factors back."""
+    from strata.passes.convert_module_to_op.attention import llama3_freq_factors
+
+    factors = np.array([1.0] * 8 + [2.5] * between + [8.0] * (8 - between), dtype=np.float32)
+    path = rewrite(gguf_path("llama3rope", "f32"), tmp_path / "r.gguf", change={"rope_freqs.weight": factors})
+    cfg = load_model(path).config
+    rs = dataclasses.asdict(cfg.rope_scaling)
+    assert np.allclose(llama3_freq_factors(cfg.rope_theta, cfg.head_dim, rs), factors, rtol=1e-5)
+
+
+def test_qwen3moe_partial_rope_is_refused(tmp_path) -> None:
+    """llama.cpp's qwen3moe asserts that RoPE turns the whole head."""
+    path = rewrite(gguf_path("qwen3moe", "f32"), tmp_path / "p.gguf",
+                   fields={"qwen3moe.rope.dimension_count": (8, gguf.GGUFValueType.UINT32)})
+    one_line_error(path, "'qwen3moe.rope.dimension_count' is 8; partial RoPE")
 
 
 def test_missing_tensor(tmp_path) -> None:

@@ -39,11 +39,18 @@ def _word(name: str) -> str:
     return r"(?<![\w/.-])" + name.replace("-", r"\-") + r"(?![\w.-])"
 
 
-config.substitutions.append((_word("strata-opt"), _tool("strata-opt")))
-config.substitutions.append((_word("filecheck"), _tool("filecheck")))
-config.substitutions.append((_word("strata"), _tool("strata")))
+# The tests run against the code of the checkout they are in (the environment's editable
+# install may point at another one, a worktree's main checkout), then whatever PYTHONPATH
+# adds. The path goes on each tool's command line: lit's internal shell resets PYTHONPATH for
+# the rest of a test once it runs one of its own out-of-process commands (cat, diff).
+_checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_python_path = os.pathsep.join([_checkout, *filter(None, [os.environ.get("PYTHONPATH")])])
 
-# A worktree's tests run against its own code when lit runs with PYTHONPATH=<worktree> (the
-# environment's editable install may point at another checkout): pass it through.
-if "PYTHONPATH" in os.environ:
-    config.environment["PYTHONPATH"] = os.environ["PYTHONPATH"]
+
+def _strata_tool(name: str) -> str:
+    return f"env PYTHONPATH={_python_path} {_tool(name)}"
+
+
+config.substitutions.append((_word("strata-opt"), _strata_tool("strata-opt")))
+config.substitutions.append((_word("filecheck"), _tool("filecheck")))
+config.substitutions.append((_word("strata"), _strata_tool("strata")))

@@ -72,7 +72,7 @@ def test_structure_follows_the_layer_pattern(pattern):
         assert (f"l{i}.gdn.conv_ckpt" in nodes) == (kind == "linear_attention")
     per_layer = {"linear_attention": 11 + 12, "full_attention": 13 + 12}
     assert len(nodes) == 1 + sum(per_layer[k] for k in pattern) + 3
-    dims = {k: v.value.data for k, v in fn.attributes["blueprint.dims"].data.items()}
+    dims = B.function_dims(fn)
     assert dims["lin_v_heads"] == cfg.lin_v_heads and dims["top_k"] == cfg.top_k and dims["hidden"] == cfg.hidden_size
 
 

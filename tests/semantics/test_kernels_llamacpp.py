@@ -289,7 +289,7 @@ def _callback_sums(path) -> list[tuple[str, float]]:
 def test_qwen35_graph_and_values_equal_llama_cpp(model: str, entry: str, tokens: list[int]) -> None:
     from strata.dialects import parse_ir
     from strata.exporters.trace import parse_trace, trace_table
-    from strata.semantics.op_interp import INTERPRETER, Env, alloc_state, find_function
+    from strata.semantics.op_interp import alloc_state, find_function, run_function
     from strata.targets.cpu import emit_cpu
 
     directory = LLAMACPP / model
@@ -301,19 +301,17 @@ def test_qwen35_graph_and_values_equal_llama_cpp(model: str, entry: str, tokens:
     weights = _gguf_weights(directory)
     fn = find_function(module)
     state = alloc_state(fn)
-    env = Env(fn, weights, state, np.array(tokens), 0)
-    values, sums = {}, []
-    for op in fn.body.block.ops:
-        if op.name == "func.return":
-            break
-        values[op.results[0]] = INTERPRETER[type(op)](op, [values[v] for v in op.operands], env)
+    sums: list[float] = []
+
+    def observe(op, value) -> None:
         if not op.name.startswith(("op.param", "op.state", "op.input")):
-            sums.append(float(np.sum(values[op.results[0]], dtype=np.float64)))
+            sums.append(float(np.sum(value, dtype=np.float64)))
+
+    logits = run_function(fn, weights, state, np.array(tokens), 0, observe=observe)
     logged = _callback_sums(directory / f"{entry}.callback.log")
     assert len(sums) == len(logged)
     for i, ((name, want), got) in enumerate(zip(logged, sums)):
         assert got == pytest.approx(want, rel=2e-3, abs=1e-3), f"row {i + 1}: {name}"
-    logits = values[fn.body.block.last_op.operands[0]]
 
     # The CPU target computes the same logits and leaves the same state.
     ns: dict = {}

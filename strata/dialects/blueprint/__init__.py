@@ -14,8 +14,12 @@ declare memory effects; the others are `Pure`.
 Fused kernels are `blueprint.group` region ops carrying their fusion rule and placement;
 a group yields the edges it hands on, and groups do not nest.
 
-Files by theme: `attrs`, `base` (bases and shared checks), `nodes` (row-wise nodes and the
-head), `gdn`, `moe`, `attention`, `group`.
+A blueprint function carries its model's facts as typed attributes (`strata.dialects.
+blueprint.facts`): `blueprint.dims` (`#blueprint.dims<hidden = 2048, ...>`, the sizes of the
+edges' dim symbols) and `blueprint.weights` (how each weight is read from the store).
+
+Files by theme: `attrs`, `facts` (the function's dims and weight table), `base` (bases and
+shared checks), `nodes` (row-wise nodes and the head), `gdn`, `moe`, `attention`, `group`.
 """
 
 from __future__ import annotations
@@ -33,6 +37,15 @@ from strata.dialects.blueprint.attrs import (
     StepAttr,
 )
 from strata.dialects.blueprint.base import NodeOp
+from strata.dialects.blueprint.facts import ATTRIBUTES as FACT_ATTRIBUTES
+from strata.dialects.blueprint.facts import (
+    DimsAttr,
+    WeightRead,
+    WeightReadAttr,
+    WeightsAttr,
+    function_dims,
+    function_weights,
+)
 from strata.dialects.blueprint.gdn import Conv1dUpdateOp, GdnGatesOp, GdnRecurrenceOp, StateSnapshotOp
 from strata.dialects.blueprint.group import GroupOp, YieldOp
 from strata.dialects.blueprint.moe import BlendOp, ExpertDownOp, ExpertGateUpOp, RouterOp, TopKOp
@@ -61,9 +74,10 @@ NODE_OPS: list[type[NodeOp]] = [
     SigmoidGateMulOp, FinalNormOp, LmHeadOp, ArgmaxOp, SwigluFfnOp, AttentionOp,
 ]
 
-Blueprint = Dialect("blueprint", [*NODE_OPS, GroupOp, YieldOp], ATTRIBUTES)
+Blueprint = Dialect("blueprint", [*NODE_OPS, GroupOp, YieldOp], [*ATTRIBUTES, *FACT_ATTRIBUTES])
 
 __all__ = [
     "NODE_OPS", "Blueprint", "EdgeType", "FormatAttr", "PlacementAttr", "PrecisionAttr",
-    "StateEffectAttr", "StepAttr", "GroupOp", "YieldOp", *[c.__name__ for c in NODE_OPS],
+    "StateEffectAttr", "StepAttr", "DimsAttr", "WeightRead", "WeightReadAttr", "WeightsAttr", "function_dims",
+    "function_weights", "GroupOp", "YieldOp", *[c.__name__ for c in NODE_OPS],
 ]

@@ -8,7 +8,8 @@ from xdsl.irdl import irdl_op_definition, operand_def, result_def, traits_def
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
 from strata.dialects.blueprint.attrs import EdgeType
-from strata.dialects.blueprint.base import MultiWeightNode, NodeOp, edge, require, rowwise, same_expr
+from strata.dialects.blueprint.base import MultiWeightNode, NodeOp, edge, rowwise, same_expr
+from strata.ir.checks import require
 
 
 @irdl_op_definition

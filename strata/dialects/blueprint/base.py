@@ -17,14 +17,9 @@ from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, StringAttr
 from xdsl.ir import SSAValue
 from xdsl.irdl import IRDLOperation, attr_def, operand_def, opt_attr_def, result_def, traits_def
 from xdsl.traits import Pure
-from xdsl.utils.exceptions import VerifyException
 
 from strata.dialects.blueprint.attrs import EdgeType, PlacementAttr, PrecisionAttr, StateEffectAttr, StepAttr
-
-
-def require(cond: bool, message: str) -> None:
-    if not cond:
-        raise VerifyException(message)
+from strata.ir.checks import require
 
 
 def edge(value: SSAValue) -> EdgeType:

@@ -9,7 +9,8 @@ from xdsl.irdl import attr_def, irdl_op_definition, operand_def, result_def, tra
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
 from strata.dialects.blueprint.attrs import EdgeType
-from strata.dialects.blueprint.base import NodeOp, WeightedStateNode, edge, require, rowwise, same_expr
+from strata.dialects.blueprint.base import NodeOp, WeightedStateNode, edge, rowwise, same_expr
+from strata.ir.checks import require
 
 
 @irdl_op_definition

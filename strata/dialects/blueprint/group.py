@@ -19,7 +19,7 @@ from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsTerminator, RecursiveMemoryEffect
 
 from strata.dialects.blueprint.attrs import PLACEMENTS, EdgeType, PlacementAttr
-from strata.dialects.blueprint.base import require
+from strata.ir.checks import require
 
 
 @irdl_op_definition

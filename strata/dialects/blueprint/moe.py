@@ -6,8 +6,9 @@ from xdsl.irdl import irdl_op_definition, operand_def, result_def, traits_def, v
 from xdsl.traits import Pure
 
 from strata.dialects.blueprint.attrs import EdgeType
-from strata.dialects.blueprint.base import NodeOp, SplitNode, WeightedBinaryNode, WeightedNode, edge, require, rowwise
+from strata.dialects.blueprint.base import NodeOp, SplitNode, WeightedBinaryNode, WeightedNode, edge, rowwise
 from strata.ir.dtypes import has_kind
+from strata.ir.checks import require
 
 
 @irdl_op_definition

@@ -17,12 +17,12 @@ from strata.dialects.blueprint.base import (
     WeightedBinaryNode,
     WeightedNode,
     edge,
-    require,
     rowwise,
     same_expr,
 )
 from strata.dialects.blueprint.attrs import EdgeType
 from strata.ir.dtypes import has_kind
+from strata.ir.checks import require
 
 
 @irdl_op_definition

@@ -29,8 +29,9 @@ f16, bf16 and fp8; a weight may also be an integer or packed int4 tensor.
 The ops live in files by theme: `base` (shape helpers, abstract bases), `leaves`,
 `elementwise`, `reduce` (row-wise), `layout` (views, REPEAT, CONCAT, GET_ROWS),
 `matmul` (MUL_MAT, MUL_MAT_ID), `state` (the writes), `attention` (SOFT_MAX, ROPE,
-FLASH_ATTN_EXT), `ssm` (SSM_CONV, GATED_DELTA_NET and its many-sequence form) and `loops`
-(the device loops of generate and generate_until).
+FLASH_ATTN_EXT), `ssm` (SSM_CONV, GATED_DELTA_NET and its many-sequence form), `loops` (the
+device loops of generate and generate_until) and `collective` (ALL_REDUCE, ALL_GATHER and the
+vocabulary-parallel GET_ROWS of a tensor-parallel entry).
 """
 
 from __future__ import annotations
@@ -48,12 +49,18 @@ from strata.dialects.op.base import (
     can_repeat,
     check_float,
     dim_eq,
-    elem_of,
     fmt_shape,
     numel,
-    require,
-    shape_of,
     shapes_eq,
+)
+from strata.dialects.op.collective import (
+    COLLECTIVE_OPS,
+    GROUPS,
+    AllGatherOp,
+    AllReduceOp,
+    CollectiveOp,
+    GetRowsShardedOp,
+    group_attrs,
 )
 from strata.dialects.op.elementwise import (
     AddOp,
@@ -83,6 +90,7 @@ from strata.dialects.op.matmul import MulMatIdOp, MulMatOp, TargetLogProbsOp
 from strata.dialects.op.reduce import SORT_ORDERS, ArgmaxOp, ArgsortOp, RmsNormOp, SumRowsOp
 from strata.dialects.op.ssm import GatedDeltaNetOp, GatedDeltaNetSeqOp, SsmConvOp
 from strata.dialects.op.state import CpyOp, SetRowsOp
+from strata.ir.checks import elem_of, require, shape_of
 
 Op = Dialect(
     "op",
@@ -122,6 +130,10 @@ Op = Dialect(
         MulMatIdOp,
         SsmConvOp,
         GatedDeltaNetOp,
+        # Tensor parallelism (see `collective`).
+        AllReduceOp,
+        AllGatherOp,
+        GetRowsShardedOp,
         # Batches of sequences, packed segments, scores and device loops (seed 003's entries).
         GatedDeltaNetSeqOp,
         TargetLogProbsOp,
@@ -139,6 +151,7 @@ __all__ = [
     "GetRowsOp", "RmsNormOp", "MulOp", "AddOp", "MulMatOp", "ReshapeOp", "ViewOp", "PermuteOp", "TransposeOp",
     "ContOp", "ScaleOp", "CpyOp", "ArgmaxOp", "SwigluOp", "SetRowsOp", "SoftMaxOp", "RopeOp", "FlashAttnExtOp",
     "DivOp", "ClampOp", "SiluOp", "SigmoidOp", "SoftplusOp", "SumRowsOp", "ArgsortOp", "RepeatOp", "ConcatOp",
-    "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp", "GatedDeltaNetSeqOp", "TargetLogProbsOp", "GenerateOp",
-    "GenerateUntilOp",
+    "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp",
+    "COLLECTIVE_OPS", "GROUPS", "CollectiveOp", "AllReduceOp", "AllGatherOp", "GetRowsShardedOp", "group_attrs",
+    "GatedDeltaNetSeqOp", "TargetLogProbsOp", "GenerateOp", "GenerateUntilOp",
 ]

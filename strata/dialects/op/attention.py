@@ -6,8 +6,9 @@ from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, Float32Type, Fl
 from xdsl.irdl import attr_def, irdl_op_definition, operand_def, opt_attr_def, opt_operand_def, result_def, traits_def
 from xdsl.traits import Pure
 
-from strata.dialects.op.base import OpBase, can_repeat, dim_eq, elem_of, fmt_shape, require, shape_of, shapes_eq
+from strata.dialects.op.base import OpBase, can_repeat, dim_eq, fmt_shape, shapes_eq
 from strata.ir.dtypes import FloatTensor, IntTensor, is_int
+from strata.ir.checks import elem_of, require, shape_of
 
 #: ROPE's modes: ggml's NORMAL ("norm"), NEOX, MROPE and IMROPE (interleaved M-RoPE).
 ROPE_MODES = ("neox", "norm", "mrope", "imrope")

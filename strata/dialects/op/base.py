@@ -7,30 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import DYNAMIC_INDEX, StringAttr, TensorType
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.dialects.builtin import DYNAMIC_INDEX, StringAttr
+from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import IRDLOperation, operand_def, opt_attr_def, result_def, traits_def
 from xdsl.traits import Pure
-from xdsl.utils.exceptions import VerifyException
 
+from strata.ir.checks import elem_of, require, shape_of
 from strata.ir.dtypes import AnyTensor, FloatTensor, is_float
 
 # ---------------------------------------------------------------------------
 # Shape helpers
 # ---------------------------------------------------------------------------
-
-
-def shape_of(value: SSAValue | Attribute) -> tuple[int, ...]:
-    typ = value.type if isinstance(value, SSAValue) else value
-    if not isinstance(typ, TensorType):
-        raise VerifyException(f"expected a tensor, got {typ}")
-    return typ.get_shape()
-
-
-def elem_of(value: SSAValue | Attribute) -> Attribute:
-    typ = value.type if isinstance(value, SSAValue) else value
-    assert isinstance(typ, TensorType)
-    return typ.get_element_type()
 
 
 def fmt_shape(shape: Sequence[int]) -> str:
@@ -65,11 +52,6 @@ def can_repeat(small: Sequence[int], big: Sequence[int]) -> bool:
         if s == 0 or b % s != 0:
             return False
     return True
-
-
-def require(cond: bool, message: str) -> None:
-    if not cond:
-        raise VerifyException(message)
 
 
 def check_float(op: Operation, value: SSAValue, what: str) -> None:

@@ -7,16 +7,8 @@ import math
 from xdsl.dialects.builtin import FloatAttr
 from xdsl.irdl import attr_def, irdl_op_definition
 
-from strata.dialects.op.base import (
-    BinaryOp,
-    ElementwiseBinaryOp,
-    ElementwiseUnaryOp,
-    UnaryOp,
-    check_float,
-    require,
-    shape_of,
-    shapes_eq,
-)
+from strata.dialects.op.base import BinaryOp, ElementwiseBinaryOp, ElementwiseUnaryOp, UnaryOp, check_float, shapes_eq
+from strata.ir.checks import require, shape_of
 
 
 @irdl_op_definition

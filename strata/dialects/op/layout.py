@@ -5,19 +5,9 @@ from __future__ import annotations
 from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, IntegerAttr
 from xdsl.irdl import attr_def, irdl_op_definition, opt_attr_def
 
-from strata.dialects.op.base import (
-    BinaryOp,
-    UnaryOp,
-    can_repeat,
-    dim_eq,
-    elem_of,
-    fmt_shape,
-    numel,
-    require,
-    shape_of,
-    shapes_eq,
-)
+from strata.dialects.op.base import BinaryOp, UnaryOp, can_repeat, dim_eq, fmt_shape, numel, shapes_eq
 from strata.ir.dtypes import is_float, is_int
+from strata.ir.checks import elem_of, require, shape_of
 
 
 @irdl_op_definition

@@ -5,8 +5,9 @@ from __future__ import annotations
 from xdsl.dialects.builtin import FloatAttr, StringAttr
 from xdsl.irdl import attr_def, irdl_op_definition
 
-from strata.dialects.op.base import UnaryOp, check_float, elem_of, fmt_shape, require, shape_of, shapes_eq
+from strata.dialects.op.base import UnaryOp, check_float, fmt_shape, shapes_eq
 from strata.ir.dtypes import is_int
+from strata.ir.checks import elem_of, require, shape_of
 
 #: ARGSORT's orders (ggml_sort_order).
 SORT_ORDERS = ("asc", "desc")

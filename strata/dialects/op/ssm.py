@@ -7,7 +7,8 @@ from xdsl.dialects.builtin import DYNAMIC_INDEX, Float32Type, UnitAttr
 from xdsl.irdl import irdl_op_definition, operand_def, opt_attr_def, opt_operand_def, result_def, traits_def
 from xdsl.traits import Pure
 
-from strata.dialects.op.base import BinaryOp, OpBase, check_float, dim_eq, elem_of, fmt_shape, require, shape_of, shapes_eq
+from strata.dialects.op.base import BinaryOp, OpBase, check_float, dim_eq, fmt_shape, shapes_eq
+from strata.ir.checks import elem_of, require, shape_of
 from strata.ir.dtypes import FloatTensor, IntTensor, is_int
 
 

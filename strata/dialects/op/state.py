@@ -5,8 +5,9 @@ from __future__ import annotations
 from xdsl.irdl import irdl_op_definition, operand_def, result_def, traits_def
 from xdsl.traits import MemoryWriteEffect
 
-from strata.dialects.op.base import BinaryOp, OpBase, dim_eq, elem_of, fmt_shape, numel, require, shape_of
+from strata.dialects.op.base import BinaryOp, OpBase, dim_eq, fmt_shape, numel
 from strata.ir.dtypes import AnyTensor, FloatTensor, IntTensor, is_int
+from strata.ir.checks import elem_of, require, shape_of
 
 
 @irdl_op_definition

@@ -157,11 +157,14 @@ def _one_sequence(root: BlockInstance, entry: str, opts: ConvertModuleToOpPass, 
     else:
         n_kv = n_ctx
     block = Block()
-    lo = Lowering(block, entry, tokens, n_ctx, n_kv, opts.flash_attn, start=opts.start)
+    ranks = root.dim("Shards") if "Shards" in root.env else 1
+    lo = Lowering(block, entry, tokens, n_ctx, n_kv, opts.flash_attn, start=opts.start, ranks=ranks)
     logits = lo.g.expand(lo.call(root, entry))
     lo.g.finish()
     block.add_op(func.ReturnOp(logits))
     fn = func.FuncOp(entry, ((), (logits.type,)), Region(block))
     fn.attributes["op.n_ctx"] = IntegerAttr(n_ctx, i64)
     fn.attributes["op.n_kv"] = IntegerAttr(n_kv, i64)
+    if ranks > 1:  # one SPMD function for every rank (see strata.dialects.op.collective)
+        fn.attributes["op.ranks"] = IntegerAttr(ranks, i64)
     return fn

@@ -225,30 +225,44 @@ class GatedAttention:
         return lo.call(inst.child("o_proj"), "forward", attn, label=f"attn_output{sfx}")
 
 
+def extra_stream_pairs(sections: tuple[int, ...], pairs: int, interleaved: bool) -> list[int]:
+    """The rotary pairs that ggml's multi-section rope (ggml_mrope_cache_init) turns by M-RoPE's
+    fourth position stream (e), given `sections` (4, ggml's) and `pairs` rotated pairs."""
+    total = sum(sections)
+    s0, s1, s2 = sections[:3]
+
+    def stream_e(i: int) -> bool:
+        sector = i % total
+        if interleaved:
+            return not ((sector % 3 == 1 and sector < 3 * s1) or (sector % 3 == 2 and sector < 3 * s2)
+                        or (sector % 3 == 0 and sector < 3 * s0))
+        return sector >= s0 + s1 + s2
+
+    return [i for i in range(pairs) if stream_e(i)]
+
+
 def text_sections(sections: tuple[int, ...], pairs: int, interleaved: bool) -> tuple[int, ...]:
     """The M-RoPE sections for text: llama.cpp's, unless they send a rotary pair to the fourth
     stream (e), which llama.cpp feeds zeros for text while HF rotates every pair by the
     position. For text the t, h and w streams are all the position, so any sections that
     avoid e give HF's (and, where llama.cpp's avoid e, llama.cpp's) values; [n, n, n, 0]
     always does. Only interleaved sections can reach e before the pairs run out."""
-    total = sum(sections)
-    s0, s1, s2 = sections[:3]
-
-    def stream_e(i: int) -> bool:
-        sector = i % total
-        return not ((sector % 3 == 1 and sector < 3 * s1) or (sector % 3 == 2 and sector < 3 * s2)
-                    or (sector % 3 == 0 and sector < 3 * s0))
-
-    if interleaved and any(stream_e(i) for i in range(pairs)):
+    if interleaved and extra_stream_pairs(sections, pairs, interleaved):
         return (pairs, pairs, pairs, 0)
     return sections
+
+
+#: What M-RoPE's fourth stream is for text (a block's `mrope_extra_stream`): `position`, as in
+#: HF, where every pair turns by the token's position; `zero`, as llama.cpp feeds it, where the
+#: pairs that the sections send to it are not turned (a GGUF read as llama.cpp reads it).
+MROPE_EXTRA_STREAMS = ("position", "zero")
 
 
 def _rope(lo: Lowering, inst: BlockInstance, head_dim: int):
     """A function that applies the block's rope: NeoX over the first `rotary_dim` dims (all
     by default), with llama3 factors if it has them, or multi-section (`rope_mode` imrope or
     mrope, `mrope_section`) with M-RoPE's four position streams, as llama.cpp's
-    ggml_rope_multi for text."""
+    ggml_rope_multi for text (`mrope_extra_stream`: see MROPE_EXTRA_STREAMS)."""
     theta = inst.float_attr("rope_theta")
     n_dims = int(inst.float_attr("rotary_dim", float(head_dim)))
     mode = inst.str_attr("rope_mode", "neox")
@@ -275,7 +289,13 @@ def _rope(lo: Lowering, inst: BlockInstance, head_dim: int):
         values = list(section.get_values()) if isinstance(section, DenseArrayBase) else []
         if not values or len(values) > 4:
             raise LoweringError(f"convert-module-to-op: {inst.name}: rope_mode '{mode}' needs mrope_section (up to 4)")
-        sections = text_sections(tuple(values + [0] * (4 - len(values))), n_dims // 2, mode == "imrope")
+        sections = tuple(values + [0] * (4 - len(values)))
+        extra = inst.str_attr("mrope_extra_stream", "position")
+        if extra not in MROPE_EXTRA_STREAMS:
+            raise LoweringError(f"convert-module-to-op: {inst.name}: mrope_extra_stream '{extra}' is not "
+                                f"{' or '.join(MROPE_EXTRA_STREAMS)}")
+        if extra == "position":
+            sections = text_sections(sections, n_dims // 2, mode == "imrope")
         attrs["sections"] = DenseArrayBase.from_list(i64, sections)
 
     def apply(x: SSAValue, label: str) -> SSAValue:

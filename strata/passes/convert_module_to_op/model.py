@@ -10,8 +10,9 @@ are returned; the family stamps those facts on its blocks (absent, seed 000's ll
   for every call (this llama.cpp's llama-style builders); `after_norm`, the rows are
   gathered after the final norm, named `h_nextn` (llama.cpp's Qwen3.5 and Qwen3-Next);
 * a layer's `ggml_names`: `residual` (default `ffn_inp`), `mlp_norm` (default
-  `ffn_norm`) and `mlp_out` (the FFN's output, renamed as llama.cpp's `cb` does; absent,
-  the FFN's own name stays).
+  `ffn_norm`), and `attn_out` and `mlp_out`: the attention's and the FFN's outputs,
+  renamed as llama.cpp's `cb` does (llama.cpp's llama names its o_proj `attn_out`; absent,
+  the block's own name stays, `node_N` where it has none).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class DecoderLayer:
         cur = lo.call(inst.child("attention_norm"), "forward", x, label=f"attn_norm{sfx}")
         lo.g.expand(cur)  # llama.cpp's hybrids expand it here, before any state is read
         cur = lo.call(inst.child("attention"), "forward", cur)
+        if "attn_out" in names:
+            lo.g.rename(cur, names["attn_out"] + sfx)
         if last and lo.prune:
             cur, residual = keep_output_rows(lo, cur), keep_output_rows(lo, residual)
         h = lo.g.binary(O.AddOp, cur, residual, O.shape_of(cur), names.get("residual", "ffn_inp") + sfx)

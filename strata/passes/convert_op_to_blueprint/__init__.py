@@ -30,6 +30,7 @@ from xdsl.ir import Block, Region
 from xdsl.passes import ModulePass
 
 from strata.dialects.blueprint.attrs import EdgeType
+from strata.dialects.blueprint.facts import DimsAttr, WeightsAttr
 from strata.passes.convert_op_to_blueprint import blocks
 from strata.passes.convert_op_to_blueprint.graph import ConversionError, Dims, OpGraph
 
@@ -76,8 +77,8 @@ def convert_function(fn: func.FuncOp, mode: str = "decode", rows: int = 1) -> fu
         "blueprint.mode": StringAttr(mode),
         "blueprint.rows": IntegerAttr(rows, i64),
         "blueprint.layers": ArrayAttr([StringAttr(k) for k in kinds]),
-        "blueprint.dims": DictionaryAttr({k: IntegerAttr(v, i64) for k, v in sorted(em.dims.values.items())}),
-        "blueprint.weights": DictionaryAttr(dict(sorted(em.weights.items()))),
+        "blueprint.dims": DimsAttr(dict(sorted(em.dims.values.items()))),
+        "blueprint.weights": WeightsAttr([em.weights[name] for name in sorted(em.weights)]),
         "blueprint.state": DictionaryAttr(dict(sorted(em.states.items()))),
     })
     return out

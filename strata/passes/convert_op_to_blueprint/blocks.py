@@ -30,6 +30,7 @@ from xdsl.ir import Attribute, Block, SSAValue
 from strata.dialects import blueprint as B
 from strata.dialects import op as O
 from strata.dialects.blueprint.attrs import EdgeType, StateEffectAttr
+from strata.dialects.blueprint.facts import WeightReadAttr
 from strata.passes.convert_op_to_blueprint.graph import (
     ConversionError,
     Dims,
@@ -50,25 +51,17 @@ class Emitter:
 
     def __init__(self, block: Block, graph: OpGraph, dims: Dims, element: Attribute, mode: str):
         self.block, self.graph, self.dims, self.element, self.mode = block, graph, dims, element, mode
-        self.weights: dict[str, DictionaryAttr] = {}
+        self.weights: dict[str, WeightReadAttr] = {}
         self.states: dict[str, Attribute] = {}
 
     def weight(self, name: str, convert: str | None = None, args: Sequence[int] = ()) -> StringAttr:
         """A param by its op-level name; its stored name and conversion go to the weight table."""
         p = self.graph.params.get(name)
-        info: dict[str, Attribute] = {}
-        if p is not None:
-            if p.source is not None:
-                info["source"] = p.source
-            if p.convert is not None:
-                info["convert"] = p.convert
-            if p.convert_args is not None:
-                info["convert_args"] = p.convert_args
-        if convert is not None:
-            info["convert"] = StringAttr(convert)
-            info["convert_args"] = DenseArrayBase.from_list(i64, list(args))
-        if info:
-            self.weights[name] = DictionaryAttr(info)
+        source = p.source.data if p is not None and p.source is not None else None
+        if convert is None and p is not None and p.conversion is not None:
+            convert, args = p.conversion
+        if source is not None or convert is not None:
+            self.weights[name] = WeightReadAttr(name, source, convert, args)
         return StringAttr(name)
 
     def node(self, cls: type[B.NodeOp], block: str, name: str, operands: Sequence[SSAValue],

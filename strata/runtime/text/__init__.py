@@ -29,7 +29,8 @@ from strata.runtime.text.chat_template import ChatTemplate
 from strata.runtime.text.detokenizer import IncrementalDetokenizer
 from strata.runtime.text.errors import ChatTemplateError, TextInputError, TokenizerError
 from strata.runtime.text.stop import StopStrings
-from strata.runtime.text.tokenizer import Tokenizer, check_utf8, load_tokenizer
+from strata.runtime.text.load import load_tokenizer
+from strata.runtime.text.tokenizer import Tokenizer, check_utf8
 
 __all__ = [
     "ChatTemplate",

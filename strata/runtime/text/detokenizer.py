@@ -25,10 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from numbers import Integral
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from strata.runtime.text.tokenizer import Tokenizer
+from typing import Any
 
 _INCOMPLETE = "\ufffd"
 
@@ -36,11 +33,12 @@ _INCOMPLETE = "\ufffd"
 class IncrementalDetokenizer:
     """The text of a stream of ids, piece by piece (see the module docstring).
 
+    `tokenizer`: a `strata.runtime.text.Tokenizer` (its `decode`).
     `context`: ids the stream continues (the prompt's), whose text is not emitted but conditions it:
     after "Once upon a" a SentencePiece "▁time" streams as " time", where alone it decodes as "time".
     """
 
-    def __init__(self, tokenizer: Tokenizer, *, skip_special: bool = False, context: Sequence[int] = ()) -> None:
+    def __init__(self, tokenizer: Any, *, skip_special: bool = False, context: Sequence[int] = ()) -> None:
         self.tokenizer = tokenizer
         self.skip_special = skip_special
         self._ids: list[int] = [int(i) for i in context]

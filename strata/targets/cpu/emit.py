@@ -92,14 +92,15 @@ def type_comment(typ: Attribute) -> str:
 
 
 #: Module-level names of the generated code that locals and attributes must not shadow.
-_MODULE_NAMES = {"np", "ml_dtypes", "Model", "annotations", "_bind", "MODEL_NAME", "N_CTX"}
+_MODULE_NAMES = {"np", "ml_dtypes", "Model", "annotations", "_bind", "_bind_piece", "MODEL_NAME", "N_CTX", "RANKS",
+                 "torch", "dist", "tp_rank", "all_reduce", "all_gather"}
 #: The arguments an entry may take (seed 003's names), and the call's facts, in its method.
 _ARG_NAME = re.compile(r"[a-z][a-z0-9_]{0,40}")
 #: Parameters and fixed locals of the entry methods.
 _METHOD_NAMES = {"self", "tokens", "start", "token", "pos", "n_tokens", "call"}
 #: Attributes and methods of Model besides the bound params, state and constants.
-_MODEL_ATTRS = {"reset", "weights", "PARAMS", "STATE", "OUTPUTS", "ENTRIES", "N_CTX", "MODEL_NAME", "ARGS",
-                "RESULTS", "LAYOUTS"}
+_MODEL_ATTRS = {"reset", "weights", "PARAMS", "STATE", "OUTPUTS", "ENTRIES", "N_CTX", "MODEL_NAME", "RANKS", "group",
+                "rank", "ARGS", "RESULTS", "LAYOUTS"}
 
 
 class CpuEmitter:
@@ -114,7 +115,7 @@ class CpuEmitter:
         # Model attributes: params, state and constants, by a key that identifies them.
         self.attr_namer = Namer(self.reserved | _MODEL_ATTRS)
         self.params: dict[str, tuple[str, TensorType]] = {}  # ggml name -> (attr, type)
-        self.param_reads: dict[str, tuple[str, tuple[str, tuple[int, ...]] | None]] = {}  # -> (stored, conversion)
+        self.param_reads: dict[str, tuple] = {}  # -> (stored, conversion, split piece)
         self.states: dict[str, tuple[str, TensorType]] = {}  # state name -> (attr, type)
         self.constants: list[tuple[str, O.ConstantOp]] = []
         self.entries: list[func.FuncOp] = []
@@ -142,6 +143,10 @@ class CpuEmitter:
         if len(n_ctx) > 1:
             raise CpuTargetError(f"cpu target: entries disagree on op.n_ctx ({sorted(n_ctx)})")
         self.n_ctx = n_ctx.pop() if n_ctx else None
+        ranks = {int(fn.attributes["op.ranks"].value.data) if "op.ranks" in fn.attributes else 1 for fn in self.entries}
+        if len(ranks) > 1:
+            raise CpuTargetError(f"cpu target: entries disagree on op.ranks ({sorted(ranks)})")
+        self.ranks = ranks.pop()
 
         methods = IndentedWriter()
         methods.level = 1
@@ -164,6 +169,13 @@ class CpuEmitter:
             out.line()
             out.line()
             out.block(library.text(name))
+        if self.ranks > 1:
+            from strata.targets.cpu.emit_collectives import tp_functions
+
+            for text in tp_functions():
+                out.line()
+                out.line()
+                out.block(text)
         out.line()
         out.line()
         self.print_bind(out)
@@ -191,9 +203,13 @@ class CpuEmitter:
         out.line()
         out.line("import ml_dtypes  # noqa: F401  (bfloat16 for numpy)")
         out.line("import numpy as np")
+        if self.ranks > 1:  # a tensor-parallel program: collectives on torch.distributed
+            out.line("import torch")
+            out.line("import torch.distributed as dist")
         out.line()
         out.line(f"MODEL_NAME = {literal_name(self.model_name, 'model name') if self.model_name else None}")
         out.line(f"N_CTX = {self.n_ctx}")
+        out.line(f"RANKS = {self.ranks}")
 
     def print_bind(self, out: IndentedWriter) -> None:
         out.line("def _bind(weights, name, shape, dtype, convert=None, args=()):")
@@ -207,6 +223,9 @@ class CpuEmitter:
                 out.line("raise KeyError(f'weight {name!r} is missing')")
             out.line("array = np.asarray(array)")
             out.line("array = array if convert is None else convert(array, args)")
+            out.line("if shape is None:  # the whole stored tensor, cut by _bind_piece")
+            with out.indented():
+                out.line("return array")
             out.line("if array.shape != shape:")
             with out.indented():
                 out.line("raise ValueError(f'weight {name!r} has shape {list(array.shape)}, expected {list(shape)}')")
@@ -214,6 +233,12 @@ class CpuEmitter:
             with out.indented():
                 out.line("array = array.astype(dtype)")
             out.line("return array")
+        if self.ranks > 1:
+            from strata.targets.cpu.emit_collectives import BIND_PIECE
+
+            out.line()
+            out.line()
+            out.block(BIND_PIECE.rstrip())
 
     def print_class(self, out: IndentedWriter, methods: IndentedWriter) -> None:
         out.line("class Model:")
@@ -261,13 +286,22 @@ class CpuEmitter:
                         out.line(f"{fn.sym_name.data!r}: {layout!r},")
             out.line("}")
             out.line()
-            out.line("def __init__(self, weights):")
+            out.line("def __init__(self, weights, group=None):" if self.ranks > 1 else "def __init__(self, weights):")
             with out.indented():
+                if self.ranks > 1:
+                    out.line("self.group = group  # a torch.distributed process group of RANKS ranks")
+                    out.line("self.rank = tp_rank(group, RANKS)")
                 for name, (attr, typ) in self.params.items():
-                    stored, conv = self.param_reads[name]  # a conversion is done once, here, at load
+                    stored, conv, piece = self.param_reads[name]  # a conversion is done once, here, at load
                     convert = f", {CPU_PARAM_CONVERSIONS[conv[0]]}, {int_tuple(conv[1])}" if conv else ""
-                    out.line(f"self.{attr} = _bind(weights, {literal_name(stored, 'tensor name')}, "
-                             f"{int_tuple(typ.get_shape())}, {dtype_expr(typ.get_element_type())}{convert})")
+                    where = f"{literal_name(stored, 'tensor name')}, {int_tuple(typ.get_shape())}, " \
+                            f"{dtype_expr(typ.get_element_type())}"
+                    if piece is None:
+                        out.line(f"self.{attr} = _bind(weights, {where}{convert})")
+                    else:
+                        axis, pieces, parts = piece
+                        out.line(f"self.{attr} = _bind_piece(weights, {where}, ({axis}, {pieces}, {int_tuple(parts)}), "
+                                 f"self.rank * {pieces} // RANKS{convert})")
                 for attr, op in self.constants:
                     typ = op.result.type
                     elem = typ.get_element_type()
@@ -452,7 +486,7 @@ CPU_PARAM_CONVERSIONS: dict[str, str] = {"plus_one": "convert_plus_one", "neg_ex
 
 @CPU_EMITTER.register(O.ParamOp)
 def _param(e: CpuEmitter, op: O.ParamOp) -> None:
-    name, read = op.tensor_name.data, (op.stored_name, op.conversion)
+    name, read = op.tensor_name.data, (op.stored_name, op.conversion, op.piece)
     if e.param_reads.setdefault(name, read) != read:
         raise CpuTargetError(f"cpu target: tensor '{sanitize_label(name)}' is read two ways")
     if read[1] is not None:  # the verifier admits only O.PARAM_CONVERSIONS, and each has a kernel here
@@ -687,12 +721,13 @@ def emit_cpu(module: ModuleOp, model_name: str | None = None) -> str:
     """The generated numpy module for an op-level ``module`` (deterministic)."""
     emitter = CpuEmitter(module, model_name)
     source = emitter.emit()
-    check_generated(source, emitter.kernels_used)
+    check_generated(source, emitter.kernels_used, torch=emitter.ranks > 1)
     return source
 
 
-def check_generated(source: str, kernels: set[str]) -> None:
-    """Refuse generated code that imports anything but numpy and ml_dtypes, or lacks a kernel."""
+def check_generated(source: str, kernels: set[str], torch: bool = False) -> None:
+    """Refuse generated code that imports anything but numpy and ml_dtypes (and torch, for the
+    collectives of a tensor-parallel module), or lacks a kernel."""
     tree = ast.parse(source)
     defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
     missing = sorted(set(kernels) - set(defined))
@@ -706,5 +741,34 @@ def check_generated(source: str, kernels: set[str]) -> None:
         else:
             continue
         for m in mods:
-            if m.split(".")[0] not in ("numpy", "ml_dtypes", "__future__"):
+            if m.split(".")[0] not in ("numpy", "ml_dtypes", "__future__") + (("torch",) if torch else ()):
                 raise CpuTargetError(f"cpu target: generated code would import {m!r}")
+
+
+# Tensor parallelism: the collectives print as calls of the functions a tensor-parallel module
+# carries (strata/targets/cpu/collectives.py), on the Model's group.
+
+
+def _call(e: CpuEmitter, op: Operation, fn: str, *args: str) -> None:
+    """``<result> = fn(args)`` for a function that is not one of the kernels."""
+    res = op.results[0]
+    name = e.locals.fresh(e.labels.get(res, "v"))
+    e.names[res] = name
+    e.out.line(f"{name} = {fn}({', '.join(args)})  # {type_comment(res.type)}")
+
+
+@CPU_EMITTER.register(O.AllReduceOp)
+def _all_reduce(e: CpuEmitter, op: O.AllReduceOp) -> None:
+    # In place when nothing reads the operand after the sum (a computed local, not a weight).
+    inplace = e.last_use.get(op.src) is op and e._is_local(op.src) and not isinstance(op.src.owner, O.LEAF_OPS)
+    _call(e, op, "all_reduce", e.ref(op.src), "self.group", str(inplace))
+
+
+@CPU_EMITTER.register(O.AllGatherOp)
+def _all_gather(e: CpuEmitter, op: O.AllGatherOp) -> None:
+    _call(e, op, "all_gather", e.ref(op.src), str(int(op.axis.value.data)), "self.group", "RANKS")
+
+
+@CPU_EMITTER.register(O.GetRowsShardedOp)
+def _get_rows_sharded(e: CpuEmitter, op: O.GetRowsShardedOp) -> None:
+    e.assign(op, "get_rows_sharded", e.ref(op.table), e.ref(op.ids), "self.rank")

@@ -85,9 +85,15 @@ class CpuProgram:
         pass
 
 
-def load(out_dir: str | Path, weights: Any, **options: Any) -> CpuProgram:
+def load(out_dir: str | Path, weights: Any, group: Any = None, **options: Any) -> CpuProgram:
     """The program of the cpu stage `out_dir`, bound to `weights` (a mapping from llama.cpp
-    tensor names to arrays, e.g. a WeightStore)."""
+    tensor names to arrays, e.g. a WeightStore); a tensor-parallel one (RANKS > 1) binds this
+    rank's pieces and runs its collectives on `group` (a torch.distributed process group)."""
     if options:
-        raise TypeError(f"the cpu target's program takes no options, got {', '.join(sorted(options))}")
-    return CpuProgram(load_compiled(out_dir).Model(weights))
+        raise TypeError(f"the cpu target's program takes no options but group, got {', '.join(sorted(options))}")
+    module = load_compiled(out_dir)
+    if int(getattr(module, "RANKS", 1)) > 1:
+        return CpuProgram(module.Model(weights, group))
+    if group is not None:
+        raise TypeError("this cpu program runs on one rank: it takes no process group")
+    return CpuProgram(module.Model(weights))

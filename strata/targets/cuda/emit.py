@@ -17,6 +17,7 @@ from pathlib import Path
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
+from strata.dialects.blueprint.facts import function_dims, function_weights
 from strata.targets.codegen import CodegenError, sanitize_label
 from strata.targets.cuda.host import Tables, checked, entry_code
 from strata.targets.cuda.kernel_source import kernel_source
@@ -34,15 +35,11 @@ def _functions(module: ModuleOp) -> list[func.FuncOp]:
 def _convert_table(fns: list[func.FuncOp]) -> dict:
     table: dict = {}
     for fn in fns:
-        w = fn.attributes.get("blueprint.weights")
-        for name, info in (w.data.items() if w is not None else ()):
-            d = info.data
-            source = d["source"].data if "source" in d else name
-            kind = d["convert"].data if "convert" in d else None
-            args = tuple(int(a) for a in d["convert_args"].get_values()) if "convert_args" in d else ()
+        for name, read in function_weights(fn).items():
+            kind = read.convert
             if kind is not None and kind not in ("plus_one", "neg_exp", "squeeze", "ungroup_rows"):
                 raise CodegenError(f"weight '{sanitize_label(name)}': conversion '{sanitize_label(kind)}' is unknown")
-            table[checked(name, "weight name")] = (checked(source, "weight name"), kind, args)
+            table[checked(name, "weight name")] = (checked(read.source, "weight name"), kind, read.args)
     return table
 
 
@@ -50,7 +47,7 @@ def _model_part(fns: list[func.FuncOp], tables: Tables, model_name: str) -> list
     methods = [ln for fn in fns for ln in ["", *entry_code(fn, tables)]]
     first = fns[0]
     recipe = first.attributes["blueprint.recipe"].data if "blueprint.recipe" in first.attributes else "?"
-    dims = {k: int(v.value.data) for k, v in first.attributes["blueprint.dims"].data.items()}
+    dims = function_dims(first)
     kv_rows = [shape[0] for name, (shape, _) in tables.state.items() if name not in tables.recurrent
                and not name.endswith(".snapshot")]
     out = ["", "", "# " + "-" * 93, f"# Generated for {sanitize_label(model_name)}", "", "",

@@ -101,7 +101,7 @@ def checked(name: str, what: str) -> str:
 class _Printer:
     def __init__(self, fn: func.FuncOp, tables: Tables):
         self.fn, self.t = fn, tables
-        self.dims = {k: int(v.value.data) for k, v in fn.attributes["blueprint.dims"].data.items()}
+        self.dims = B.function_dims(fn)
         self.names: dict = {}
         self.lines: list[str] = []
         self.prefill = fn.attributes["blueprint.mode"].data == "prefill"

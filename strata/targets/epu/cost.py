@@ -26,7 +26,7 @@ from xdsl.ir import Operation, SSAValue
 
 from strata.dialects import fixed as FX
 from strata.dialects import fixed_kv as KV
-from strata.dialects.fixed import shape_of
+from strata.ir.checks import shape_of
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,11 @@ from xdsl.ir import Operation, SSAValue
 
 from strata.dialects import fixed as FX
 from strata.dialects import fixed_kv as KV
-from strata.dialects.fixed import frac_of, shape_of
+from strata.dialects.fixed import frac_of
+from strata.ir.checks import shape_of
 from strata.ir.impls import Implementations
 from strata.semantics.fixed_arith import ceil_log2
-from strata.semantics.fixed_interp import FIXED_INTERPRETER, Env, rope_tables
+from strata.semantics.fixed_interp import Env, param_value, rope_tables
 from strata.semantics.fixed_kv_interp import attention_scale
 from strata.targets.codegen import CodegenError, IndentedWriter, sanitize_label
 
@@ -195,7 +196,7 @@ class EpuEmitter:
         return name
 
     def param(self, op: FX.ParamOp) -> str:
-        (value,) = FIXED_INTERPRETER[FX.ParamOp](op, [], self.env)
+        value = param_value(op, self.env)
         t = op.result.type
         assert isinstance(t, TensorType)
         fixed = isinstance(t.get_element_type(), FX.FixedPointType)

@@ -295,3 +295,51 @@ func.func @f() {
 func.func @f(%a: !blueprint.edge<"n", "hidden", bf16>) {
   blueprint.yield %a : !blueprint.edge<"n", "hidden", bf16>
 }
+
+// -----
+
+// blueprint.dims: each symbol once.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.dims: 'hidden' is given twice
+func.func @f() attributes {blueprint.dims = #blueprint.dims<hidden = 32, hidden = 64>} {
+  func.return
+}
+
+// -----
+
+// blueprint.dims: a symbol is a name with a size.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}Expected '='
+func.func @f() attributes {blueprint.dims = #blueprint.dims<hidden>} {
+  func.return
+}
+
+// -----
+
+// blueprint.dims: sizes are not negative.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.dims: 'hidden' must be a size >= 0, got -1
+func.func @f() attributes {blueprint.dims = #blueprint.dims<hidden = -1>} {
+  func.return
+}
+
+// -----
+
+// blueprint.weights: a conversion of the op level's vocabulary.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.weights: 'w': unknown conversion 'transpose' (known: plus_one, neg_exp, squeeze, ungroup_rows)
+func.func @f() attributes {blueprint.weights = #blueprint.weights<"w" = transpose>} {
+  func.return
+}
+
+// -----
+
+// blueprint.weights: with its number of arguments.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.weights: 'w': conversion 'plus_one' takes 0 arguments, got 2
+func.func @f() attributes {blueprint.weights = #blueprint.weights<"w" = plus_one [1, 2]>} {
+  func.return
+}
+
+// -----
+
+// blueprint.weights: each weight once.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.weights: 'w' is given twice
+func.func @f() attributes {blueprint.weights = #blueprint.weights<"w" = plus_one, "w" = "v">} {
+  func.return
+}

@@ -317,3 +317,17 @@ func.func @decode_groups(%tok: !blueprint.edge<"n", "1", i32>, %prev: !blueprint
   }
   func.return
 }
+
+// The function's facts: its dims and its weight table, each entry form of the table (a
+// conversion, a conversion with arguments of another stored tensor, a stored tensor alone),
+// and both empty.
+// CHECK-LABEL: func.func @facts()
+// CHECK-SAME:  attributes {blueprint.dims = #blueprint.dims<head_dim = 8, hidden = 32, top_k = 2>, blueprint.weights = #blueprint.weights<"blk.0.attn_norm.weight" = plus_one, "blk.0.ssm_a" = neg_exp of "blk.0.ssm_a_log", "blk.0.attn_qkv.weight" = ungroup_rows [2, 0, 3, 16, 16, 32, 32] of "blk.0.ssm_in.weight", "output.weight" = "token_embd.weight">}
+// CHECK-LABEL: func.func @no_facts()
+// CHECK-SAME:  attributes {blueprint.dims = #blueprint.dims<>, blueprint.weights = #blueprint.weights<>}
+func.func @facts() attributes {blueprint.dims = #blueprint.dims<head_dim = 8, hidden = 32, top_k = 2>, blueprint.weights = #blueprint.weights<"blk.0.attn_norm.weight" = plus_one, "blk.0.ssm_a" = neg_exp of "blk.0.ssm_a_log", "blk.0.attn_qkv.weight" = ungroup_rows [2, 0, 3, 16, 16, 32, 32] of "blk.0.ssm_in.weight", "output.weight" = "token_embd.weight">} {
+  func.return
+}
+func.func @no_facts() attributes {blueprint.dims = #blueprint.dims<>, blueprint.weights = #blueprint.weights<>} {
+  func.return
+}

@@ -1125,6 +1125,47 @@ func.func @f(%r: tensor<?x64xf32>) {
 
 // -----
 
+// op.param: a split's parts sum to the piece's dim.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.param: split parts [8, 8] sum to 16, the result's dim 0 is 32
+%w = op.param "w" {split = array<i64: 0, 2, 8, 8>} : tensor<32x16xf32>
+
+// -----
+
+// op.param: a split's axis is a dim of the piece.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.param: split axis 2 is not a dim of 32x16
+%w = op.param "w" {split = array<i64: 2, 2>} : tensor<32x16xf32>
+
+// -----
+
+// op.all_reduce: the result is the operand's type.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.all_reduce: the result type must be the operand's
+%x = op.input "kq_mask" : tensor<5x16xf32>
+%r = op.all_reduce %x {group = "tp", ranks = 2 : i64} : tensor<5x16xf32> -> tensor<5x8xf32>
+
+// -----
+
+// op.all_reduce: the group is one the runtime knows.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.all_reduce: unknown group 'dp' (known: tp)
+%x = op.input "kq_mask" : tensor<5x16xf32>
+%r = op.all_reduce %x {group = "dp", ranks = 2 : i64} : tensor<5x16xf32> -> tensor<5x16xf32>
+
+// -----
+
+// op.all_gather: the ranks' pieces along the axis make the result.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.all_gather: 2 ranks of 5x16 along axis 1 give 5x32, got 5x48
+%x = op.input "kq_mask" : tensor<5x16xf32>
+%g = op.all_gather %x {group = "tp", ranks = 2 : i64, axis = 1 : i64} : tensor<5x16xf32> -> tensor<5x48xf32>
+
+// -----
+
+// op.get_rows_sharded: one row of the table per id.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.get_rows_sharded: result must be 5x16, got 4x16
+%w = op.param "w" : tensor<24x16xf32>
+%ids = op.input "tokens" : tensor<5xi32>
+%e = op.get_rows_sharded %w, %ids {group = "tp", ranks = 2 : i64} : tensor<24x16xf32>, tensor<5xi32> -> tensor<4x16xf32>
+
+// -----
+
 // Malformed syntax: a missing comma. The parse error names the file, the line
 // and the column, and shows the line with a caret under the offending token.
 func.func @f(%x: tensor<5x16xf32>, %g: tensor<16xf32>) {

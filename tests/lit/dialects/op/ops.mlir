@@ -477,3 +477,22 @@ func.func @generic_form(%x: tensor<5x16xf32>, %g: tensor<16xf32>) {
   %w = "op.param"() {tensor = "blk.0.attn_norm.weight"} : () -> tensor<16xf32>
   func.return
 }
+
+// The collectives of a tensor-parallel entry, and a param that is one rank's piece.
+// CHECK-LABEL: func.func @collectives(
+// CHECK-NEXT:    %w = op.param "token_embd.weight" {split = array<i64: 0, 2>} : tensor<24x16xf32>
+// CHECK-NEXT:    %q = op.param "blk.0.attn_qkv.weight" {split = array<i64: 0, 2, 8, 8, 16>} : tensor<32x16xf32>
+// CHECK-NEXT:    %ids = op.input "tokens" : tensor<5xi32>
+// CHECK-NEXT:    %e = op.get_rows_sharded %w, %ids {group = "tp", ranks = 2 : i64} : tensor<24x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
+// CHECK-NEXT:    %s = op.all_reduce %e {group = "tp", ranks = 2 : i64, name = "embd"} : tensor<5x16xf32> -> tensor<5x16xf32>
+// CHECK-NEXT:    %g = op.all_gather %s {group = "tp", ranks = 2 : i64, axis = 1 : i64} : tensor<5x16xf32> -> tensor<5x32xf32>
+// CHECK-NEXT:    func.return
+func.func @collectives() {
+  %w = op.param "token_embd.weight" {split = array<i64: 0, 2>} : tensor<24x16xf32>
+  %q = op.param "blk.0.attn_qkv.weight" {split = array<i64: 0, 2, 8, 8, 16>} : tensor<32x16xf32>
+  %ids = op.input "tokens" : tensor<5xi32>
+  %e = op.get_rows_sharded %w, %ids {group = "tp", ranks = 2 : i64} : tensor<24x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
+  %s = op.all_reduce %e {group = "tp", ranks = 2 : i64, name = "embd"} : tensor<5x16xf32> -> tensor<5x16xf32>
+  %g = op.all_gather %s {group = "tp", ranks = 2 : i64, axis = 1 : i64} : tensor<5x16xf32> -> tensor<5x32xf32>
+  func.return
+}
