@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from strata.artifacts.modules import import_generated
+from strata.errors import StrataError
 from strata.semantics.host_inputs import check_args
 from strata.semantics.programs import LogitsStep
 
@@ -55,8 +56,8 @@ class CpuProgram:
 
     def _one_sequence(self, what: str) -> None:
         if self.rows != 1:
-            raise ValueError(f"{what}: this program runs Batch = {self.rows} rows; the generation loop steps one "
-                             "sequence (run its entries with call())")
+            raise StrataError(f"{what}: this program runs Batch = {self.rows} rows; the generation loop steps one "
+                              "sequence (run its entries with strata call)")
 
     def prefill(self, tokens: Sequence[int], start: int) -> LogitsStep:
         self._one_sequence("prefill")
