@@ -46,6 +46,7 @@ from strata.ir.impls import Implementations
 from strata.semantics import host_inputs as H
 from strata.semantics import kernels as K
 from strata.semantics import kernels_seq as KS
+from strata.targets.cpu.emit_entries import arg_spec, entry_layout, entry_tables, method_head, signature
 from strata.targets.cpu.kernel_library import KernelLibrary
 from strata.targets.codegen import CodegenError, IndentedWriter, Namer, literal_name, sanitize_identifier, sanitize_label, value_labels
 
@@ -94,8 +95,6 @@ def type_comment(typ: Attribute) -> str:
 #: Module-level names of the generated code that locals and attributes must not shadow.
 _MODULE_NAMES = {"np", "ml_dtypes", "Model", "annotations", "_bind", "_bind_piece", "MODEL_NAME", "N_CTX", "RANKS",
                  "torch", "dist", "tp_rank", "all_reduce", "all_gather"}
-#: The arguments an entry may take (seed 003's names), and the call's facts, in its method.
-_ARG_NAME = re.compile(r"[a-z][a-z0-9_]{0,40}")
 #: Parameters and fixed locals of the entry methods.
 _METHOD_NAMES = {"self", "tokens", "start", "token", "pos", "n_tokens", "call"}
 #: Attributes and methods of Model besides the bound params, state and constants.
@@ -193,7 +192,7 @@ class CpuEmitter:
         out.line()
         out.line("    model = Model(weights)   # weights: ggml tensor name -> array (mapping or getter)")
         for fn in self.entries:
-            out.line(f"    logits = model.{self._signature(fn)}")
+            out.line(f"    logits = model.{signature(fn, self.reserved)}")
         out.line()
         out.line(f"Entries: {entries}. Needs only numpy and ml_dtypes. The kernels below are copied")
         out.line("from strata.semantics.kernels; everything after them is printed from the op-level IR.")
@@ -260,31 +259,8 @@ class CpuEmitter:
                     out.line(f"{literal_name(name, 'state name')}: ({int_tuple(typ.get_shape())}, "
                              f"{dtype_expr(typ.get_element_type())}),")
             out.line("}")
-            out.line("OUTPUTS = {  # entry -> (shape, dtype) of its (first) result; None: the number of tokens")
-            with out.indented():
-                for fn in self.entries:
-                    typ = fn.function_type.outputs.data[0]
-                    out.line(f"{fn.sym_name.data!r}: ({_shape_literal(typ)}, {dtype_expr(typ.get_element_type())}),")
-            out.line("}")
-            out.line("RESULTS = {  # entry -> the (shape, dtype) of each result")
-            with out.indented():
-                for fn in self.entries:
-                    items = [f"({_shape_literal(t)}, {dtype_expr(t.get_element_type())})"
-                             for t in fn.function_type.outputs.data]
-                    out.line(f"{fn.sym_name.data!r}: ({', '.join(items)},),")
-            out.line("}")
-            out.line("ARGS = {  # entry -> its arguments: (name, shape (None: a scalar; -1: the call's size), dtype)")
-            with out.indented():
-                for fn in self.entries:
-                    out.line(f"{fn.sym_name.data!r}: {self.arg_spec(fn)!r},")
-            out.line("}")
-            out.line("LAYOUTS = {  # entry -> how its arguments become its inputs (host_inputs.entry_call)")
-            with out.indented():
-                for fn in self.entries:
-                    layout = _layout(fn)
-                    if layout is not None:
-                        out.line(f"{fn.sym_name.data!r}: {layout!r},")
-            out.line("}")
+            for indent, text in entry_tables(self.entries, self.reserved, dtype_expr):
+                out.line("    " * indent + text)
             out.line()
             out.line("def __init__(self, weights, group=None):" if self.ranks > 1 else "def __init__(self, weights):")
             with out.indented():
@@ -325,32 +301,6 @@ class CpuEmitter:
 
     # -- entries --------------------------------------------------------------------------
 
-    def _signature(self, fn: func.FuncOp) -> str:
-        name = fn.sym_name.data
-        if _layout(fn) is not None:
-            return f"{name}({', '.join(n for n, _, _ in self.arg_spec(fn))})"
-        return f"{name}(token, pos)" if name == "decode" else f"{name}(tokens, start)"
-
-    def arg_spec(self, fn: func.FuncOp) -> tuple:
-        """The entry's arguments as (name, shape or None, numpy dtype name), from `op.args`."""
-        if _layout(fn) is None:  # one sequence: seed 003's signature (the method takes tokens [S] and start)
-            first = ("token", (1, 1), "int32") if fn.sym_name.data == "decode" else ("tokens", (1, -1), "int32")
-            return (first, ("pos", None, "int32"))
-        names, types = fn.attributes.get("op.args"), fn.attributes.get("op.arg_types")
-        if names is None or types is None or len(names.data) != len(types.data):
-            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} has op.call but no op.args / op.arg_types")
-        out = []
-        for name, typ in zip(names.data, types.data):
-            if not _ARG_NAME.fullmatch(name.data) or name.data in self.reserved | {"self", "call", "n_tokens"}:
-                raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data}: argument name "
-                                     f"{sanitize_label(name.data)!r} cannot be a parameter name")
-            if isinstance(typ, TensorType):
-                shape = tuple(-1 if d == DYNAMIC_INDEX else int(d) for d in typ.get_shape())
-                out.append((name.data, shape, _numpy_name(typ.get_element_type())))
-            else:
-                out.append((name.data, None, _numpy_name(typ)))
-        return tuple(out)
-
     def print_entry(self, fn: func.FuncOp, out: IndentedWriter) -> None:
         self.out = out
         self.names = {}
@@ -373,51 +323,18 @@ class CpuEmitter:
                 self.last_use[v] = op
 
         out.line()
-        name = fn.sym_name.data
-        self.layout = _layout(fn)
+        self.layout = entry_layout(fn)
         if self.layout is not None:
-            spec = self.arg_spec(fn)
-            self.locals.taken |= {n for n, _, _ in spec}
-            args = ", ".join(n for n, _, _ in spec)
-            out.line(f"def {name}(self, {args}):")
-            with out.indented():
-                kind = "step function" if fn.sym_visibility is not None else "entry"
-                out.line(f'"""The {kind} @{name}: its arguments checked and turned into its inputs, then its ops."""')
-                given = ", ".join(f"{n!r}: {n}" for n, _, _ in spec)
-                self.kernels_used.add("entry_call")
-                out.line(f"call = entry_call(self.LAYOUTS[{name!r}], self.ARGS[{name!r}], {{{given}}})")
-                out.line("n_tokens = call['tokens'].shape[0]")
-                for op in ops:
-                    if op is not fn:
-                        self.print_op(op)
-            return
-        self.kernels_used.add("host_input")
-        if name == "decode":
-            out.line("def decode(self, token, pos):")
-        else:
-            out.line(f"def {name}(self, tokens, start):")
+            self.locals.taken |= {n for n, _, _ in arg_spec(fn, self.reserved)}
+        head, body, kernel = method_head(fn, self.reserved, self.n_ctx)
+        self.kernels_used.add(kernel)
+        out.line(head)
         with out.indented():
-            if name == "decode":
-                out.line('"""Entry @decode: one token at position `pos`; writes its cache rows, returns its logits."""')
-            else:
-                out.line(f'"""Entry @{name}: `tokens` from position `start`; writes their cache rows, returns the '
-                         'logits of the rows the graph outputs."""')
-            if name == "decode":
-                out.line("tokens = np.asarray([token], dtype=np.int32)")
-                out.line("start = int(pos)")
-            else:
-                out.line("tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)")
-                out.line("start = int(start)")
-            out.line("n_tokens = tokens.shape[0]")
-            if self.n_ctx is not None:
-                out.line(f"if n_tokens < 1 or start < 0 or start + n_tokens > {self.n_ctx}:")
-                with out.indented():
-                    out.line(f"raise ValueError(f'{name}: {{n_tokens}} tokens at position {{start}} do not fit "
-                             f"the context of {self.n_ctx}')")
+            for text in body:
+                out.line(text)
             for op in ops:
-                if op is fn:
-                    continue
-                self.print_op(op)
+                if op is not fn:
+                    self.print_op(op)
 
     def print_op(self, op: Operation) -> None:
         handler = CPU_EMITTER.get(type(op))
@@ -534,7 +451,7 @@ PLAIN_KERNELS: dict[type[Operation], str] = {
     O.GetRowsOp: "get_rows", O.MulOp: "mul", O.AddOp: "add", O.MulMatOp: "mul_mat", O.TransposeOp: "transpose",
     O.CpyOp: "cpy", O.ArgmaxOp: "argmax", O.SwigluOp: "swiglu",
     O.DivOp: "div", O.SiluOp: "silu", O.SigmoidOp: "sigmoid", O.SoftplusOp: "softplus", O.SumRowsOp: "sum_rows",
-    O.MulMatIdOp: "mul_mat_id", O.SsmConvOp: "ssm_conv",
+    O.MulMatIdOp: "mul_mat_id", O.SsmConvOp: "ssm_conv", O.TargetLogProbsOp: "target_log_probs",
 }
 
 
@@ -666,11 +583,6 @@ def _gated_delta_net_seq(e: CpuEmitter, op: O.GatedDeltaNetSeqOp) -> None:
     e.assign(op, "gated_delta_net_seq", *args)
 
 
-@CPU_EMITTER.register(O.TargetLogProbsOp)
-def _target_log_probs(e: CpuEmitter, op: O.TargetLogProbsOp) -> None:
-    e.assign(op, "target_log_probs", e.ref(op.x), e.ref(op.weight), e.ref(op.targets))
-
-
 def _loop(e: CpuEmitter, op: O.GenerateOp | O.GenerateUntilOp) -> None:
     """`generate_loop(self.<step>, tokens, start, steps[, eos])`: the step is a method too."""
     step = op.callee.root_reference.data
@@ -688,33 +600,6 @@ def _loop(e: CpuEmitter, op: O.GenerateOp | O.GenerateUntilOp) -> None:
 
 CPU_EMITTER.add(O.GenerateOp, _loop)
 CPU_EMITTER.add(O.GenerateUntilOp, _loop)
-
-
-def _shape_literal(typ: TensorType) -> str:
-    dims = ", ".join("None" if d == DYNAMIC_INDEX else str(d) for d in typ.get_shape())
-    return f"({dims}{',' if len(typ.get_shape()) == 1 else ''})"
-
-
-def _numpy_name(elem: Attribute) -> str:
-    found = dtypes.lookup(elem)
-    if found is None:
-        raise CpuTargetError(f"cpu target: element type {elem} is not supported")
-    return found.numpy.name
-
-
-def _layout(fn: func.FuncOp) -> dict | None:
-    """The entry's `op.call` (how its arguments become its inputs) as plain values, or None for a
-    one-sequence prefill or decode."""
-    attr = fn.attributes.get("op.call")
-    if attr is None:
-        return None
-    out = {}
-    for k, v in attr.data.items():  # type: ignore[attr-defined]
-        value = v.data if isinstance(getattr(v, "data", None), str) else int(v.value.data)
-        if isinstance(value, str):
-            literal_name(value, "entry layout value")
-        out[k] = value
-    return out
 
 
 def emit_cpu(module: ModuleOp, model_name: str | None = None) -> str:
