@@ -47,7 +47,10 @@ def check_entry_knobs(model: Any, k: dict[str, Any]) -> dict[str, Any]:
         if k.get("ctx") is not None and k["ctx"] != k["MaxSeq"]:
             raise TargetError(f"MaxSeq={k['MaxSeq']} and ctx={k['ctx']} disagree (MaxSeq is the context)")
         k["ctx"] = k["MaxSeq"]
-    entry_list(k["entries"])
+    entries = entry_list(k["entries"])
+    if k.get("tp", 1) > 1 and set(entries) - {"prefill", "decode"}:
+        raise TargetError(f"tp={k['tp']}: a tensor-parallel program runs prefill and decode; entries "
+                          f"{','.join(e for e in entries if e not in ('prefill', 'decode'))} run on one rank (tp=1)")
     return k
 
 
