@@ -470,3 +470,14 @@ def _gated_delta_net(ex: Exporter, op: O.GatedDeltaNetOp) -> None:
     flat = ex.node("Concat", [ex.reshape(outs, [t * hv * d], base), ex.reshape(s_final, [hv * d * d], base)], base,
                    axis=0)
     ex.set(op, ex.reshape(flat, list(shape_of(op.result)), base))
+
+
+# ---------------------------------------------------------------------------------------------
+# The entries of several sequences (their host inputs come from the entries' arguments, which
+# an exported prefill or decode does not take): refused, naming the op.
+
+
+@ONNX_EXPORT.register(O.GatedDeltaNetSeqOp, O.TargetLogProbsOp, O.GenerateOp, O.GenerateUntilOp)
+def _entries_only(ex: Exporter, op) -> None:
+    raise OnnxExportError(f"{op.name}: no ONNX export; the ONNX export covers the one-sequence prefill and decode "
+                          "(run the other entries with strata call)")

@@ -5,6 +5,7 @@
     step.token, step.logits                    # the program's choice, the last row's logits
     step = program.decode(step.token, 3)
     step = program.decode(step.token, 4, SamplingParams(temperature=0.8, seed=1))  # its sampler's draw
+    logits, = program.call("decode_rows", tokens=[[5], [9]], positions=[3, 7])   # any entry of seed 003
     program.close()
 
 Each target implements it in its own folder (`strata/targets/<name>/program.py`: the CPU's
@@ -22,7 +23,7 @@ decodes greedily and refuses sampling; onnxruntime samples on the host with the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -65,3 +66,15 @@ class Program(Protocol):
 
     def close(self) -> None:
         """Release what the program holds (a driver process, device memory)."""
+
+    #: Each entry the program runs by `call` -> (its arguments, its results): the arguments as
+    #: (name, shape or None for a scalar, numpy dtype name), a shape's -1 being the call's size
+    #: (S or P); the results as (shape, numpy dtype name), None for the call's size. A program
+    #: that runs only the generation loop's prefill and decode has none.
+    entries: Mapping[str, tuple[tuple, tuple]]
+
+    def call(self, entry: str, **inputs) -> tuple[np.ndarray, ...]:
+        """Run `entry` (seed 003's entries: decode_rows, prefill_slots, ...) on `inputs`, its
+        arguments by name, on the program's state (the calls of one program share its KV cache
+        and recurrent state); returns its results. Bad inputs raise ValueError naming the
+        argument."""

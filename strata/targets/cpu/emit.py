@@ -10,9 +10,13 @@ that calls the op's kernel, in program order. The generated module
   repository);
 * defines ``class Model``: ``__init__(weights)`` binds every ``op.param`` once to an
   attribute (a zero-copy view of the memory-mapped weight) and preallocates every
-  ``op.state`` (the KV cache) from its IR type; one method per entry
-  (``prefill(tokens, start)``, ``decode(token, pos)``) computes its host inputs with
-  ``host_input`` and then runs the ops, with locals named after the IR values. An entry
+  ``op.state`` (the KV cache) from its IR type; one method per entry computes its host
+  inputs and then runs the ops, with locals named after the IR values: a one-sequence
+  ``prefill(tokens, start)`` and ``decode(token, pos)`` with ``host_input``, every other
+  entry with seed 003's arguments by name (``decode_rows(tokens, positions)``, ...) checked
+  and turned into its inputs by ``entry_call`` and ``call_input`` (copied from
+  :mod:`strata.semantics.host_inputs`); ``ARGS`` and ``RESULTS`` give each entry's
+  arguments and results. A device loop calls its step function (a method too). An entry
   whose inputs are function arguments (the sampler, ``sample_logits(logits, key, ...)``)
   takes them as the method's parameters, named after the arguments, and checks their shapes.
 
@@ -42,7 +46,7 @@ from xdsl.utils.exceptions import VerifyException
 from strata.dialects import op as O
 from strata.ir import dtypes
 from strata.ir.impls import Implementations
-from strata.semantics import kernels as K
+from strata.targets.cpu.emit_entries import METHOD_NAMES, arg_spec, argument_names, entry_layout, entry_tables, method_head, signature
 from strata.targets.cpu.kernel_library import CPU_KERNEL_MODULES, KernelLibrary
 from strata.targets.codegen import CodegenError, IndentedWriter, Namer, literal_name, sanitize_identifier, sanitize_label, value_labels
 
@@ -91,11 +95,9 @@ def type_comment(typ: Attribute) -> str:
 #: Module-level names of the generated code that locals and attributes must not shadow.
 _MODULE_NAMES = {"np", "ml_dtypes", "Model", "annotations", "_bind", "_bind_piece", "MODEL_NAME", "N_CTX", "RANKS",
                  "torch", "dist", "tp_rank", "all_reduce", "all_gather"}
-#: Parameters and fixed locals of the entry methods.
-_METHOD_NAMES = {"self", "tokens", "start", "token", "pos", "n_tokens"}
 #: Attributes and methods of Model besides the bound params, state and constants.
 _MODEL_ATTRS = {"reset", "weights", "PARAMS", "STATE", "OUTPUTS", "ENTRIES", "N_CTX", "MODEL_NAME", "RANKS", "group",
-                "rank"}
+                "rank", "ARGS", "RESULTS", "LAYOUTS"}
 
 
 class CpuEmitter:
@@ -121,6 +123,7 @@ class CpuEmitter:
         self.locals = Namer(set())
         self.inputs: dict[tuple[str, Attribute], str] = {}
         self.n_kv = 0
+        self.layout: dict | None = None
         self.last_use: dict[SSAValue, Operation] = {}
 
     # -- driver ---------------------------------------------------------------------------
@@ -147,7 +150,7 @@ class CpuEmitter:
         entry_names: set[str] = set()
         for fn in self.entries:
             name = fn.sym_name.data
-            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name) or name in self.reserved | _MODEL_ATTRS | _METHOD_NAMES:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name) or name in self.reserved | _MODEL_ATTRS | METHOD_NAMES:
                 raise CpuTargetError(f"cpu target: entry name {sanitize_label(name)!r} cannot be a method name")
             if name in entry_names:
                 raise CpuTargetError(f"cpu target: two entries named {name!r}")
@@ -158,8 +161,8 @@ class CpuEmitter:
 
         out = IndentedWriter()
         self.print_header(out)
-        library = KernelLibrary.of(*CPU_KERNEL_MODULES)
-        for name in library.closure(self.kernels_used | {"host_input"}):
+        library = KernelLibrary()
+        for name in library.closure(self.kernels_used):
             out.line()
             out.line()
             out.block(library.text(name))
@@ -187,7 +190,7 @@ class CpuEmitter:
         out.line()
         out.line("    model = Model(weights)   # weights: ggml tensor name -> array (mapping or getter)")
         for fn in self.entries:
-            out.line(f"    logits = model.{self._signature(fn)}")
+            out.line(f"    logits = model.{signature(fn, self.reserved)}")
         out.line()
         out.line(f"Entries: {entries}. Needs only numpy and ml_dtypes. The kernels below are copied")
         out.line("from strata.semantics.kernels (and strata.semantics.sampling); everything after them is printed")
@@ -242,7 +245,8 @@ class CpuEmitter:
             out.line()
             out.line("N_CTX = N_CTX")
             out.line("MODEL_NAME = MODEL_NAME")
-            out.line(f"ENTRIES = {tuple(fn.sym_name.data for fn in self.entries)!r}")
+            public = [fn for fn in self.entries if fn.sym_visibility is None or fn.sym_visibility.data != "private"]
+            out.line(f"ENTRIES = {tuple(fn.sym_name.data for fn in public)!r}")
             out.line("PARAMS = (")
             with out.indented():
                 for name in self.params:
@@ -254,14 +258,8 @@ class CpuEmitter:
                     out.line(f"{literal_name(name, 'state name')}: ({int_tuple(typ.get_shape())}, "
                              f"{dtype_expr(typ.get_element_type())}),")
             out.line("}")
-            out.line("OUTPUTS = {  # entry -> (shape, dtype) of its result; None: the number of tokens")
-            with out.indented():
-                for fn in self.entries:
-                    (typ,) = fn.function_type.outputs.data
-                    dims = ", ".join("None" if d == DYNAMIC_INDEX else str(d) for d in typ.get_shape())
-                    dims += "," if len(typ.get_shape()) == 1 else ""
-                    out.line(f"{fn.sym_name.data!r}: (({dims}), {dtype_expr(typ.get_element_type())}),")
-            out.line("}")
+            for indent, text in entry_tables(self.entries, self.reserved, dtype_expr):
+                out.line("    " * indent + text)
             out.line()
             out.line("def __init__(self, weights, group=None):" if self.ranks > 1 else "def __init__(self, weights):")
             with out.indented():
@@ -302,25 +300,15 @@ class CpuEmitter:
 
     # -- entries --------------------------------------------------------------------------
 
-    def _signature(self, fn: func.FuncOp) -> str:
-        name = fn.sym_name.data
-        if fn.function_type.inputs.data:
-            return f"{name}({', '.join(self._arg_names(fn))})"
-        return f"{name}(token, pos)" if name == "decode" else f"{name}(tokens, start)"
-
-    def _arg_names(self, fn: func.FuncOp) -> list[str]:
-        """The parameter names of an entry that takes function arguments (after their IR names)."""
-        namer = Namer(self.reserved | _METHOD_NAMES)
-        return [namer.fresh(a.name_hint or f"arg{i}") for i, a in enumerate(fn.body.block.args)]
-
     def print_entry(self, fn: func.FuncOp, out: IndentedWriter) -> None:
         self.out = out
         self.names = {}
         self.labels = value_labels(fn)
-        self.locals = Namer(self.reserved | _METHOD_NAMES)
+        self.locals = Namer(self.reserved | METHOD_NAMES)
         self.inputs = {}
-        if len(fn.function_type.outputs.data) != 1 or not isinstance(fn.function_type.outputs.data[0], TensorType):
-            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must return one tensor")
+        outs = fn.function_type.outputs.data
+        if not outs or not all(isinstance(t, TensorType) for t in outs):
+            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must return tensors")
         if fn.function_type.inputs.data:
             self.print_entry_with_arguments(fn, out)
             return
@@ -334,38 +322,23 @@ class CpuEmitter:
                 self.last_use[v] = op
 
         out.line()
-        name = fn.sym_name.data
-        if name == "decode":
-            out.line("def decode(self, token, pos):")
-        else:
-            out.line(f"def {name}(self, tokens, start):")
+        self.layout = entry_layout(fn)
+        if self.layout is not None:
+            self.locals.taken |= {n for n, _, _ in arg_spec(fn, self.reserved)}
+        head, body, kernel = method_head(fn, self.reserved, self.n_ctx)
+        self.kernels_used.add(kernel)
+        out.line(head)
         with out.indented():
-            if name == "decode":
-                out.line('"""Entry @decode: one token at position `pos`; writes its cache rows, returns its logits."""')
-            else:
-                out.line(f'"""Entry @{name}: `tokens` from position `start`; writes their cache rows, returns the '
-                         'logits of the rows the graph outputs."""')
-            if name == "decode":
-                out.line("tokens = np.asarray([token], dtype=np.int32)")
-                out.line("start = int(pos)")
-            else:
-                out.line("tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)")
-                out.line("start = int(start)")
-            out.line("n_tokens = tokens.shape[0]")
-            if self.n_ctx is not None:
-                out.line(f"if n_tokens < 1 or start < 0 or start + n_tokens > {self.n_ctx}:")
-                with out.indented():
-                    out.line(f"raise ValueError(f'{name}: {{n_tokens}} tokens at position {{start}} do not fit "
-                             f"the context of {self.n_ctx}')")
+            for text in body:
+                out.line(text)
             for op in ops:
-                if op is fn:
-                    continue
-                self.print_op(op)
+                if op is not fn:
+                    self.print_op(op)
 
     def print_entry_with_arguments(self, fn: func.FuncOp, out: IndentedWriter) -> None:
         """An entry whose inputs are its arguments (static shapes; no host inputs, no state)."""
         name = fn.sym_name.data
-        params = self._arg_names(fn)
+        params = argument_names(fn, self.reserved)
         self.locals.taken |= set(params)
         for op in fn.body.walk():
             if isinstance(op, (O.InputOp, O.StateOp)):
@@ -492,7 +465,11 @@ def _input(e: CpuEmitter, op: O.InputOp) -> None:
     if key in e.inputs:  # the same host input again (k_idxs, v_idxs, ...): computed once
         e.names[op.result] = e.inputs[key]
         return
-    e.assign(op, "host_input", repr(kind), "tokens", "start", str(e.n_kv))
+    if e.layout is not None:
+        shape = tuple(-1 if d == DYNAMIC_INDEX else d for d in op.result.type.get_shape())
+        e.assign(op, "call_input", repr(kind), "call", int_tuple(shape))
+    else:
+        e.assign(op, "host_input", repr(kind), "tokens", "start", str(e.n_kv))
     e.inputs[key] = e.names[op.result]
 
 
@@ -503,7 +480,7 @@ PLAIN_KERNELS: dict[type[Operation], str] = {
     O.GetRowsOp: "get_rows", O.MulOp: "mul", O.AddOp: "add", O.MulMatOp: "mul_mat", O.TransposeOp: "transpose",
     O.CpyOp: "cpy", O.ArgmaxOp: "argmax", O.SwigluOp: "swiglu",
     O.DivOp: "div", O.SiluOp: "silu", O.SigmoidOp: "sigmoid", O.SoftplusOp: "softplus", O.SumRowsOp: "sum_rows",
-    O.MulMatIdOp: "mul_mat_id", O.SsmConvOp: "ssm_conv",
+    O.MulMatIdOp: "mul_mat_id", O.SsmConvOp: "ssm_conv", O.TargetLogProbsOp: "target_log_probs",
 }
 
 
@@ -519,7 +496,14 @@ SHAPED_KERNELS: dict[type[Operation], str] = {O.ReshapeOp: "reshape", O.ContOp: 
 
 
 def _shaped(kernel: str) -> Callable[[CpuEmitter, Operation], None]:
-    return lambda e, op: e.assign(op, kernel, e.ref(op.operands[0]), e.shape(op.results[0]))
+    def emit(e: CpuEmitter, op: Operation) -> None:
+        shape = e.shape(op.results[0])
+        dims = op.results[0].type.get_shape()  # type: ignore[attr-defined]
+        if kernel in ("reshape", "cont") and list(dims).count(DYNAMIC_INDEX) == 1:
+            shape = int_tuple([-1 if d == DYNAMIC_INDEX else d for d in dims])  # the elements decide it
+        e.assign(op, kernel, e.ref(op.operands[0]), shape)
+
+    return emit
 
 
 for _cls, _kernel in SHAPED_KERNELS.items():
@@ -623,16 +607,45 @@ def _sample(e: CpuEmitter, op: O.SampleOp) -> None:
 
 @CPU_EMITTER.register(func.ReturnOp)
 def _return(e: CpuEmitter, op: func.ReturnOp) -> None:
-    if len(op.arguments) != 1:
-        raise CpuTargetError("cpu target: an entry must return exactly one tensor")
-    e.out.line(f"return {e.ref(op.arguments[0])}")
+    if not op.arguments:
+        raise CpuTargetError("cpu target: an entry must return a tensor")
+    e.out.line(f"return {', '.join(e.ref(v) for v in op.arguments)}")
+
+
+@CPU_EMITTER.register(O.GatedDeltaNetSeqOp)
+def _gated_delta_net_seq(e: CpuEmitter, op: O.GatedDeltaNetSeqOp) -> None:
+    args = [e.ref(v) for v in op.operands]
+    if op.state is None:
+        args.append("None")
+    if op.grouped is not None:
+        args.append("grouped=True")
+    e.assign(op, "gated_delta_net_seq", *args)
+
+
+def _loop(e: CpuEmitter, op: O.GenerateOp | O.GenerateUntilOp) -> None:
+    """`generate_loop(self.<step>, tokens, start, steps[, eos])`: the step is a method too."""
+    step = op.callee.root_reference.data
+    if step not in {fn.sym_name.data for fn in e.entries}:
+        raise CpuTargetError(f"cpu target: {op.name}: no step function @{sanitize_label(step)}")
+    args = [f"self.{step}", e.ref(op.tokens), e.ref(op.start), str(int(op.steps.value.data))]
+    if isinstance(op, O.GenerateUntilOp):
+        args.append(e.ref(op.eos))
+    e.kernels_used.add("generate_loop")
+    names = [e.locals.fresh(e.labels.get(r, "v")) for r in op.results]
+    for r, n in zip(op.results, names):
+        e.names[r] = n
+    e.out.line(f"{', '.join(names)} = generate_loop({', '.join(args)})  # {type_comment(op.results[0].type)}")
+
+
+CPU_EMITTER.add(O.GenerateOp, _loop)
+CPU_EMITTER.add(O.GenerateUntilOp, _loop)
 
 
 def emit_cpu(module: ModuleOp, model_name: str | None = None) -> str:
     """The generated numpy module for an op-level ``module`` (deterministic)."""
     emitter = CpuEmitter(module, model_name)
     source = emitter.emit()
-    check_generated(source, emitter.kernels_used | {"host_input"}, torch=emitter.ranks > 1)
+    check_generated(source, emitter.kernels_used, torch=emitter.ranks > 1)
     return source
 
 

@@ -4,6 +4,7 @@
     step = program.prefill([1, 2, 3], 0)
     step.token, step.logits             # the greedy choice, the last row's logits
     step = program.decode(step.token, 3, params)   # drawn by the generated `sample_logits`
+    logits, = program.call("decode_rows", tokens=[[5], [9]], positions=[3, 7])   # an entry compiled in
 
 The compile itself (lowering, the stage directory and its manifest) is the pipeline's; this
 file only runs what the target wrote.
@@ -20,6 +21,7 @@ import numpy as np
 from strata.artifacts.modules import import_generated
 from strata.dialects.op import SAMPLER
 from strata.errors import StrataError
+from strata.semantics.host_inputs import check_args
 from strata.semantics.programs import LogitsStep, SampledStep, SequenceSampler
 from strata.semantics.sampling_inputs import Sampling
 
@@ -40,9 +42,18 @@ class CpuProgram:
     def __init__(self, instance: Any):
         self.model = instance
         self.name = str(instance.MODEL_NAME or "model")
-        self.vocab = int(instance.OUTPUTS["decode"][0][-1])
+        layouts = getattr(instance, "LAYOUTS", {})
+        if "decode" in instance.OUTPUTS:
+            self.vocab = int(instance.OUTPUTS["decode"][0][-1])
+        else:  # a program of other entries
+            self.vocab = int(next(iter(layouts.values()))["Vocab"]) if layouts else 0
         self.n_ctx = int(instance.N_CTX)
         self.sampler = SequenceSampler(self.vocab, self._sample_logits)
+        args = getattr(instance, "ARGS", {})
+        results = getattr(instance, "RESULTS", {})
+        self.entries = {e: (tuple(args[e]), tuple(results[e])) for e in instance.ENTRIES if e in args and e in results}
+        # The generation loop steps one sequence: a program of several rows runs by `call`.
+        self.rows = int(layouts.get("decode", {}).get("Batch", 1))
 
     def _sample_logits(self, *args: Any):
         if SAMPLER not in self.model.ENTRIES:
@@ -53,14 +64,34 @@ class CpuProgram:
     def reset(self) -> None:
         self.model.reset()
 
+    def _one_sequence(self, what: str) -> None:
+        if self.rows != 1:
+            raise StrataError(f"{what}: this program runs Batch = {self.rows} rows; the generation loop steps one "
+                              "sequence (run its entries with strata call)")
+
     def prefill(self, tokens: Sequence[int], start: int, sampling: Sampling | None = None) -> LogitsStep | SampledStep:
+        self._one_sequence("prefill")
         if start == 0:  # a new sequence: the recurrent state starts from zero
             self.model.reset()
         ids = np.asarray(tokens, np.int32)
         return self.sampler.choose(self.model.prefill(ids, start)[-1], ids, start, False, sampling)
 
     def decode(self, token: int, pos: int, sampling: Sampling | None = None) -> LogitsStep | SampledStep:
+        self._one_sequence("decode")
         return self.sampler.choose(self.model.decode(int(token), pos)[-1], [int(token)], pos, True, sampling)
+
+    def call(self, entry: str, **inputs: Any) -> tuple[np.ndarray, ...]:
+        if entry not in self.entries:
+            raise KeyError(entry)
+        method = getattr(self.model, entry)
+        if entry in ("prefill", "decode") and entry not in getattr(self.model, "LAYOUTS", {}):
+            # One sequence: the method takes the tokens flat and the start position.
+            args = check_args(entry, self.entries[entry][0], inputs)
+            tokens = args["token" if entry == "decode" else "tokens"].reshape(-1)
+            out = method(int(tokens[0]) if entry == "decode" else tokens, int(args["pos"]))
+        else:
+            out = method(**inputs)
+        return tuple(np.asarray(x) for x in out) if isinstance(out, tuple) else (np.asarray(out),)
 
     def close(self) -> None:
         pass
