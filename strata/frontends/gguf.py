@@ -48,7 +48,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from strata.errors import StrataError
+from strata.ir.split import split_piece
 
 MAGIC = b"GGUF"
 #: general.architecture -> the HF architecture whose family reads it.
@@ -196,18 +197,22 @@ class GgufFile:
         """The element type the store gives tensor `name` in (f32 for the quantized types)."""
         return {"F16": "f16", "BF16": "bf16"}.get(self.tensors[name].tensor_type.name, "f32")
 
-    def load(self, name: str) -> np.ndarray:
-        """Tensor `name`: a view of the file for F32, F16 and BF16, else dequantized to f32."""
+    def load(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
+        """Tensor `name`: a view of the file for F32, F16 and BF16, else dequantized to f32;
+        `rows` (lo, hi): only those indices of its first (row-major) dim, of which a block format
+        dequantizes nothing else (its blocks lie within a row)."""
         t = self.tensors[name]
         kind, shape = t.tensor_type.name, self.shape(name)
+        lo, hi = rows if rows is not None else (0, shape[0])
         try:
             if kind in ("F32", "F16"):
-                return t.data.reshape(shape)
+                return t.data.reshape(shape)[lo:hi]
             if kind == "BF16":
                 import ml_dtypes
 
-                return t.data.view(ml_dtypes.bfloat16).reshape(shape)
-            out = _gguf().quants.dequantize(t.data, t.tensor_type).reshape(shape)
+                return t.data.view(ml_dtypes.bfloat16).reshape(shape)[lo:hi]
+            data = t.data.reshape(shape[0], -1)[lo:hi]  # the rows' blocks
+            out = _gguf().quants.dequantize(data, t.tensor_type).reshape((hi - lo, *shape[1:]))
         except Exception as e:  # noqa: BLE001 - a truncated tensor fails in numpy or the dequantizer
             raise GgufError(f"{self.path}: tensor '{name}' ({kind}) cannot be read ({_first_line(e)})") from None
         out = np.ascontiguousarray(out, dtype=np.float32)
@@ -543,10 +548,35 @@ class GgufWeights:
         plan = self._plans[name]
         return tuple(self.get(name).shape), self.g.dtype_name(plan.sources[0]) if plan.as_stored else "f32"
 
+    def piece(self, name: str, axis: int, pieces: int, parts: Sequence[int], index: int) -> np.ndarray:
+        """This rank's piece of tensor `name` (op.param's `split`, see `strata.ir.split`). A row
+        split of a tensor used as stored reads (and dequantizes) only the piece's rows; any other
+        is made whole (not kept), then cut."""
+        plan = self._plans.get(name) or _Plan((name,))
+        if plan.as_stored and axis == 0 and plan.sources[0] in self.g.tensors:
+            src = plan.sources[0]
+            total = self.g.shape(src)[0]
+            sizes = list(parts) or [total // pieces]
+            if sum(sizes) * pieces == total:
+                out, start = [], 0
+                for p in sizes:
+                    out.append(self.g.load(src, (start + index * p, start + (index + 1) * p)))
+                    start += pieces * p
+                return out[0] if len(out) == 1 else np.concatenate(out)
+        try:
+            out = np.ascontiguousarray(split_piece(self._make(name), axis, pieces, parts, index))
+        except ValueError as e:
+            raise GgufError(f"{self.label}: tensor '{name}': {e}") from None
+        out.flags.writeable = False
+        return out
+
     def get(self, name: str) -> np.ndarray:
         """Tensor `name` in the IR's form: a view of the file, or an array made once and kept."""
-        if name in self._cache:
-            return self._cache[name]
+        if name not in self._cache:
+            self._cache[name] = self._make(name)
+        return self._cache[name]
+
+    def _make(self, name: str) -> np.ndarray:
         plan = self._plans.get(name) or _Plan((name,))
         missing = [s for s in plan.sources if s not in self.g.tensors]
         if missing:
@@ -561,7 +591,6 @@ class GgufWeights:
         if not plan.as_stored:
             w = np.ascontiguousarray(w, dtype=np.float32)
             w.flags.writeable = False
-        self._cache[name] = w
         return w
 
     def check(self, expected: Mapping[str, tuple[tuple[int, ...], str]]) -> None:
