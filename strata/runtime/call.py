@@ -132,7 +132,7 @@ def call_model(model_path: str | Path, calls_path: str | Path, out_path: str | P
     results written to `out_path` (.npz, atomically) once all have run."""
     from strata.passes.convert_module_to_op import ENTRIES
     from strata.pipeline import load_model
-    from strata.runtime.engine import open_program, prepare_device
+    from strata.runtime.engine import cache_dir_of, open_program, prepare_device
 
     check_output_path(out_path)  # before the work, not after it
     calls = read_calls(calls_path)
@@ -145,6 +145,10 @@ def call_model(model_path: str | Path, calls_path: str | Path, out_path: str | P
                         "prefill and decode for the generation loop only")
     prepare_device(target_name, interpret)
     model = load_model(model_path)
+    # Never onto the model's files, the calls or the compiled program: checked before the compile.
+    cache = Path(cache_dir) if cache_dir is not None else cache_dir_of(model, target_name, interpret)
+    check_output_path(out_path, {**model.input_files(), calls_path: "the calls file",
+                                 cache: f"the compiled model's directory {cache}"}, "-o")
     knobs = dict(knobs or {})
     if target_name == "cpu" and knobs.get("entries") is None:
         knobs["entries"] = entries_for(calls)

@@ -50,7 +50,13 @@ SINGLE_FILE_COMMANDS = {
     "calibrate": lambda m, out: ["calibrate", m, "--random", "1", "--length", "2", "-o", out],
     "run-dump-logits": lambda m, out: ["run", m, "--prompt-ids", "1,2", "--max-new-tokens", "1",
                                        "--dump-logits", out],
+    "call": lambda m, out: ["call", m, "--calls", str(write_calls(Path(m).parent / "calls.json")), "-o", out],
 }
+
+
+def write_calls(path: Path) -> Path:
+    path.write_text('[{"entry": "decode", "inputs": {"tokens": [[1]], "pos": 0}}]')
+    return path
 
 
 @pytest.mark.parametrize("victim", ["config.json", "model.safetensors", "a-link-to-config.json"])
@@ -200,3 +206,15 @@ def test_epu_compile_rebuilds_its_own_output_but_not_a_file_added_to_it(model, t
     capsys.readouterr()
     refused(capsys, [*argv, "--set", "headroom=3"], "notes.txt")
     assert (out / "fixed" / "notes.txt").read_text() == "mine\n"
+
+
+def test_call_never_replaces_its_calls_or_the_compiled_model(model, tmp_path, capsys):
+    calls = write_calls(tmp_path / "calls.json")
+    before = calls.read_text()
+    refused(capsys, ["call", str(model), "--calls", str(calls), "-o", str(calls)], "the calls file")
+    assert calls.read_text() == before
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    refused(capsys, ["call", str(model), "--calls", str(calls), "--cache-dir", str(cache), "-o",
+                     str(cache / "out.npz")], "compiled model")
+    assert list(cache.iterdir()) == []
