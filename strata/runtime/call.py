@@ -29,7 +29,11 @@ import numpy as np
 
 from strata.artifacts.files import check_output_path, write_output
 from strata.errors import StrataError, say
+from strata.ir.inputs import MiB, read_text
 from strata.semantics.host_inputs import check_args
+
+#: The largest calls file read (token inputs as JSON text: a long batch is a few MiB).
+CALLS_LIMIT = 256 * MiB
 
 
 class CallError(StrataError):
@@ -45,12 +49,7 @@ class Call:
 def read_calls(path: str | Path) -> list[Call]:
     """The calls of a JSON file: a non-empty list of {"entry": NAME, "inputs": {ARG: VALUE}}."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CallError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise CallError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    text = read_text(path, "calls file", CALLS_LIMIT, CallError, missing=f"{path}: no such file")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

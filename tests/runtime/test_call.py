@@ -113,6 +113,8 @@ def test_checks_need_no_program():
 def test_read_calls_names_the_file(tmp_path):
     with pytest.raises(CallError, match="no such file"):
         read_calls(tmp_path / "none.json")
+    with pytest.raises(CallError, match="/dev/zero: the calls file is larger than 256 MiB"):
+        read_calls("/dev/zero")  # a bound, not an out-of-memory
     assert read_calls(write(tmp_path / "c.json", CALLS))[1] == Call("decode_rows", CALLS[1]["inputs"])
 
 
