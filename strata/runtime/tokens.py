@@ -20,8 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from strata.errors import StrataError
+from strata.ir.inputs import MiB, read_bytes
 from strata.runtime.engine import NO_TOKENIZER_HINT
 from strata.runtime.text import ChatTemplate, TextInputError, TokenizerError, check_utf8, load_tokenizer
+
+#: The most read of a text to tokenize or a messages file (a book is a few MiB).
+TEXT_LIMIT = 64 * MiB
 
 
 class MessagesError(StrataError):
@@ -46,10 +50,7 @@ def format_ids(ids: Sequence[int]) -> str:
 
 def read_text_file(path: str | Path) -> str:
     """A text file's content, byte for byte (a trailing newline is a token too), as UTF-8."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise TextInputError(f"{path}: cannot read: {e.strerror or e}") from None
+    data = read_bytes(path, "text file", TEXT_LIMIT, TextInputError, missing=f"{path}: cannot read: no such file")
     return check_utf8(data, str(path))
 
 
@@ -69,10 +70,9 @@ def detokenize(path: str | Path, ids: Sequence[int], *, skip_special: bool = Fal
 
 
 def _read_messages(path: str | Path) -> list[Mapping[str, Any]]:
+    data = read_bytes(path, "messages file", TEXT_LIMIT, MessagesError, missing=f"{path}: cannot read: no such file")
     try:
-        raw = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except OSError as e:
-        raise MessagesError(f"{path}: cannot read: {e.strerror or e}") from None
+        raw = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise MessagesError(f"{path}: invalid UTF-8 at byte {e.start}") from None
     except json.JSONDecodeError as e:

@@ -73,6 +73,10 @@ def test_messages_through_the_chat_template(tmp_path):
     (("--messages", "M.json", "--template-kwargs", "{nope"), "--template-kwargs: not JSON"),
     (("--messages", "M.json", "--template", "T.jinja"), "T.jinja: line 2: "),
     (("--prompt", "x", "--text"), "--text apply to --messages"),
+    # Bounded reads: an endless file is one line naming it and the limit, not an out-of-memory.
+    (("--file", "/dev/zero"), "/dev/zero: the text file is larger than 64 MiB"),
+    (("--messages", "/dev/zero"), "/dev/zero: the messages file is larger than 64 MiB"),
+    (("--messages", "M.json", "--template", "/dev/zero"), "/dev/zero: the chat template is larger than 16 MiB"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
     (tmp_path / "BAD.json").write_text("[{", encoding="utf-8")

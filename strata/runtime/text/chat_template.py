@@ -26,7 +26,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from strata.ir.inputs import MiB, read_bytes
 from strata.runtime.text.errors import ChatTemplateError
+
+#: The most read of a chat template file (real ones are a few KiB).
+TEMPLATE_LIMIT = 16 * MiB
 
 __all__ = ["ChatTemplate", "ChatTemplateError"]
 
@@ -45,12 +49,11 @@ class ChatTemplate:
     def from_file(cls, path: str | Path) -> ChatTemplate:
         """The template in the file `path` (a .jinja file)."""
         p = Path(path)
+        data = read_bytes(p, "chat template", TEMPLATE_LIMIT, ChatTemplateError, missing=f"{p}: cannot read: no such file")
         try:
-            return cls(p.read_text(encoding="utf-8"), origin=str(p))
+            return cls(data.decode("utf-8"), origin=str(p))
         except UnicodeDecodeError as e:
             raise ChatTemplateError(f"{p}: not valid UTF-8 (byte {e.start})") from None
-        except OSError as e:
-            raise ChatTemplateError(f"{p}: cannot read: {e.strerror or e}") from None
 
     def __repr__(self) -> str:
         return f"ChatTemplate(origin={self.origin!r})"
