@@ -218,3 +218,10 @@ def test_call_never_replaces_its_calls_or_the_compiled_model(model, tmp_path, ca
     refused(capsys, ["call", str(model), "--calls", str(calls), "--cache-dir", str(cache), "-o",
                      str(cache / "out.npz")], "compiled model")
     assert list(cache.iterdir()) == []
+
+
+def test_dump_logits_never_lands_in_the_ranks_cache(model, capsys):
+    cache = model / ".strata-cache" / "cpu-tp2"  # where --tp 2 compiles, refused before any rank starts
+    refused(capsys, ["run", str(model), "--prompt-ids", "1", "--max-new-tokens", "1", "--tp", "2",
+                     "--dump-logits", str(cache / "logits.npy")], "compiled models' cache")
+    assert not (cache / "logits.npy").exists()
