@@ -54,7 +54,13 @@ def _wrap(example: str) -> str:
     """Put an example in a function whose arguments are the values it uses but does not define."""
     defined: set[str] = set()
     args: dict[str, str] = {}
-    for line in example.splitlines():
+    ops: list[str] = []
+    for line in example.splitlines():  # an op's types may continue on the next lines
+        if ops and line.lstrip().startswith((":", "!", "->")):
+            ops[-1] += " " + line.strip()
+        else:
+            ops.append(line)
+    for line in ops:
         outs, uses = _operands(line)
         types = re.findall(r"!blueprint\.edge<[^>]*>", line.partition(" : ")[2].split("->")[0])
         for i, u in enumerate(uses):
