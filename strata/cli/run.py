@@ -24,6 +24,9 @@ def add(sub) -> None:
     p.add_argument("--tp", type=bounded_int(1), default=1,
                    help="run on this many ranks, one process each, tensor-parallel on torch.distributed "
                         "(--target cpu: gloo on this machine; default 1)")
+    p.add_argument("--ep", type=bounded_int(1), default=1,
+                   help="expert parallelism: 1 (each expert split over the --tp ranks, the default) or the ranks "
+                        "(whole experts per rank)")
     p.add_argument("--via", choices=["onnxruntime"], default=None,
                    help="generate through this runtime instead of the compiled target (exports to ONNX first)")
     p.set_defaults(func=run)
@@ -45,8 +48,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.via is not None and args.target != "cpu":
         raise StrataError(f"--via {args.via} runs the op level exported to ONNX; it takes no --target {args.target}")
+    if args.ep not in (1, args.tp):
+        raise StrataError(f"--ep is 1 or the ranks of --tp ({args.tp}), got {args.ep}")
     prompt = parse_prompt_ids(args.prompt_ids)
-    run_prompt(args.model, prompt, args.max_new_tokens, target_name=args.target, knobs=knobs_of(args), via=args.via,
+    knobs = knobs_of(args)
+    if args.ep > 1:
+        knobs["ep"] = args.ep
+    run_prompt(args.model, prompt, args.max_new_tokens, target_name=args.target, knobs=knobs, via=args.via,
                interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir, dump_logits=args.dump_logits,
                allow_nonfinite=args.allow_nonfinite, opener=_ranks(args.tp))
     return 0

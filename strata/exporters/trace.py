@@ -70,7 +70,8 @@ for _cls, _ggml in [(O.GetRowsOp, "GET_ROWS"), (O.RmsNormOp, "RMS_NORM"), (O.Mul
                     (O.RepeatOp, "REPEAT"), (O.ConcatOp, "CONCAT"), (O.MulMatIdOp, "MUL_MAT_ID"),
                     (O.SsmConvOp, "SSM_CONV"), (O.GatedDeltaNetOp, "GATED_DELTA_NET"),
                     # A tensor-parallel entry's: ggml has no collectives; the table names them so.
-                    (O.AllReduceOp, "ALL_REDUCE"), (O.AllGatherOp, "ALL_GATHER"), (O.GetRowsShardedOp, "GET_ROWS")]:
+                    (O.AllReduceOp, "ALL_REDUCE"), (O.AllGatherOp, "ALL_GATHER"), (O.GetRowsShardedOp, "GET_ROWS"),
+                    (O.MulMatIdShardedOp, "MUL_MAT_ID")]:
     TRACE.add(_cls, TraceRule(_ggml))
 # ggml's views are named after what they view.
 for _cls, _ggml, _suffix in [(O.ViewOp, "VIEW", "view"), (O.PermuteOp, "PERMUTE", "permuted"),

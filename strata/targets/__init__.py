@@ -24,15 +24,17 @@ def _cpu() -> Target:
 
     def pipeline(k: Mapping[str, Any]) -> str:
         flash = "true" if k["flash_attn"] else "false"
-        shard = f"shard-tensor-parallel{{tp={k['tp']}}}," if k.get("tp", 1) > 1 else ""
+        ep = f" ep={k['ep']}" if k.get("ep", 1) > 1 else ""
+        shard = f"shard-tensor-parallel{{tp={k['tp']}{ep}}}," if k.get("tp", 1) > 1 or ep else ""
         return (f"{shard}convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} "
                 f"kv_pad={k['kv_pad']} flash_attn={flash}}}")
 
     def emit(module: ModuleOp, model_name: str | None, weights: Any = None) -> dict[str, str | bytes]:
         return {"model.py": emit_cpu(module, model_name)}
 
-    # tp: the ranks of a tensor-parallel program (launched by strata.runtime.tp: one process each).
-    return Target("cpu", pipeline, emit, {"ctx": None, "flash_attn": True, "kv_pad": 256, "tp": 1}, ("model.py",),
+    # tp: the ranks of a tensor-parallel program (launched by strata.runtime.tp: one process each);
+    # ep: 1, or tp for whole experts per rank (expert parallelism).
+    return Target("cpu", pipeline, emit, {"ctx": None, "flash_attn": True, "kv_pad": 256, "tp": 1, "ep": 1}, ("model.py",),
                   load=program.load)
 
 

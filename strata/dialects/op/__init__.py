@@ -59,6 +59,7 @@ from strata.dialects.op.collective import (
     AllReduceOp,
     CollectiveOp,
     GetRowsShardedOp,
+    MulMatIdShardedOp,
     group_attrs,
 )
 from strata.dialects.op.elementwise import (
@@ -132,6 +133,7 @@ Op = Dialect(
         AllReduceOp,
         AllGatherOp,
         GetRowsShardedOp,
+        MulMatIdShardedOp,
     ],
     [],
 )
@@ -145,5 +147,6 @@ __all__ = [
     "ContOp", "ScaleOp", "CpyOp", "ArgmaxOp", "SwigluOp", "SetRowsOp", "SoftMaxOp", "RopeOp", "FlashAttnExtOp",
     "DivOp", "ClampOp", "SiluOp", "SigmoidOp", "SoftplusOp", "SumRowsOp", "ArgsortOp", "RepeatOp", "ConcatOp",
     "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp",
-    "COLLECTIVE_OPS", "GROUPS", "CollectiveOp", "AllReduceOp", "AllGatherOp", "GetRowsShardedOp", "group_attrs",
+    "COLLECTIVE_OPS", "GROUPS", "CollectiveOp", "AllReduceOp", "AllGatherOp", "GetRowsShardedOp", "MulMatIdShardedOp",
+    "group_attrs",
 ]

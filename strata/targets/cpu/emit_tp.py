@@ -37,5 +37,10 @@ def _get_rows_sharded(e: CpuEmitter, op: O.GetRowsShardedOp) -> None:
     e.assign(op, "get_rows_sharded", e.ref(op.table), e.ref(op.ids), "self.rank")
 
 
+@CPU_EMITTER.register(O.MulMatIdShardedOp)
+def _mul_mat_id_sharded(e: CpuEmitter, op: O.MulMatIdShardedOp) -> None:
+    e.assign(op, "mul_mat_id_sharded", e.ref(op.experts), e.ref(op.b), e.ref(op.ids), "self.rank")
+
+
 #: The ops printed here.
-TP_OPS = (O.AllReduceOp, O.AllGatherOp, O.GetRowsShardedOp)
+TP_OPS = (O.AllReduceOp, O.AllGatherOp, O.GetRowsShardedOp, O.MulMatIdShardedOp)
