@@ -19,7 +19,8 @@ blueprint.facts`): `blueprint.dims` (`#blueprint.dims<hidden = 2048, ...>`, the 
 edges' dim symbols) and `blueprint.weights` (how each weight is read from the store).
 
 Files by theme: `attrs`, `facts` (the function's dims and weight table), `base` (bases and
-shared checks), `nodes` (row-wise nodes and the head), `gdn`, `moe`, `attention`, `group`.
+shared checks), `nodes` (row-wise nodes and the head), `gdn`, `moe`, `attention`, `group`,
+`collective` (a tensor-parallel blueprint's all-reduce and all-gather, and their cost).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from strata.dialects.blueprint.attrs import (
     StepAttr,
 )
 from strata.dialects.blueprint.base import NodeOp
+from strata.dialects.blueprint.collective import COLLECTIVE_NODES, AllGatherOp, AllReduceOp, rank_sharded, wire_bytes
 from strata.dialects.blueprint.facts import ATTRIBUTES as FACT_ATTRIBUTES
 from strata.dialects.blueprint.facts import (
     DimsAttr,
@@ -71,7 +73,7 @@ NODE_OPS: list[type[NodeOp]] = [
     EmbedOp, RmsNormOp, LinearOp, GdnGatesOp, Conv1dUpdateOp, StateSnapshotOp, L2NormOp,
     GdnRecurrenceOp, GatedRmsNormOp, ResidualAddOp, RouterOp, TopKOp, ExpertGateUpOp, SiluMulOp,
     ExpertDownOp, BlendOp, SplitOp, QkNormOp, RopeOp, KvWriteOp, PagedAttentionOp,
-    SigmoidGateMulOp, FinalNormOp, LmHeadOp, ArgmaxOp, SwigluFfnOp, AttentionOp,
+    SigmoidGateMulOp, FinalNormOp, LmHeadOp, ArgmaxOp, SwigluFfnOp, AttentionOp, AllReduceOp, AllGatherOp,
 ]
 
 Blueprint = Dialect("blueprint", [*NODE_OPS, GroupOp, YieldOp], [*ATTRIBUTES, *FACT_ATTRIBUTES])
@@ -79,5 +81,5 @@ Blueprint = Dialect("blueprint", [*NODE_OPS, GroupOp, YieldOp], [*ATTRIBUTES, *F
 __all__ = [
     "NODE_OPS", "Blueprint", "EdgeType", "FormatAttr", "PlacementAttr", "PrecisionAttr",
     "StateEffectAttr", "StepAttr", "DimsAttr", "WeightRead", "WeightReadAttr", "WeightsAttr", "function_dims",
-    "function_weights", "GroupOp", "YieldOp", *[c.__name__ for c in NODE_OPS],
+    "function_weights", "GroupOp", "YieldOp", "COLLECTIVE_NODES", "rank_sharded", "wire_bytes", *[c.__name__ for c in NODE_OPS],
 ]
