@@ -59,13 +59,22 @@ def add_blueprint(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipe", choices=recipe_names(), default="fp8-bf16head",
                    help="the precision recipe (default fp8-bf16head)")
     p.add_argument("--kv", choices=["paged", "contiguous"], default="paged", help="the KV cache layout (default paged)")
+    p.add_argument("--tp", type=bounded_int(1), default=1,
+                   help="one rank's blueprint of this many tensor-parallel ranks, with its collectives and what "
+                        "each rank sends (default 1)")
+    p.add_argument("--ep", type=bounded_int(1), default=1,
+                   help="with --tp: 1 (each expert split over the ranks, the default) or the ranks (whole experts "
+                        "per rank)")
 
 
 def blueprint_of(args: argparse.Namespace):
-    """The `Blueprint` that --mode/--rows/--recipe/--kv ask for."""
+    """The `Blueprint` that --mode/--rows/--recipe/--kv/--tp/--ep ask for."""
+    from strata.errors import StrataError
     from strata.pipeline.views import Blueprint
 
-    return Blueprint(args.mode, args.rows, args.recipe, args.kv)
+    if args.ep not in (1, args.tp):
+        raise StrataError(f"--ep is 1 or the ranks of --tp ({args.tp}), got {args.ep}")
+    return Blueprint(args.mode, args.rows, args.recipe, args.kv, args.tp, args.ep)
 
 
 def add_target(p: argparse.ArgumentParser, run: bool) -> None:

@@ -79,3 +79,19 @@ def test_the_layers_collapse_as_unsharded_and_one_rank_adds_nothing():
     assert "tensor_parallel" not in whole
     assert not any("ranks" in n or "collective" in n for n in whole["nodes"])
     assert sharded["arm"]["digest"] != whole["arm"]["digest"]
+
+
+def test_strata_blueprint_tp_records_the_ranks():
+    import json
+
+    from support import EXAMPLES, run_tool
+
+    r = run_tool("blueprint", str(EXAMPLES / "qwen3-0.6b"), "--tp", "2", "--recipe", "bf16")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    prov = doc["provenance"]
+    assert (prov["tp"], prov["ep"]) == (2, 1) and prov["commands"][0].endswith("--tp 2")
+    # Qwen3-0.6B: 28 layers, hidden 1024, vocabulary 151936, bf16 on a ring of 2
+    assert doc["tensor_parallel"] == {"group": "tp", "ranks": 2, "collectives": 58,
+                                      "kinds": {"all_gather": 1, "all_reduce": 57},
+                                      "bytes_per_row": 57 * 2048 + 151936, "bytes_per_call": 57 * 2048 + 151936}
