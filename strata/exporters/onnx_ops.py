@@ -260,6 +260,15 @@ def _argmax(ex: Exporter, op: O.ArgmaxOp) -> None:
     ex.set(op, ex.cast(i, np.int32, label_of(op)))
 
 
+@ONNX_EXPORT.register(O.SampleOp)
+def _sample(ex: Exporter, op: O.SampleOp) -> None:
+    # ONNX's random ops draw from an unspecified generator: none gives the Philox 4x32-10 words
+    # every other target draws, so the sampler is not exported (onnxruntime programs sample on
+    # the host, with the same numpy sampler).
+    raise OnnxExportError("op.sample: ONNX has no counter-based (Philox 4x32-10) random op, so the sampler has "
+                          "no ONNX form; export @prefill and @decode, and sample their logits on the host")
+
+
 @ONNX_EXPORT.register(O.ArgsortOp)
 def _argsort(ex: Exporter, op: O.ArgsortOp) -> None:
     # TopK of every column: equal values keep their index order (ONNX's tie rule), a stable sort.
@@ -461,3 +470,14 @@ def _gated_delta_net(ex: Exporter, op: O.GatedDeltaNetOp) -> None:
     flat = ex.node("Concat", [ex.reshape(outs, [t * hv * d], base), ex.reshape(s_final, [hv * d * d], base)], base,
                    axis=0)
     ex.set(op, ex.reshape(flat, list(shape_of(op.result)), base))
+
+
+# ---------------------------------------------------------------------------------------------
+# The entries of several sequences (their host inputs come from the entries' arguments, which
+# an exported prefill or decode does not take): refused, naming the op.
+
+
+@ONNX_EXPORT.register(O.GatedDeltaNetSeqOp, O.TargetLogProbsOp, O.GenerateOp, O.GenerateUntilOp)
+def _entries_only(ex: Exporter, op) -> None:
+    raise OnnxExportError(f"{op.name}: no ONNX export; the ONNX export covers the one-sequence prefill and decode "
+                          "(run the other entries with strata call)")

@@ -117,13 +117,14 @@ class Leader:
         self._send(RESET)
         self.program.reset()
 
-    def prefill(self, tokens: Sequence[int], start: int) -> Step:
+    def prefill(self, tokens: Sequence[int], start: int, sampling: Any = None) -> Step:
+        # rank 0 draws with its own sampler: the others follow the tokens it sends
         self._send(PREFILL, start, tokens)
-        return self.program.prefill(tokens, start)
+        return self.program.prefill(tokens, start, sampling)
 
-    def decode(self, token: int, pos: int) -> Step:
+    def decode(self, token: int, pos: int, sampling: Any = None) -> Step:
         self._send(DECODE, pos, [int(token)])
-        return self.program.decode(token, pos)
+        return self.program.decode(token, pos, sampling)
 
     def resident_weight_bytes(self) -> list[int]:
         """Each rank's resident weight bytes, by rank (see `resident_weight_bytes`)."""

@@ -28,7 +28,10 @@ from support import TINY, lower, lower_fn, open_store
 EFFECTFUL = {O.StateOp: {MemoryEffectKind.READ}, O.SetRowsOp: {MemoryEffectKind.WRITE},
              O.CpyOp: {MemoryEffectKind.WRITE},
              # The collectives read and write the group's buffers: never dropped, merged or reordered.
-             **{c: {MemoryEffectKind.READ, MemoryEffectKind.WRITE} for c in O.COLLECTIVE_OPS}}
+             **{c: {MemoryEffectKind.READ, MemoryEffectKind.WRITE} for c in O.COLLECTIVE_OPS},
+             # The device loops' steps read and write the KV cache and the recurrent state.
+             O.GenerateOp: {MemoryEffectKind.READ, MemoryEffectKind.WRITE},
+             O.GenerateUntilOp: {MemoryEffectKind.READ, MemoryEffectKind.WRITE}}
 OPS = list(O.Op.operations)
 PURE_OPS = [op for op in OPS if op not in EFFECTFUL]
 
@@ -70,8 +73,8 @@ def test_writes_are_writes(cls):
     assert not would_be_trivially_dead(op)  # dce keeps it, used or not
 
 
-@pytest.mark.parametrize("cls", O.COLLECTIVE_OPS, ids=lambda c: c.name)
-def test_collectives_are_kept(cls):
+@pytest.mark.parametrize("cls", [*O.COLLECTIVE_OPS, O.GenerateOp, O.GenerateUntilOp], ids=lambda c: c.name)
+def test_collectives_and_loops_are_kept(cls):
     op = _instance(cls)
     assert not cls.has_trait(Pure) and not is_side_effect_free(op)
     assert not would_be_trivially_dead(op)  # every rank runs every collective, used or not

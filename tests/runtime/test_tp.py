@@ -49,6 +49,14 @@ def test_run_tp2_ep2_gives_tp1s_ids(tmp_path, kind):
     assert "mul_mat_id_sharded(" in (model / ".strata-cache" / "cpu-tp2-ep2" / "model.py").read_text()
 
 
+def test_rank_0_samples_as_one_process_does(tmp_path):
+    model = write_checkpoint(FAMILIES["dense"], tmp_path / "m")
+    flags = ("--temperature", "1.5", "--top-k", "30", "--repeat-penalty", "1.2", "--seed", "5")
+    ids1, _ = _run(model, tmp_path / "tp1.npy", *flags)
+    ids2, _ = _run(model, tmp_path / "tp2.npy", "--tp", "2", *flags)
+    assert ids2 == ids1 and ids1 != _run(model, tmp_path / "greedy.npy")[0]
+
+
 def test_tp_refuses_what_it_does_not_run(tmp_path):
     model = write_checkpoint(TINY["llama"], tmp_path / "m")
     r = run_tool("run", str(model), "--prompt-ids", "1,2", "--tp", "2", "--via", "onnxruntime", timeout=RUN_TIMEOUT_S)

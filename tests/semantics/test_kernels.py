@@ -14,8 +14,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from strata.semantics import host_inputs, kernels_seq
 from strata.semantics import kernels as K
 from strata.targets.cpu.kernel_library import KernelLibrary
+
+#: The files the CPU target copies functions from (kernels_seq and host_inputs beside kernels).
+KERNEL_FILES = (K, kernels_seq, host_inputs)
 
 BF16 = ml_dtypes.bfloat16
 
@@ -44,23 +48,34 @@ def close(got: np.ndarray, want: torch.Tensor | np.ndarray, atol: float = 1e-5) 
 # The rules that let the code generator copy kernels
 
 
-def test_kernels_import_only_numpy_and_ml_dtypes() -> None:
-    tree = ast.parse(inspect.getsource(K))
+@pytest.mark.parametrize("module", KERNEL_FILES, ids=lambda m: m.__name__)
+def test_kernels_import_only_numpy_and_ml_dtypes(module) -> None:
+    """numpy, ml_dtypes, and functions of the other kernel files (which the copier resolves)."""
+    tree = ast.parse(inspect.getsource(module))
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            imported.add((node.module or "").split(".")[0])
-    assert imported <= {"numpy", "ml_dtypes", "__future__"}, imported
+            imported.add(node.module or "")
+    kernel_modules = {m.__name__ for m in KERNEL_FILES}
+    assert {i.split(".")[0] if i not in kernel_modules else "kernels" for i in imported} <= {
+        "numpy", "ml_dtypes", "__future__", "kernels"}, imported
+    assert not [n for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign, ast.ClassDef))], \
+        "module-level names other than functions"
+
+
+def _kernel_functions() -> dict:
+    return {n: f for m in KERNEL_FILES for n, f in vars(m).items() if inspect.isfunction(f) and f.__module__ == m.__name__}
 
 
 def test_dependencies_are_complete_and_exact() -> None:
-    functions = {n for n, f in vars(K).items() if inspect.isfunction(f) and f.__module__ == K.__name__}
+    every = _kernel_functions()
+    functions = set(every)
     deps = KernelLibrary().dependencies
     assert set(deps) == functions
     for name in functions:
-        fn = getattr(K, name)
+        fn = every[name]
         # Free names of the source (attribute names such as `x.reshape` are not names).
         nodes = list(ast.walk(ast.parse(inspect.getsource(fn))))
         loads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
@@ -79,7 +94,7 @@ def _copied(name: str) -> dict:
         n = todo.pop()
         if n not in seen:
             seen.add(n)
-            exec(compile(inspect.getsource(getattr(K, n)), n, "exec"), ns)  # noqa: S102
+            exec(compile(inspect.getsource(_kernel_functions()[n]), n, "exec"), ns)  # noqa: S102
             todo += KernelLibrary().dependencies[n]
     return ns
 

@@ -19,8 +19,9 @@ blueprint.facts`): `blueprint.dims` (`#blueprint.dims<hidden = 2048, ...>`, the 
 edges' dim symbols) and `blueprint.weights` (how each weight is read from the store).
 
 Files by theme: `attrs`, `facts` (the function's dims and weight table), `base` (bases and
-shared checks), `nodes` (row-wise nodes and the head), `gdn`, `moe`, `attention`, `group`,
-`collective` (a tensor-parallel blueprint's all-reduce and all-gather, and their cost).
+shared checks), `nodes` (row-wise nodes and the head), `gdn`, `moe`, `attention`, `sampling`
+(the sampler, `blueprint.sample`), `group`, `collective` (a tensor-parallel blueprint's
+all-reduce and all-gather, and their cost).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from strata.dialects.blueprint.facts import (
 from strata.dialects.blueprint.gdn import Conv1dUpdateOp, GdnGatesOp, GdnRecurrenceOp, StateSnapshotOp
 from strata.dialects.blueprint.group import GroupOp, YieldOp
 from strata.dialects.blueprint.moe import BlendOp, ExpertDownOp, ExpertGateUpOp, RouterOp, TopKOp
+from strata.dialects.blueprint.sampling import SampleOp
 from strata.dialects.blueprint.nodes import (
     ArgmaxOp,
     EmbedOp,
@@ -73,7 +75,8 @@ NODE_OPS: list[type[NodeOp]] = [
     EmbedOp, RmsNormOp, LinearOp, GdnGatesOp, Conv1dUpdateOp, StateSnapshotOp, L2NormOp,
     GdnRecurrenceOp, GatedRmsNormOp, ResidualAddOp, RouterOp, TopKOp, ExpertGateUpOp, SiluMulOp,
     ExpertDownOp, BlendOp, SplitOp, QkNormOp, RopeOp, KvWriteOp, PagedAttentionOp,
-    SigmoidGateMulOp, FinalNormOp, LmHeadOp, ArgmaxOp, SwigluFfnOp, AttentionOp, AllReduceOp, AllGatherOp,
+    SigmoidGateMulOp, FinalNormOp, LmHeadOp, ArgmaxOp, SwigluFfnOp, AttentionOp, SampleOp, AllReduceOp,
+    AllGatherOp,
 ]
 
 Blueprint = Dialect("blueprint", [*NODE_OPS, GroupOp, YieldOp], [*ATTRIBUTES, *FACT_ATTRIBUTES])

@@ -14,7 +14,11 @@ from strata.ir.dtypes import AnyTensor, is_float, is_int
 from strata.ir.checks import elem_of, require, shape_of
 
 #: The host inputs of an entry (see `InputOp`).
-INPUT_KINDS = ("tokens", "positions", "kv_rows", "kq_mask", "out_ids", "mrope_positions", "state_copy")
+INPUT_KINDS = ("tokens", "positions", "kv_rows", "kq_mask", "out_ids", "mrope_positions", "state_copy",
+               "kv_cells", "token_seq", "state_read", "state_write", "conv_window", "conv_tail",
+               "targets", "weights", "start", "eos", "key", "temperature")
+#: The float kinds; every other kind holds integers.
+FLOAT_INPUTS = ("kq_mask", "weights", "temperature")
 
 
 #: The conversions an `op.param` may apply to its stored values (see `ParamOp`), with the
@@ -178,11 +182,21 @@ class InputOp(LeafOp):
     """A tensor the host prepares for one call of an entry, like llama.cpp's graph inputs.
 
     Kinds: `tokens` (ids), `positions` (absolute positions), `kv_rows` (cache rows to
-    write), `kq_mask` (causal mask over the visible cache rows, 0 or -inf),
-    `out_ids` (rows whose logits are returned), `mrope_positions` (M-RoPE's four position
-    streams for text, [4*S]: the positions three times, then S zeros, as llama.cpp's
-    `inp_pos` of a multi-section rope), `state_copy` (llama.cpp's `rs_s_copy`: for each
-    recurrent-state slot the slot it is read from; [1] holding 0 for the one sequence).
+    write; -1: none), `kq_mask` (causal mask over the visible cache rows, 0 or -inf; [S, N],
+    or [R, S, N] for R attention streams), `out_ids` (rows whose logits are returned; -1: a
+    row of zeros), `mrope_positions` (M-RoPE's four position streams for text, [4*S]: the
+    positions three times, then S zeros, as llama.cpp's `inp_pos` of a multi-section rope),
+    `state_copy` (llama.cpp's `rs_s_copy`: for each recurrent-state slot the slot it is read
+    from; [1] holding 0 for the one sequence).
+
+    The entries that run several sequences at once (`op.call` on the function says how their
+    arguments become these, see `strata.semantics.host_inputs`) add: `kv_cells` (the cache
+    cells a paged attention reads, through the block table), `token_seq` (each token's
+    recurrent-state sequence, -1: none), `state_read` / `state_write` (per sequence the state
+    slot it reads, -1: zeros, and writes back, -1: none), `conv_window` / `conv_tail` (the
+    rows of the conv table each token's window reads, and that are each sequence's next conv
+    state), and the entry's own arguments `targets`, `weights`, `start` (its `pos`), `eos`,
+    `key` and `temperature`.
 
         %t = op.input "tokens" {name = "inp_tokens"} : tensor<5xi32>
         %p = op.input "mrope_positions" {name = "inp_pos"} : tensor<20xi32>
@@ -202,10 +216,11 @@ class InputOp(LeafOp):
         k = self.kind.data
         require(k in INPUT_KINDS, f"op.input: unknown kind '{k}' (expected one of {', '.join(INPUT_KINDS)})")
         shape, elem = shape_of(self.result), elem_of(self.result)
-        rank = 2 if k == "kq_mask" else 1
-        require(len(shape) == rank, f"op.input: a '{k}' input must have rank {rank}, got {fmt_shape(shape)}")
-        if k == "kq_mask":
-            require(is_float(elem), "op.input: a 'kq_mask' input must be a float tensor")
+        ranks = (2, 3) if k == "kq_mask" else (1,)
+        require(len(shape) in ranks, f"op.input: a '{k}' input must have rank {' or '.join(map(str, ranks))}, "
+                                     f"got {fmt_shape(shape)}")
+        if k in FLOAT_INPUTS:
+            require(is_float(elem), f"op.input: a '{k}' input must be a float tensor")
         else:
             require(is_int(elem), f"op.input: a '{k}' input must be an integer tensor")
         if k == "mrope_positions":
@@ -213,6 +228,9 @@ class InputOp(LeafOp):
                     f"op.input: a 'mrope_positions' input holds 4 positions per token, got {fmt_shape(shape)}")
         if k == "state_copy":
             require(shape[0] == 1, f"op.input: a 'state_copy' input has one slot per sequence (1), got {fmt_shape(shape)}")
+        scalars = {"start": 1, "eos": 1, "temperature": 1, "key": 2}
+        if k in scalars:
+            require(shape[0] == scalars[k], f"op.input: a '{k}' input holds {scalars[k]} value(s), got {fmt_shape(shape)}")
 
 
 @irdl_op_definition

@@ -17,6 +17,7 @@ children without knowing which kinds they are.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 
 from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, DictionaryAttr, IntegerAttr, StringAttr, TensorType, f32, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
@@ -137,16 +138,56 @@ class GraphBuilder:
         return self.unary(O.PermuteOp, x, tuple(s[d] for d in dims), label, dims=DenseArrayBase.from_list(i64, dims))
 
 
+@dataclass(frozen=True)
+class CallPlan:
+    """How the function of an entry that runs several sequences (or one, its rows' own way)
+    meets its tokens: the N tokens of the call are one flat row of activations [N, H], and
+
+    * `kv` says where attention finds K and V: "self" (the call's own; `writes`: also to the
+      cache), "cache"
+      (the contiguous cache of `batch` rows of `n_ctx` cells, written at each token's cell)
+      or "paged" (the same cells seen as pages, read through a block table);
+    * `streams` attention streams of `per_stream` tokens each see `n_kv` columns each
+      (streams 1: one stream of every token, each token masked to its own sequence);
+    * `state` says what the recurrent state does: "slots" (each of the call's `groups`
+      sequences reads and writes a slot), "fresh" (each sequence starts from zero, nothing
+      is kept);
+    * `outputs`: the rows whose logits are returned (None: every token's).
+
+    The host computes every input from the entry's arguments (`strata.semantics.host_inputs`,
+    from the function's `op.call`)."""
+
+    entry: str
+    kv: str
+    streams: int
+    per_stream: int
+    n_kv: int
+    state: str
+    groups: int
+    outputs: int | None
+    batch: int
+    #: Whether the call's own K and V (kv "self") also go to the cache (prefill_slots).
+    writes: bool = False
+
+    @property
+    def tokens(self) -> int:
+        """N, the call's tokens (DYNAMIC_INDEX when dynamic)."""
+        return DYNAMIC_INDEX if self.per_stream == DYNAMIC_INDEX else self.streams * self.per_stream
+
+
 class Lowering:
     """The state of lowering one entry: where ops go, the call's sizes, and the leaves
     (host inputs, state buffers, constants) created once and shared by every block."""
 
     def __init__(self, block: Block, entry: str, tokens: int, n_ctx: int, n_kv: int, flash_attn: bool,
-                 start: int = -1, ranks: int = 1):
+                 start: int = -1, ranks: int = 1, plan: CallPlan | None = None):
         self.g = GraphBuilder(block)
         #: The ranks of a tensor-parallel model (its `Shards`): each param may be a piece, read
         #: as the block's `tp_split` says, and the collectives join the ranks' results.
         self.ranks = ranks
+        #: How an entry of several sequences meets its tokens; None: llama.cpp's graph of one
+        #: sequence (prefill and decode of one row).
+        self.plan = plan
         self.entry = entry
         self.S = tokens  # the call's token count (DYNAMIC_INDEX when dynamic)
         self.start = start  # the call's first position (-1: known only at run time)
@@ -156,7 +197,7 @@ class Lowering:
         # The last layer of a multi-token prefill computes only the rows whose logits are
         # returned (llama.cpp's GET_ROWS by out_ids); a one-token call has nothing to drop.
         # The root block may say otherwise (`ggml_output_rows`, see CausalLM).
-        self.prune = entry == "prefill" and tokens != 1
+        self.prune = entry == "prefill" and tokens != 1 and plan is None
         #: The names llama.cpp gives the graph inputs (positions, k_rows, v_rows, out_ids,
         #: state_copy), stamped on the root block by the family; absent: seed 000's leaf_N.
         self.input_names: dict[str, str] = {}

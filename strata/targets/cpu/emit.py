@@ -5,13 +5,20 @@
 that calls the op's kernel, in program order. The generated module
 
 * imports only ``numpy`` and ``ml_dtypes`` (never strata), and carries the source of
-  just the kernels it calls, copied from :mod:`strata.semantics.kernels` (so each
-  op's semantics is written down once in the repository);
+  just the kernels it calls, copied from :mod:`strata.semantics.kernels` and the sampler
+  :mod:`strata.semantics.sampling` (so each op's semantics is written down once in the
+  repository);
 * defines ``class Model``: ``__init__(weights)`` binds every ``op.param`` once to an
   attribute (a zero-copy view of the memory-mapped weight) and preallocates every
-  ``op.state`` (the KV cache) from its IR type; one method per entry
-  (``prefill(tokens, start)``, ``decode(token, pos)``) computes its host inputs with
-  ``host_input`` and then runs the ops, with locals named after the IR values.
+  ``op.state`` (the KV cache) from its IR type; one method per entry computes its host
+  inputs and then runs the ops, with locals named after the IR values: a one-sequence
+  ``prefill(tokens, start)`` and ``decode(token, pos)`` with ``host_input``, every other
+  entry with seed 003's arguments by name (``decode_rows(tokens, positions)``, ...) checked
+  and turned into its inputs by ``entry_call`` and ``call_input`` (copied from
+  :mod:`strata.semantics.host_inputs`); ``ARGS`` and ``RESULTS`` give each entry's
+  arguments and results. A device loop calls its step function (a method too). An entry
+  whose inputs are function arguments (the sampler, ``sample_logits(logits, key, ...)``)
+  takes them as the method's parameters, named after the arguments, and checks their shapes.
 
 Model-supplied names (tensor names, the model name) are sanitized before they reach
 the code: identifiers keep only ``[A-Za-z0-9_]``, and the only string literals are
@@ -28,7 +35,7 @@ import ast
 from collections.abc import Callable
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp
 from xdsl.ir import Operation
 
 from strata.dialects import op as O
@@ -82,7 +89,11 @@ def _input(e: CpuEmitter, op: O.InputOp) -> None:
     if key in e.inputs:  # the same host input again (k_idxs, v_idxs, ...): computed once
         e.names[op.result] = e.inputs[key]
         return
-    e.assign(op, "host_input", repr(kind), "tokens", "start", str(e.n_kv))
+    if e.layout is not None:
+        shape = tuple(-1 if d == DYNAMIC_INDEX else d for d in op.result.type.get_shape())
+        e.assign(op, "call_input", repr(kind), "call", int_tuple(shape))
+    else:
+        e.assign(op, "host_input", repr(kind), "tokens", "start", str(e.n_kv))
     e.inputs[key] = e.names[op.result]
 
 
@@ -93,7 +104,7 @@ PLAIN_KERNELS: dict[type[Operation], str] = {
     O.GetRowsOp: "get_rows", O.MulOp: "mul", O.AddOp: "add", O.MulMatOp: "mul_mat", O.TransposeOp: "transpose",
     O.CpyOp: "cpy", O.ArgmaxOp: "argmax", O.SwigluOp: "swiglu",
     O.DivOp: "div", O.SiluOp: "silu", O.SigmoidOp: "sigmoid", O.SoftplusOp: "softplus", O.SumRowsOp: "sum_rows",
-    O.MulMatIdOp: "mul_mat_id", O.SsmConvOp: "ssm_conv",
+    O.MulMatIdOp: "mul_mat_id", O.SsmConvOp: "ssm_conv", O.TargetLogProbsOp: "target_log_probs",
 }
 
 
@@ -109,7 +120,14 @@ SHAPED_KERNELS: dict[type[Operation], str] = {O.ReshapeOp: "reshape", O.ContOp: 
 
 
 def _shaped(kernel: str) -> Callable[[CpuEmitter, Operation], None]:
-    return lambda e, op: e.assign(op, kernel, e.ref(op.operands[0]), e.shape(op.results[0]))
+    def emit(e: CpuEmitter, op: Operation) -> None:
+        shape = e.shape(op.results[0])
+        dims = op.results[0].type.get_shape()  # type: ignore[attr-defined]
+        if kernel in ("reshape", "cont") and list(dims).count(DYNAMIC_INDEX) == 1:
+            shape = int_tuple([-1 if d == DYNAMIC_INDEX else d for d in dims])  # the elements decide it
+        e.assign(op, kernel, e.ref(op.operands[0]), shape)
+
+    return emit
 
 
 for _cls, _kernel in SHAPED_KERNELS.items():
@@ -201,18 +219,57 @@ def _flash_attn_ext(e: CpuEmitter, op: O.FlashAttnExtOp) -> None:
                 e.ref(op.mask), float_lit(op.scale.value.data))
 
 
+@CPU_EMITTER.register(O.SampleOp)
+def _sample(e: CpuEmitter, op: O.SampleOp) -> None:
+    # The sampler's step is a Python int; every other operand is an array (the kernel broadcasts
+    # [1]-shaped parameters to the rows).
+    args = [e.ref(op.logits), e.ref(op.key), f"int({e.ref(op.step)}[0])", *(e.ref(v) for v in op.params)]
+    if op.prompt_counts is not None:
+        args += [e.ref(op.prompt_counts), e.ref(op.output_counts)]
+    e.assign(op, "sample", *args)
+
+
 @CPU_EMITTER.register(func.ReturnOp)
 def _return(e: CpuEmitter, op: func.ReturnOp) -> None:
-    if len(op.arguments) != 1:
-        raise CpuTargetError("cpu target: an entry must return exactly one tensor")
-    e.out.line(f"return {e.ref(op.arguments[0])}")
+    if not op.arguments:
+        raise CpuTargetError("cpu target: an entry must return a tensor")
+    e.out.line(f"return {', '.join(e.ref(v) for v in op.arguments)}")
+
+
+@CPU_EMITTER.register(O.GatedDeltaNetSeqOp)
+def _gated_delta_net_seq(e: CpuEmitter, op: O.GatedDeltaNetSeqOp) -> None:
+    args = [e.ref(v) for v in op.operands]
+    if op.state is None:
+        args.append("None")
+    if op.grouped is not None:
+        args.append("grouped=True")
+    e.assign(op, "gated_delta_net_seq", *args)
+
+
+def _loop(e: CpuEmitter, op: O.GenerateOp | O.GenerateUntilOp) -> None:
+    """`generate_loop(self.<step>, tokens, start, steps[, eos])`: the step is a method too."""
+    step = op.callee.root_reference.data
+    if step not in {fn.sym_name.data for fn in e.entries}:
+        raise CpuTargetError(f"cpu target: {op.name}: no step function @{sanitize_label(step)}")
+    args = [f"self.{step}", e.ref(op.tokens), e.ref(op.start), str(int(op.steps.value.data))]
+    if isinstance(op, O.GenerateUntilOp):
+        args.append(e.ref(op.eos))
+    e.kernels_used.add("generate_loop")
+    names = [e.locals.fresh(e.labels.get(r, "v")) for r in op.results]
+    for r, n in zip(op.results, names):
+        e.names[r] = n
+    e.out.line(f"{', '.join(names)} = generate_loop({', '.join(args)})  # {type_comment(op.results[0].type)}")
+
+
+CPU_EMITTER.add(O.GenerateOp, _loop)
+CPU_EMITTER.add(O.GenerateUntilOp, _loop)
 
 
 def emit_cpu(module: ModuleOp, model_name: str | None = None) -> str:
     """The generated numpy module for an op-level ``module`` (deterministic)."""
     emitter = CpuEmitter(module, model_name)
     source = emitter.emit()
-    check_generated(source, emitter.kernels_used | {"host_input"}, torch=emitter.ranks > 1)
+    check_generated(source, emitter.kernels_used, torch=emitter.ranks > 1)
     return source
 
 

@@ -20,8 +20,8 @@ from xdsl.utils.exceptions import VerifyException
 from strata.dialects import op as O
 from strata.ir import dtypes
 from strata.ir.impls import Implementations
-from strata.semantics import kernels as K
-from strata.targets.cpu.kernel_library import KernelLibrary
+from strata.targets.cpu.emit_entries import METHOD_NAMES, arg_spec, argument_names, entry_layout, entry_tables, method_head, signature
+from strata.targets.cpu.kernel_library import CPU_KERNEL_MODULES, KernelLibrary
 from strata.targets.codegen import CodegenError, IndentedWriter, Namer, literal_name, sanitize_identifier, sanitize_label, value_labels
 
 
@@ -69,11 +69,9 @@ def type_comment(typ: Attribute) -> str:
 #: Module-level names of the generated code that locals and attributes must not shadow.
 _MODULE_NAMES = {"np", "ml_dtypes", "Model", "annotations", "_bind", "_bind_piece", "MODEL_NAME", "N_CTX", "RANKS",
                  "torch", "dist", "tp_rank", "all_reduce", "all_gather"}
-#: Parameters and fixed locals of the entry methods.
-_METHOD_NAMES = {"self", "tokens", "start", "token", "pos", "n_tokens"}
 #: Attributes and methods of Model besides the bound params, state and constants.
 _MODEL_ATTRS = {"reset", "weights", "PARAMS", "STATE", "OUTPUTS", "ENTRIES", "N_CTX", "MODEL_NAME", "RANKS", "group",
-                "rank"}
+                "rank", "ARGS", "RESULTS", "LAYOUTS"}
 
 
 class CpuEmitter:
@@ -83,7 +81,8 @@ class CpuEmitter:
         self.module = module
         self.model_name = sanitize_label(model_name) if model_name else None
         self.kernels_used: set[str] = set()
-        self.reserved = set(_MODULE_NAMES) | set(dir(K)) | set(dir(builtins)) | set(keyword.kwlist)
+        self.reserved = set(_MODULE_NAMES) | set(dir(builtins)) | set(keyword.kwlist)
+        self.reserved |= {name for m in CPU_KERNEL_MODULES for name in dir(m)}
         # Model attributes: params, state and constants, by a key that identifies them.
         self.attr_namer = Namer(self.reserved | _MODEL_ATTRS)
         self.params: dict[str, tuple[str, TensorType]] = {}  # ggml name -> (attr, type)
@@ -98,6 +97,7 @@ class CpuEmitter:
         self.locals = Namer(set())
         self.inputs: dict[tuple[str, Attribute], str] = {}
         self.n_kv = 0
+        self.layout: dict | None = None
         self.last_use: dict[SSAValue, Operation] = {}
 
     # -- driver ---------------------------------------------------------------------------
@@ -124,7 +124,7 @@ class CpuEmitter:
         entry_names: set[str] = set()
         for fn in self.entries:
             name = fn.sym_name.data
-            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name) or name in self.reserved | _MODEL_ATTRS | _METHOD_NAMES:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name) or name in self.reserved | _MODEL_ATTRS | METHOD_NAMES:
                 raise CpuTargetError(f"cpu target: entry name {sanitize_label(name)!r} cannot be a method name")
             if name in entry_names:
                 raise CpuTargetError(f"cpu target: two entries named {name!r}")
@@ -136,7 +136,7 @@ class CpuEmitter:
         out = IndentedWriter()
         self.print_header(out)
         library = KernelLibrary()
-        for name in library.closure(self.kernels_used | {"host_input"}):
+        for name in library.closure(self.kernels_used):
             out.line()
             out.line()
             out.block(library.text(name))
@@ -164,10 +164,11 @@ class CpuEmitter:
         out.line()
         out.line("    model = Model(weights)   # weights: ggml tensor name -> array (mapping or getter)")
         for fn in self.entries:
-            out.line(f"    logits = model.{self._signature(fn)}")
+            out.line(f"    logits = model.{signature(fn, self.reserved)}")
         out.line()
         out.line(f"Entries: {entries}. Needs only numpy and ml_dtypes. The kernels below are copied")
-        out.line("from strata.semantics.kernels; everything after them is printed from the op-level IR.")
+        out.line("from strata.semantics.kernels (and strata.semantics.sampling); everything after them is printed")
+        out.line("from the op-level IR.")
         out.line('"""')
         out.line()
         out.line("from __future__ import annotations")
@@ -218,7 +219,8 @@ class CpuEmitter:
             out.line()
             out.line("N_CTX = N_CTX")
             out.line("MODEL_NAME = MODEL_NAME")
-            out.line(f"ENTRIES = {tuple(fn.sym_name.data for fn in self.entries)!r}")
+            public = [fn for fn in self.entries if fn.sym_visibility is None or fn.sym_visibility.data != "private"]
+            out.line(f"ENTRIES = {tuple(fn.sym_name.data for fn in public)!r}")
             out.line("PARAMS = (")
             with out.indented():
                 for name in self.params:
@@ -230,14 +232,8 @@ class CpuEmitter:
                     out.line(f"{literal_name(name, 'state name')}: ({int_tuple(typ.get_shape())}, "
                              f"{dtype_expr(typ.get_element_type())}),")
             out.line("}")
-            out.line("OUTPUTS = {  # entry -> (shape, dtype) of its result; None: the number of tokens")
-            with out.indented():
-                for fn in self.entries:
-                    (typ,) = fn.function_type.outputs.data
-                    dims = ", ".join("None" if d == DYNAMIC_INDEX else str(d) for d in typ.get_shape())
-                    dims += "," if len(typ.get_shape()) == 1 else ""
-                    out.line(f"{fn.sym_name.data!r}: (({dims}), {dtype_expr(typ.get_element_type())}),")
-            out.line("}")
+            for indent, text in entry_tables(self.entries, self.reserved, dtype_expr):
+                out.line("    " * indent + text)
             out.line()
             out.line("def __init__(self, weights, group=None):" if self.ranks > 1 else "def __init__(self, weights):")
             with out.indented():
@@ -278,24 +274,21 @@ class CpuEmitter:
 
     # -- entries --------------------------------------------------------------------------
 
-    def _signature(self, fn: func.FuncOp) -> str:
-        name = fn.sym_name.data
-        return f"{name}(token, pos)" if name == "decode" else f"{name}(tokens, start)"
-
     def print_entry(self, fn: func.FuncOp, out: IndentedWriter) -> None:
         self.out = out
         self.names = {}
         self.labels = value_labels(fn)
-        self.locals = Namer(self.reserved | _METHOD_NAMES)
+        self.locals = Namer(self.reserved | METHOD_NAMES)
         self.inputs = {}
+        outs = fn.function_type.outputs.data
+        if not outs or not all(isinstance(t, TensorType) for t in outs):
+            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must return tensors")
+        if fn.function_type.inputs.data:
+            self.print_entry_with_arguments(fn, out)
+            return
         self.n_kv = int(fn.attributes["op.n_kv"].value.data) if "op.n_kv" in fn.attributes else self.n_ctx
         if self.n_kv is None:
             raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} has no op.n_kv attribute")
-        if len(fn.function_type.outputs.data) != 1 or not isinstance(fn.function_type.outputs.data[0], TensorType):
-            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must return one tensor")
-        if fn.function_type.inputs.data:
-            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must take no arguments "
-                                 "(host data comes from op.input)")
         ops = list(fn.body.walk())
         self.last_use = {}
         for op in ops:
@@ -303,33 +296,48 @@ class CpuEmitter:
                 self.last_use[v] = op
 
         out.line()
-        name = fn.sym_name.data
-        if name == "decode":
-            out.line("def decode(self, token, pos):")
-        else:
-            out.line(f"def {name}(self, tokens, start):")
+        self.layout = entry_layout(fn)
+        if self.layout is not None:
+            self.locals.taken |= {n for n, _, _ in arg_spec(fn, self.reserved)}
+        head, body, kernel = method_head(fn, self.reserved, self.n_ctx)
+        self.kernels_used.add(kernel)
+        out.line(head)
         with out.indented():
-            if name == "decode":
-                out.line('"""Entry @decode: one token at position `pos`; writes its cache rows, returns its logits."""')
-            else:
-                out.line(f'"""Entry @{name}: `tokens` from position `start`; writes their cache rows, returns the '
-                         'logits of the rows the graph outputs."""')
-            if name == "decode":
-                out.line("tokens = np.asarray([token], dtype=np.int32)")
-                out.line("start = int(pos)")
-            else:
-                out.line("tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)")
-                out.line("start = int(start)")
-            out.line("n_tokens = tokens.shape[0]")
-            if self.n_ctx is not None:
-                out.line(f"if n_tokens < 1 or start < 0 or start + n_tokens > {self.n_ctx}:")
-                with out.indented():
-                    out.line(f"raise ValueError(f'{name}: {{n_tokens}} tokens at position {{start}} do not fit "
-                             f"the context of {self.n_ctx}')")
+            for text in body:
+                out.line(text)
             for op in ops:
-                if op is fn:
-                    continue
-                self.print_op(op)
+                if op is not fn:
+                    self.print_op(op)
+
+    def print_entry_with_arguments(self, fn: func.FuncOp, out: IndentedWriter) -> None:
+        """An entry whose inputs are its arguments (static shapes; no host inputs, no state)."""
+        name = fn.sym_name.data
+        params = argument_names(fn, self.reserved)
+        self.locals.taken |= set(params)
+        for op in fn.body.walk():
+            if isinstance(op, (O.InputOp, O.StateOp)):
+                raise CpuTargetError(f"cpu target: entry @{name} takes arguments and cannot also read "
+                                     f"'{op.name}' (host inputs and state go with tokens and a position)")
+        self.last_use = {v: op for op in fn.body.walk() for v in op.operands}
+        out.line()
+        out.line(f"def {name}(self, {', '.join(params)}):")
+        with out.indented():
+            out.line(f'"""Entry @{name}: {", ".join(params)} as the IR types them; returns its result."""')
+            for param, arg in zip(params, fn.body.block.args):
+                typ = arg.type
+                if not isinstance(typ, TensorType) or DYNAMIC_INDEX in typ.get_shape():
+                    raise CpuTargetError(f"cpu target: entry @{name}: argument {param} must be a tensor of static "
+                                         f"shape, got {typ}")
+                shape = int_tuple(typ.get_shape())
+                out.line(f"{param} = np.asarray({param}, dtype={dtype_expr(typ.get_element_type())})")
+                out.line(f"if {param}.shape != {shape}:")
+                with out.indented():
+                    out.line(f"raise ValueError(f'{name}: {param} has shape {{list({param}.shape)}}, expected "
+                             f"{list(typ.get_shape())}')")
+                self.names[arg] = param
+            for op in fn.body.walk():
+                if op is not fn:
+                    self.print_op(op)
 
     def print_op(self, op: Operation) -> None:
         handler = CPU_EMITTER.get(type(op))

@@ -18,7 +18,9 @@ What it does:
   blueprint says paged, and the conv / recurrent state, zeroed when a sequence starts);
 * runs an entry group by group, greedy sampling on the device (argmax), and for decode an
   optional CUDA graph (`Model(..., cuda_graph=True)`): the position is read by the kernels
-  from a device scalar, so one captured step replays at every position.
+  from a device scalar, so one captured step replays at every position;
+* samples with the compiled sampler (`sample_logits`: the sampling kernel on the device, on
+  the logits a step returned, or the numpy sampler on the host, by the sampler's placement).
 """
 
 from __future__ import annotations
@@ -383,6 +385,30 @@ class Runtime:
         for n, buf in saved.items():
             self.state[n].copy_(buf)
         self._graph = graph
+
+    def sample_logits(self, logits, key, step: int, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
+                      repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, prompt_counts=None,
+                      output_counts=None):
+        """The compiled sampler (@sample_logits) on `logits` [1, vocab] (a device tensor, as
+        `prefill`/`decode` return them): the drawn id [1, 1] int32 on the device. `key` is two
+        int64, `step` the draw's step; the counts (each token's occurrences in the prompt and
+        the output, [1, vocab]) only matter with penalties (None: none occurred)."""
+        fn = getattr(self, "_sample_logits", None)
+        if fn is None:
+            raise ModelError("this compiled model has no sampler (@sample_logits); recompile it to sample")
+        if not 0 <= int(step) < 2**31:
+            raise ModelError(f"the sampling step must be in [0, 2**31), not {step}")
+        counts = [None if c is None else torch.as_tensor(np.asarray(c), dtype=torch.int32).to(self.device)
+                  for c in (prompt_counts, output_counts)]
+        return fn(logits, key, int(step), temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
+                  frequency_penalty, *counts)
+
+    def _sampler_buffers(self, rows: int, vocab: int):
+        """The sampler's output [rows, 1] and its f32 scratch row [rows, vocab], allocated once."""
+        if getattr(self, "_sampler_out", None) is None:
+            self._sampler_out = torch.empty((rows, 1), dtype=torch.int32, device=self.device)
+            self._sampler_work = torch.empty((rows, vocab), dtype=torch.float32, device=self.device)
+        return self._sampler_out, self._sampler_work
 
     def generate(self, prompt, max_new_tokens: int, *, keep_logits: bool = True):
         """Greedy generation: (the new ids, their logits [max_new_tokens, vocab] f32 numpy or None).
