@@ -77,6 +77,31 @@ def blueprint_of(args: argparse.Namespace):
     return Blueprint(args.mode, args.rows, args.recipe, args.kv, args.tp, args.ep)
 
 
+def add_ranks(p: argparse.ArgumentParser) -> None:
+    """--tp and --ep of the commands that run a model (`ranks_of` reads them)."""
+    p.add_argument("--tp", type=bounded_int(1), default=1,
+                   help="run on this many ranks, one process each, tensor-parallel on torch.distributed "
+                        "(--target cpu: gloo on this machine; default 1)")
+    p.add_argument("--ep", type=bounded_int(1), default=1,
+                   help="expert parallelism: 1 (each expert split over the --tp ranks, the default) or the ranks "
+                        "(whole experts per rank)")
+
+
+def ranks_of(args: argparse.Namespace, knobs: dict):
+    """The opener of a program on --tp ranks (None: this process alone); --ep goes into `knobs`."""
+    from strata.errors import StrataError
+
+    if args.ep not in (1, args.tp):
+        raise StrataError(f"--ep is 1 or the ranks of --tp ({args.tp}), got {args.ep}")
+    if args.ep > 1:
+        knobs["ep"] = args.ep
+    if args.tp == 1:
+        return None
+    from strata.runtime.tp import opener
+
+    return opener(args.tp)
+
+
 def add_target(p: argparse.ArgumentParser, run: bool) -> None:
     """--target and the knobs of the targets (their flags refuse a target they do not apply to)."""
     from strata.passes.blueprint_assign_precision import recipe_names
