@@ -100,13 +100,20 @@ def entry_pipeline(entry: str, *, tokens: int = 0, start: int = -1, ctx: int = 0
 BLUEPRINT_MODES = MODES
 
 
+def shard_pipeline(tp: int = 1, ep: int = 1) -> str:
+    """The tensor-parallel pass for `tp` ranks (whole experts per rank with `ep` = tp), or nothing."""
+    if tp == 1 and ep == 1:
+        return ""
+    return f"shard-tensor-parallel{{tp={tp}" + (f" ep={ep}" if ep > 1 else "") + "}"
+
+
 def blueprint_pipeline(mode: str = "decode", rows: int = 1, recipe: str = "fp8-bf16head", *, kv: str = "paged",
-                       embed: str = "host", sample: str = "host", collapse: bool = True,
-                       max_ctx: int | None = None) -> str:
+                       embed: str = "host", sample: str = "host", collapse: bool = True, tp: int = 1,
+                       ep: int = 1, max_ctx: int | None = None) -> str:
     """The passes from the module level to the blueprint level of one mode: the op level of the
-    entry that runs `rows` rows (decode for one, prefill otherwise), then convert-op-to-blueprint,
-    precision, state placement, fusion and collapse. `max_ctx`: the model's context (MaxSeq),
-    which the rows of one call may not exceed."""
+    entry that runs `rows` rows (decode for one, prefill otherwise; one rank's of `tp`, see
+    `shard_pipeline`), then convert-op-to-blueprint, precision, state placement, fusion and
+    collapse. `max_ctx`: the model's context (MaxSeq), which the rows of one call may not exceed."""
     try:
         check_mode_rows(mode, rows, "blueprint")
     except StrataError as e:
@@ -119,7 +126,8 @@ def blueprint_pipeline(mode: str = "decode", rows: int = 1, recipe: str = "fp8-b
     # The blueprint keeps no context size: the smallest cache that holds the rows will do.
     lower = entry_pipeline(entry, tokens=rows if entry == "prefill" else 0, start=0 if entry == "prefill" else rows,
                            ctx=max(2 * rows, 64), kv_pad=1)
-    passes = [lower, f"convert-op-to-blueprint{{mode={mode} rows={rows}}}",
+    shard = shard_pipeline(tp, ep)
+    passes = [*([shard] if shard else []), lower, f"convert-op-to-blueprint{{mode={mode} rows={rows}}}",
               f"blueprint-assign-precision{{recipe={spec_value(recipe)}}}",
               f"blueprint-place-state{{kv={spec_value(kv)} embed={spec_value(embed)} sample={spec_value(sample)}}}",
               "blueprint-fuse"]

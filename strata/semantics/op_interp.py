@@ -452,6 +452,10 @@ class OpFunctions(InterpreterFunctions):
     def run_get_rows_sharded(self, interpreter: Interpreter, op: O.GetRowsShardedOp, a: V) -> V:
         return (K.get_rows_sharded(a[0], a[1], self.env.group.rank),)
 
+    @impl(O.MulMatIdShardedOp)
+    def run_mul_mat_id_sharded(self, interpreter: Interpreter, op: O.MulMatIdShardedOp, a: V) -> V:
+        return (K.mul_mat_id_sharded(a[0], a[1], a[2], self.env.group.rank),)
+
 
 #: op class -> its semantics (the `@impl` methods of `OpFunctions`).
 INTERPRETER: Implementations = implementations("op interpreter", OpFunctions)

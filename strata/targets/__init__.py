@@ -61,7 +61,8 @@ def _cpu() -> Target:
 
     def pipeline(k: Mapping[str, Any]) -> str:
         entries = ",".join(entry_list(k.get("entries", DEFAULT_ENTRIES)))
-        shard = f"shard-tensor-parallel{{tp={k['tp']}}}," if k.get("tp", 1) > 1 else ""
+        ep = f" ep={k['ep']}" if k.get("ep", 1) > 1 else ""
+        shard = f"shard-tensor-parallel{{tp={k['tp']}{ep}}}," if k.get("tp", 1) > 1 or ep else ""
         # The runtime's loop samples with the program's own sampler; it steps one sequence's
         # prefill and decode, so a program of other entries (run by strata call) has none.
         sampler = ",add-sampler" if set(entries.split(",")) <= {"prefill", "decode"} else ""
@@ -71,9 +72,10 @@ def _cpu() -> Target:
     def emit(module: ModuleOp, model_name: str | None, weights: Any = None) -> dict[str, str | bytes]:
         return {"model.py": emit_cpu(module, model_name)}
 
-    # tp: the ranks of a tensor-parallel program (launched by strata.runtime.tp: one process each).
-    return Target("cpu", pipeline, emit, {"ctx": None, "flash_attn": True, "kv_pad": 256, "tp": 1, **ENTRY_KNOBS},
-                  ("model.py",), load=program.load, check=check_entry_knobs)
+    # tp: the ranks of a tensor-parallel program (launched by strata.runtime.tp: one process each);
+    # ep: 1, or tp for whole experts per rank (expert parallelism).
+    return Target("cpu", pipeline, emit, {"ctx": None, "flash_attn": True, "kv_pad": 256, "tp": 1, "ep": 1,
+                                          **ENTRY_KNOBS}, ("model.py",), load=program.load, check=check_entry_knobs)
 
 
 def _cuda() -> Target:

@@ -14,12 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from strata.semantics import host_inputs, kernels_seq
 from strata.semantics import kernels as K
-from strata.targets.cpu.kernel_library import KernelLibrary
+from strata.targets.cpu.kernel_library import CPU_KERNEL_MODULES, KernelLibrary
 
-#: The files the CPU target copies functions from (kernels_seq and host_inputs beside kernels).
-KERNEL_FILES = (K, kernels_seq, host_inputs)
+#: The files the CPU target copies functions from (kernels_seq, host_inputs and the sampler beside kernels).
+KERNEL_FILES = CPU_KERNEL_MODULES
 
 BF16 = ml_dtypes.bfloat16
 

@@ -65,17 +65,23 @@ class MulMatIdOp(OpBase):
     )
 
     def verify_(self) -> None:
-        a, b, i, r = (shape_of(v) for v in (self.experts, self.b, self.ids, self.result))
-        require(len(a) == 3, f"op.mul_mat_id: the experts must be [E, M, K], got {fmt_shape(a)}")
-        require(len(b) == 3, f"op.mul_mat_id: b must be [T, Nb, K], got {fmt_shape(b)}")
-        require(len(i) == 2 and is_int(elem_of(self.ids), 32), f"op.mul_mat_id: the ids must be [T, U] i32, got {self.ids.type}")
-        require(dim_eq(a[2], b[2]), f"op.mul_mat_id: contraction dims differ: {fmt_shape(a)} vs {fmt_shape(b)}")
-        require(dim_eq(i[0], b[0]), f"op.mul_mat_id: ids {fmt_shape(i)} and b {fmt_shape(b)} must have one row per token")
-        shared = DYNAMIC_INDEX in (b[1], i[1]) or (b[1] > 0 and i[1] % b[1] == 0)
-        require(shared, f"op.mul_mat_id: the {fmt_shape(i[1:])} expert slots must be a multiple of b's {fmt_shape(b[1:2])} rows")
-        expect = (i[0] if i[0] != DYNAMIC_INDEX else b[0], i[1], a[1])
-        require(shapes_eq(r, expect), f"op.mul_mat_id: result must be {fmt_shape(expect)}, got {fmt_shape(r)}")
-        require(isinstance(elem_of(self.result), Float32Type), "op.mul_mat_id: result must be f32")
+        check_mul_mat_id(self)
+
+
+def check_mul_mat_id(op) -> None:
+    """MUL_MAT_ID's operand and result shapes (op.mul_mat_id_sharded's too)."""
+    a, b, i, r = (shape_of(v) for v in (op.experts, op.b, op.ids, op.result))
+    name = op.name
+    require(len(a) == 3, f"{name}: the experts must be [E, M, K], got {fmt_shape(a)}")
+    require(len(b) == 3, f"{name}: b must be [T, Nb, K], got {fmt_shape(b)}")
+    require(len(i) == 2 and is_int(elem_of(op.ids), 32), f"{name}: the ids must be [T, U] i32, got {op.ids.type}")
+    require(dim_eq(a[2], b[2]), f"{name}: contraction dims differ: {fmt_shape(a)} vs {fmt_shape(b)}")
+    require(dim_eq(i[0], b[0]), f"{name}: ids {fmt_shape(i)} and b {fmt_shape(b)} must have one row per token")
+    shared = DYNAMIC_INDEX in (b[1], i[1]) or (b[1] > 0 and i[1] % b[1] == 0)
+    require(shared, f"{name}: the {fmt_shape(i[1:])} expert slots must be a multiple of b's {fmt_shape(b[1:2])} rows")
+    expect = (i[0] if i[0] != DYNAMIC_INDEX else b[0], i[1], a[1])
+    require(shapes_eq(r, expect), f"{name}: result must be {fmt_shape(expect)}, got {fmt_shape(r)}")
+    require(isinstance(elem_of(op.result), Float32Type), f"{name}: result must be f32")
 
 
 @irdl_op_definition

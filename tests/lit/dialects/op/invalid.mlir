@@ -1229,6 +1229,24 @@ func.func @f(%r: tensor<?x64xf32>) {
 
 // -----
 
+// op.mul_mat_id_sharded: MUL_MAT_ID's shapes, over this rank's experts.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat_id_sharded: result must be 3x2x32, got 3x2x16
+func.func @f(%w: tensor<4x32x64xf32>, %x: tensor<3x1x64xf32>, %ids: tensor<3x2xi32>) {
+  %g = op.mul_mat_id_sharded %w, %x, %ids {group = "tp", ranks = 2 : i64} : tensor<4x32x64xf32>, tensor<3x1x64xf32>, tensor<3x2xi32> -> tensor<3x2x16xf32>
+  func.return
+}
+
+// -----
+
+// op.mul_mat_id_sharded: a group of the ranks, as every collective.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat_id_sharded: unknown group 'dp' (known: tp)
+func.func @f(%w: tensor<4x32x64xf32>, %x: tensor<3x1x64xf32>, %ids: tensor<3x2xi32>) {
+  %g = op.mul_mat_id_sharded %w, %x, %ids {group = "dp", ranks = 2 : i64} : tensor<4x32x64xf32>, tensor<3x1x64xf32>, tensor<3x2xi32> -> tensor<3x2x32xf32>
+  func.return
+}
+
+// -----
+
 // Malformed syntax: a missing comma. The parse error names the file, the line
 // and the column, and shows the line with a caret under the offending token.
 func.func @f(%x: tensor<5x16xf32>, %g: tensor<16xf32>) {

@@ -497,13 +497,19 @@ func.func @generic_form(%x: tensor<5x16xf32>, %g: tensor<16xf32>) {
 // CHECK-NEXT:    %e = op.get_rows_sharded %w, %ids {group = "tp", ranks = 2 : i64} : tensor<24x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
 // CHECK-NEXT:    %s = op.all_reduce %e {group = "tp", ranks = 2 : i64, name = "embd"} : tensor<5x16xf32> -> tensor<5x16xf32>
 // CHECK-NEXT:    %g = op.all_gather %s {group = "tp", ranks = 2 : i64, axis = 1 : i64} : tensor<5x16xf32> -> tensor<5x32xf32>
+// CHECK-NEXT:    %ew = op.param "blk.0.ffn_gate_exps.weight" {split = array<i64: 0, 2>} : tensor<4x32x16xf32>
+// CHECK-NEXT:    %x = op.reshape %s : tensor<5x16xf32> -> tensor<5x1x16xf32>
+// CHECK-NEXT:    %eg = op.mul_mat_id_sharded %ew, %x, %sel {group = "tp", ranks = 2 : i64, name = "ffn_moe_gate-0"} : tensor<4x32x16xf32>, tensor<5x1x16xf32>, tensor<5x2xi32> -> tensor<5x2x32xf32>
 // CHECK-NEXT:    func.return
-func.func @collectives() {
+func.func @collectives(%sel: tensor<5x2xi32>) {
   %w = op.param "token_embd.weight" {split = array<i64: 0, 2>} : tensor<24x16xf32>
   %q = op.param "blk.0.attn_qkv.weight" {split = array<i64: 0, 2, 8, 8, 16>} : tensor<32x16xf32>
   %ids = op.input "tokens" : tensor<5xi32>
   %e = op.get_rows_sharded %w, %ids {group = "tp", ranks = 2 : i64} : tensor<24x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
   %s = op.all_reduce %e {group = "tp", ranks = 2 : i64, name = "embd"} : tensor<5x16xf32> -> tensor<5x16xf32>
   %g = op.all_gather %s {group = "tp", ranks = 2 : i64, axis = 1 : i64} : tensor<5x16xf32> -> tensor<5x32xf32>
+  %ew = op.param "blk.0.ffn_gate_exps.weight" {split = array<i64: 0, 2>} : tensor<4x32x16xf32>
+  %x = op.reshape %s : tensor<5x16xf32> -> tensor<5x1x16xf32>
+  %eg = op.mul_mat_id_sharded %ew, %x, %sel {group = "tp", ranks = 2 : i64, name = "ffn_moe_gate-0"} : tensor<4x32x16xf32>, tensor<5x1x16xf32>, tensor<5x2xi32> -> tensor<5x2x32xf32>
   func.return
 }
