@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from strata.semantics import kernels as K
+from strata.semantics import kernels_ggml as KG
 from strata.targets.cpu.kernel_library import KernelLibrary
 
 BF16 = ml_dtypes.bfloat16
@@ -44,23 +45,33 @@ def close(got: np.ndarray, want: torch.Tensor | np.ndarray, atol: float = 1e-5) 
 # The rules that let the code generator copy kernels
 
 
-def test_kernels_import_only_numpy_and_ml_dtypes() -> None:
-    tree = ast.parse(inspect.getsource(K))
+def _imports(module) -> set[str]:
     imported = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
         if isinstance(node, ast.Import):
-            imported |= {a.name.split(".")[0] for a in node.names}
+            imported |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            imported.add((node.module or "").split(".")[0])
-    assert imported <= {"numpy", "ml_dtypes", "__future__"}, imported
+            imported.add(node.module or "")
+    return imported
+
+
+def test_kernels_import_only_numpy_and_ml_dtypes() -> None:
+    assert _imports(K) <= {"numpy", "ml_dtypes", "__future__"}, _imports(K)
+    # kernels_ggml builds on kernels.py's functions: a generated module holds both files' copies
+    assert _imports(KG) <= {"numpy", "ml_dtypes", "__future__", "strata.semantics.kernels"}, _imports(KG)
+
+
+def _kernel_functions() -> dict[str, object]:
+    return {n: f for m in (K, KG) for n, f in vars(m).items() if inspect.isfunction(f) and f.__module__ == m.__name__}
 
 
 def test_dependencies_are_complete_and_exact() -> None:
-    functions = {n for n, f in vars(K).items() if inspect.isfunction(f) and f.__module__ == K.__name__}
+    kernels = _kernel_functions()
+    functions = set(kernels)
     deps = KernelLibrary().dependencies
     assert set(deps) == functions
     for name in functions:
-        fn = getattr(K, name)
+        fn = kernels[name]
         # Free names of the source (attribute names such as `x.reshape` are not names).
         nodes = list(ast.walk(ast.parse(inspect.getsource(fn))))
         loads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
@@ -79,7 +90,7 @@ def _copied(name: str) -> dict:
         n = todo.pop()
         if n not in seen:
             seen.add(n)
-            exec(compile(inspect.getsource(getattr(K, n)), n, "exec"), ns)  # noqa: S102
+            exec(compile(inspect.getsource(_kernel_functions()[n]), n, "exec"), ns)  # noqa: S102
             todo += KernelLibrary().dependencies[n]
     return ns
 
@@ -91,6 +102,9 @@ def test_copied_source_runs_standalone() -> None:
     np.testing.assert_array_equal(ns["flash_attn_ext"](q, k, v, mask, 0.3), K.flash_attn_ext(q, k, v, mask, 0.3))
     x = randn(5, 16)
     np.testing.assert_array_equal(_copied("mul")["mul"](x, x[0]), K.mul(x, x[0]))
+    w, x = randn(8, 256, seed=4), randn(3, 256, seed=5)
+    got = _copied("mul_mat_quantized")["mul_mat_quantized"](w, x, "q8_K", (2, 2, 64))
+    np.testing.assert_array_equal(got, KG.mul_mat_quantized(w, x, "q8_K", (2, 2, 64)))
 
 
 # ---------------------------------------------------------------------------

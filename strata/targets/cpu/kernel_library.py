@@ -1,5 +1,6 @@
-"""The kernels' source for the CPU target: each kernel of `strata.semantics.kernels` as text, and
-the other kernels it calls, so that a generated module carries just the kernels it uses."""
+"""The kernels' source for the CPU target: each kernel of `strata.semantics.kernels` (and of
+`strata.semantics.kernels_ggml`, ggml-cpu's quantized and float16 numerics) as text, and the
+other kernels it calls, so that a generated module carries just the kernels it uses."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import ast
 import inspect
 
 from strata.semantics import kernels as K
+from strata.semantics import kernels_ggml as KG
 from strata.targets.codegen import CodegenError
 
 
@@ -20,12 +22,13 @@ def _free_names(fn: ast.FunctionDef) -> set[str]:
 
 
 class KernelLibrary:
-    """The kernels' source, from one read of :mod:`strata.semantics.kernels`: each top-level
-    function's text (with its decorators), and the other top-level functions it refers to,
-    read off its syntax tree (so no table of dependencies can fall out of date)."""
+    """The kernels' source, from one read of :mod:`strata.semantics.kernels` and
+    :mod:`strata.semantics.kernels_ggml` (one namespace: their function names are distinct):
+    each top-level function's text (with its decorators), and the other top-level functions it
+    refers to, read off its syntax tree (so no table of dependencies can fall out of date)."""
 
     def __init__(self, source: str | None = None):
-        self.source = source if source is not None else inspect.getsource(K)
+        self.source = source if source is not None else inspect.getsource(K) + "\n\n" + inspect.getsource(KG)
         tree = ast.parse(self.source)
         lines = self.source.splitlines()
         self.functions: dict[str, tuple[int, str]] = {}
