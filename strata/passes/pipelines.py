@@ -46,11 +46,14 @@ def lowered(module: ModuleOp, spec: str) -> ModuleOp:
 
 
 def entry_pipeline(entry: str, *, tokens: int = 0, start: int = -1, ctx: int = 0, kv_pad: int = 256,
-                   flash_attn: bool = True) -> str:
-    """The pass pipeline that lowers one entry (what `strata ir --level op` and `trace` run)."""
+                   flash_attn: bool = True, kv_type: str = "", act_quant: bool = True) -> str:
+    """The pass pipeline that lowers one entry (what `strata ir --level op` and `trace` run);
+    `kv_type` the cache's element type ("": the model's), `act_quant=False` keeps float
+    activations for block-quantized weights (see convert-module-to-op)."""
     flash = "true" if flash_attn else "false"
+    extra = (f" kv_type={kv_type}" if kv_type else "") + ("" if act_quant else " act_quant=false")
     return (f"convert-module-to-op{{entry={entry} tokens={tokens} start={start} ctx={ctx} kv_pad={kv_pad} "
-            f"flash_attn={flash}}}")
+            f"flash_attn={flash}{extra}}}")
 
 
 BLUEPRINT_MODES = ("decode", "multi_seq", "verify", "draft", "prefill")

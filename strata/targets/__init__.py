@@ -24,13 +24,15 @@ def _cpu() -> Target:
 
     def pipeline(k: Mapping[str, Any]) -> str:
         flash = "true" if k["flash_attn"] else "false"
+        kv_type = f" kv_type={k['kv_type']}" if k["kv_type"] else ""
         return (f"convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} "
-                f"kv_pad={k['kv_pad']} flash_attn={flash}}}")
+                f"kv_pad={k['kv_pad']} flash_attn={flash}{kv_type}}}")
 
     def emit(module: ModuleOp, model_name: str | None, weights: Any = None) -> dict[str, str | bytes]:
         return {"model.py": emit_cpu(module, model_name)}
 
-    return Target("cpu", pipeline, emit, {"ctx": None, "flash_attn": True, "kv_pad": 256}, ("model.py",),
+    # kv_type: the KV cache's element type ("": the model's; f16 is llama.cpp's default cache)
+    return Target("cpu", pipeline, emit, {"ctx": None, "flash_attn": True, "kv_pad": 256, "kv_type": ""}, ("model.py",),
                   load=program.load)
 
 

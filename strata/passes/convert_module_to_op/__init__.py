@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, ModuleOp, i64
+from xdsl.dialects.builtin import DYNAMIC_INDEX, DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i64
 from xdsl.ir import Block, Region
 from xdsl.passes import ModulePass
 
@@ -39,6 +39,8 @@ from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering, Lo
 __all__ = ["ConvertModuleToOpPass", "EXPANSIONS", "LoweringError", "lower_entry"]
 
 ENTRIES = ("prefill", "decode")
+#: The KV cache types convert-module-to-op can give (kv_type; "" is the model's own).
+KV_TYPES = ("", "f32", "f16", "bf16")
 #: The largest context the IR can describe with room to spare in int64 products.
 MAX_CTX = 2**31 - 1
 
@@ -55,6 +57,11 @@ class ConvertModuleToOpPass(ModulePass):
     ctx: int = 0
     kv_pad: int = 256
     flash_attn: bool = True
+    #: A product of a weight stored in a ggml block type quantizes its activation rows as
+    #: ggml-cpu does (`op.mul_mat`'s `act`); false: float32 activations.
+    act_quant: bool = True
+    #: The KV cache's element type ("": the model's); llama.cpp keeps it in f16 by default.
+    kv_type: str = ""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         entries = (self.entry,) if isinstance(self.entry, str) else tuple(self.entry)
@@ -73,6 +80,21 @@ class ConvertModuleToOpPass(ModulePass):
         model.detach()
         model.erase()
         op.body.block.add_ops(fns)
+
+
+def stored_formats(model_op) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+    """The model's `ggml_formats` (ggml tensor name -> its GGUF block type) and
+    `ggml_block_orders` (name -> the order of its blocked axis, see op.param), as a dict."""
+    if not isinstance(model_op, M.ModelOp):
+        return {}
+    formats, orders = model_op.attributes.get("ggml_formats"), model_op.attributes.get("ggml_block_orders")
+    if formats is None:
+        return {}
+    if not isinstance(formats, DictionaryAttr) or not all(isinstance(v, StringAttr) for v in formats.data.values()):
+        raise _error("the model's ggml_formats must map tensor names to ggml type names")
+    order_of = dict(orders.data) if isinstance(orders, DictionaryAttr) else {}
+    return {name: (fmt.data, tuple(order_of[name].get_values()) if name in order_of else None)  # type: ignore[union-attr]
+            for name, fmt in formats.data.items()}
 
 
 def _error(msg: str) -> StrataError:
@@ -96,6 +118,8 @@ def _check_options(opts: ConvertModuleToOpPass, entries: tuple[str, ...]) -> Non
         raise _error(f"ctx must be >= 0 (0: the model's MaxSeq) and at most {MAX_CTX}, got {opts.ctx}")
     if not 1 <= opts.kv_pad <= MAX_CTX:
         raise _error(f"kv-pad must be >= 1, got {opts.kv_pad}")
+    if opts.kv_type not in KV_TYPES:
+        raise _error(f"kv_type must be one of {', '.join(repr(t) for t in KV_TYPES)} ('': the model's), got {opts.kv_type!r}")
 
 
 def lower_entry(root: BlockInstance, entry: str, opts: ConvertModuleToOpPass) -> func.FuncOp:
@@ -109,7 +133,9 @@ def lower_entry(root: BlockInstance, entry: str, opts: ConvertModuleToOpPass) ->
     else:
         n_kv = n_ctx
     block = Block()
-    lo = Lowering(block, entry, tokens, n_ctx, n_kv, opts.flash_attn, start=opts.start)
+    lo = Lowering(block, entry, tokens, n_ctx, n_kv, opts.flash_attn, start=opts.start,
+                  formats=stored_formats(root.block.parent_op()), act_quant=opts.act_quant,
+                  kv_type=opts.kv_type or None)
     logits = lo.g.expand(lo.call(root, entry))
     lo.g.finish()
     block.add_op(func.ReturnOp(logits))

@@ -25,6 +25,7 @@ from strata.dialects import op as O
 from strata.dialects.instances import BlockInstance
 from strata.errors import StrataError
 from strata.ir.dtypes import dtype_named
+from strata.ir.ggml_types import ACTIVATION_TYPES, ggml_type
 from strata.ir.impls import Implementations
 
 #: block kind (path) -> its expansion (a class with one static method per function).
@@ -51,9 +52,11 @@ class GraphBuilder:
     whatever order an expansion creates its ops in, and an op nothing expands (ggml leaves a
     tensor no output depends on out of its graph) is dropped by `finish`."""
 
-    def __init__(self, block: Block):
+    def __init__(self, block: Block, act_quant: bool = True):
         self.block = block
         self._created: list[Operation] = []
+        #: Whether a product of a block-quantized weight quantizes its activations as ggml-cpu does.
+        self.act_quant = act_quant
 
     def add(self, op: Operation, label: str | None = None) -> SSAValue:
         if label is not None:
@@ -118,7 +121,21 @@ class GraphBuilder:
 
     def mul_mat(self, w: SSAValue, x: SSAValue, label=None) -> SSAValue:
         ws, xs = O.shape_of(w), O.shape_of(x)
-        return self.binary(O.MulMatOp, w, x, (*xs[:-1], ws[-2]), label)
+        return self.binary(O.MulMatOp, w, x, (*xs[:-1], ws[-2]), label, **self.activation_quant(w))
+
+    def activation_quant(self, w: SSAValue) -> dict[str, Attribute]:
+        """The `act` / `act_order` of a product of weight `w`: ggml-cpu quantizes the activation
+        rows to the vec_dot_type of a block-quantized weight (`strata.ir.ggml_types`)."""
+        param = w.owner
+        if not self.act_quant or not isinstance(param, O.ParamOp) or param.format_name is None:
+            return {}
+        act = ggml_type(param.format_name).activation
+        if act not in ACTIVATION_TYPES:  # Q8_1 (Q4_1, Q5_1): not emulated, float activations
+            return {}
+        attrs: dict[str, Attribute] = {"act": StringAttr(act)}
+        if param.block_order is not None:
+            attrs["act_order"] = param.block_order
+        return attrs
 
     def reshape(self, x: SSAValue, shape, label=None) -> SSAValue:
         return self.unary(O.ReshapeOp, x, shape, label)
@@ -142,8 +159,13 @@ class Lowering:
     (host inputs, state buffers, constants) created once and shared by every block."""
 
     def __init__(self, block: Block, entry: str, tokens: int, n_ctx: int, n_kv: int, flash_attn: bool,
-                 start: int = -1):
-        self.g = GraphBuilder(block)
+                 start: int = -1, formats: dict[str, tuple[str, tuple[int, ...] | None]] | None = None,
+                 act_quant: bool = True, kv_type: str | None = None):
+        self.g = GraphBuilder(block, act_quant)
+        #: ggml tensor name -> (its ggml block type, its block order or None): the GGUF's own types.
+        self.formats = formats or {}
+        #: The KV cache's element type when not the model's (llama.cpp's default is f16).
+        self.kv_type = kv_type
         self.entry = entry
         self.S = tokens  # the call's token count (DYNAMIC_INDEX when dynamic)
         self.start = start  # the call's first position (-1: known only at run time)
@@ -227,7 +249,8 @@ class Lowering:
             shape = tuple(d for d in t.shape if d != 1)
         label = ggml or t.ggml
         source = t.ggml if label != t.ggml else None
-        v = self.g.add(O.ParamOp(label, tensor(shape or t.shape, elem), convert, args, source))
+        fmt, order = self.formats.get(label, (None, None))
+        v = self.g.add(O.ParamOp(label, tensor(shape or t.shape, elem), convert, args, source, fmt, order))
         v.name_hint = value_hint(label)
         return v
 

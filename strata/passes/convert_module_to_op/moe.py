@@ -42,7 +42,8 @@ class SparseMoe:
         def experts(name: str, b: SSAValue, label: str) -> SSAValue:
             w = lo.param(inst, name)
             shape = (S, k, O.shape_of(w)[1])
-            return g.add(O.MulMatIdOp.create(operands=[w, b, selected], result_types=[tensor(shape)]), label)
+            return g.add(O.MulMatIdOp.create(operands=[w, b, selected], result_types=[tensor(shape)],
+                                             attributes=g.activation_quant(w)), label)
 
         up = experts("up_exps", rows, f"ffn_moe_up{sfx}")
         gate = experts("gate_exps", rows, f"ffn_moe_gate{sfx}")
