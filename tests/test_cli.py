@@ -82,6 +82,10 @@ def test_demo_runs_end_to_end(tmp_path):
     """`strata demo` (what `make demo` runs): inspect, trace, compile and generate on the default model."""
     r = run("demo", "--root", str(tmp_path / "models"))
     assert r.returncode == 0, r.stderr
-    for step in ("== strata inspect", "== strata trace", "== strata run"):
+    for step in ("== strata inspect", "== strata trace", "== strata generate --prompt 'Once upon a time'",
+                 "--temperature 0.8 --top-p 0.95 --seed 1"):
         assert step in r.stdout
-    assert r.stdout.strip().splitlines()[-1].startswith("ids=")
+    assert r.stderr.count("generated 16 tokens") == 2  # text from a prompt, greedy then sampled
+    greedy, sampled = (r.stdout.split("(random weights: gibberish)\n")[1].split("\n== ")[0],
+                       r.stdout.split("--seed 1\n")[1])
+    assert greedy.strip() and sampled.strip() and greedy != sampled

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 
 #: The commands, in the order `strata --help` lists them: modules of this package.
-COMMANDS = ("inspect", "ir", "blueprint", "trace", "compile", "run", "import_model", "export_model", "view",
-            "verify", "calibrate", "quantize", "demo")
+COMMANDS = ("inspect", "ir", "blueprint", "trace", "compile", "run", "call", "generate", "chat", "tokenize",
+            "import_model", "export_model", "view", "verify", "calibrate", "quantize", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -79,8 +79,9 @@ def add_target(p: argparse.ArgumentParser, run: bool) -> None:
                         "(default: min(max_position_embeddings, 4096); epu: 256)")
     p.add_argument("--no-flash-attn", action="store_true", help="--target cpu: unfused MUL_MAT/SOFT_MAX attention")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="a knob of the target (cpu: kv_pad; cuda: kv; epu: alpha, headroom, block, calib_prompts, "
-                        "calib_len, calib_seed; all: ctx)")
+                   help="a knob of the target (cpu: kv_pad, entries (comma-separated or all) and seed 003's generics "
+                        "Batch, MaxSeq, PageSize, Rows, Pages, M, S, P, Steps, MaxNew; cuda: kv, sample (device or "
+                        "host); epu: alpha, headroom, block, calib_prompts, calib_len, calib_seed; all: ctx)")
     p.add_argument("--recipe", choices=recipe_names(), default=None,
                    help="--target cuda: the precision recipe (default bf16; f32 with --interpret)")
     if run:
@@ -117,3 +118,67 @@ def knobs_of(args: argparse.Namespace) -> dict:
     if name == "cuda":
         knobs["recipe"] = args.recipe or ("f32" if getattr(args, "interpret", False) else None)
     return knobs
+
+
+def add_prompt(p: argparse.ArgumentParser) -> None:
+    """--prompt TEXT or --prompt-ids IDS (one of them)."""
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--prompt", metavar="TEXT", help="the prompt, encoded by the model's tokenizer")
+    g.add_argument("--prompt-ids", metavar="IDS", help="the prompt as comma-separated token ids, e.g. 1,2,3")
+
+
+def add_chat_prompt(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chat", action="store_true", help="send the prompt as a user message through the chat template")
+    p.add_argument("--system", metavar="TEXT", default=None, help="with --chat: a system message before it")
+
+
+def prompt_of(args: argparse.Namespace):
+    """The prompt the flags give: a `TextPrompt` (--prompt, --chat, --system) or a list of ids."""
+    from strata.errors import StrataError
+    from strata.runtime.request import parse_prompt_ids
+    from strata.runtime.textgen import TextPrompt
+
+    chat, system = getattr(args, "chat", False), getattr(args, "system", None)
+    if args.prompt_ids is not None:
+        if chat or system is not None:
+            raise StrataError("--chat and --system apply to a text --prompt, not to --prompt-ids")
+        return parse_prompt_ids(args.prompt_ids)
+    if system is not None and not chat:
+        raise StrataError("--system needs --chat (the system message goes through the chat template)")
+    return TextPrompt(args.prompt, chat=chat, system=system)
+
+
+def add_sampling(p: argparse.ArgumentParser) -> None:
+    """The sampling flags (the program's compiled sampler draws with them; default greedy)."""
+    g = p.add_argument_group("sampling (default: greedy, the argmax)")
+    g.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                   help="divide the logits by T before drawing; 0 (default): greedy")
+    g.add_argument("--top-k", type=int, default=0, metavar="K", help="keep the K most likely tokens (0: all)")
+    g.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                   help="keep the most likely tokens whose mass reaches P (1: all)")
+    g.add_argument("--min-p", type=float, default=0.0, metavar="M",
+                   help="drop tokens less likely than M times the most likely (0: none)")
+    g.add_argument("--repeat-penalty", type=float, default=1.0, metavar="R",
+                   help="HF's repetition penalty on the prompt's and the output's tokens (1: none)")
+    g.add_argument("--presence-penalty", type=float, default=0.0, metavar="X",
+                   help="subtract X from tokens already in the output (0: none)")
+    g.add_argument("--frequency-penalty", type=float, default=0.0, metavar="X",
+                   help="subtract X per occurrence in the output (0: none)")
+    g.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="the sampler's seed: the same seed draws the same tokens on every target (default: random)")
+
+
+def sampling_of(args: argparse.Namespace):
+    """The `SamplingParams` of the sampling flags (a filter given at temperature 0 is warned about)."""
+    from strata.errors import warn
+    from strata.runtime.sampling import SamplingParams
+
+    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                            repetition_penalty=args.repeat_penalty, presence_penalty=args.presence_penalty,
+                            frequency_penalty=args.frequency_penalty, seed=args.seed)
+    if params.temperature == 0:
+        unused = [flag for flag, on in (("--top-k", params.top_k > 0), ("--top-p", params.top_p < 1),
+                                        ("--min-p", params.min_p > 0)) if on]
+        if unused:
+            warn(f"{', '.join(unused)} do nothing at temperature 0 (greedy); give --temperature to sample")
+    return params

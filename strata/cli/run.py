@@ -1,17 +1,18 @@
-"""`strata run MODEL --prompt-ids 1,2,3`: compile (or reuse) for a target and generate greedily,
-printing the ids last; `--via onnxruntime`: through the model exported to ONNX instead."""
+"""`strata run MODEL --prompt-ids 1,2,3` (or `--prompt TEXT`): compile (or reuse) for a target and
+generate (greedily, or with the sampling flags), printing the ids last; `--via onnxruntime`:
+through the model exported to ONNX instead."""
 
 from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_model, add_target, bounded_int, knobs_of
+from strata.cli.args import add_model, add_prompt, add_sampling, add_target, bounded_int, knobs_of, prompt_of, sampling_of
 
 
 def add(sub) -> None:
-    p = sub.add_parser("run", help="compile (or reuse) and generate greedily")
+    p = sub.add_parser("run", help="compile (or reuse) and generate, printing the ids")
     add_model(p)
-    p.add_argument("--prompt-ids", required=True, help="comma-separated token ids, e.g. 1,2,3")
+    add_prompt(p)
     p.add_argument("--max-new-tokens", type=bounded_int(0), default=16,
                    help="how many tokens to generate (default 16)")
     p.add_argument("--dump-logits", metavar="FILE", default=None,
@@ -21,20 +22,32 @@ def add(sub) -> None:
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
     p.add_argument("--allow-nonfinite", action="store_true",
                    help="run even if a weight holds NaN or infinity (warns instead of refusing)")
+    p.add_argument("--tp", type=bounded_int(1), default=1,
+                   help="run on this many ranks, one process each, tensor-parallel on torch.distributed "
+                        "(--target cpu: gloo on this machine; default 1)")
     p.add_argument("--via", choices=["onnxruntime"], default=None,
                    help="generate through this runtime instead of the compiled target (exports to ONNX first)")
+    add_sampling(p)
     p.set_defaults(func=run)
+
+
+def _ranks(tp: int):
+    """The opener of a program on `tp` ranks (None: this process alone)."""
+    if tp == 1:
+        return None
+    from strata.runtime.tp import opener
+
+    return opener(tp)
 
 
 def run(args: argparse.Namespace) -> int:
     from strata.errors import StrataError
-    from strata.runtime.engine import run_prompt
-    from strata.runtime.request import parse_prompt_ids
+    from strata.runtime.textgen import run_prompt
 
     if args.via is not None and args.target != "cpu":
         raise StrataError(f"--via {args.via} runs the op level exported to ONNX; it takes no --target {args.target}")
-    prompt = parse_prompt_ids(args.prompt_ids)
-    run_prompt(args.model, prompt, args.max_new_tokens, target_name=args.target, knobs=knobs_of(args), via=args.via,
-               interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir, dump_logits=args.dump_logits,
-               allow_nonfinite=args.allow_nonfinite)
+    run_prompt(args.model, prompt_of(args), args.max_new_tokens, target_name=args.target, knobs=knobs_of(args),
+               via=args.via, interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir,
+               dump_logits=args.dump_logits, allow_nonfinite=args.allow_nonfinite, sampling=sampling_of(args),
+               opener=_ranks(args.tp))
     return 0

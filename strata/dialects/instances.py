@@ -201,15 +201,24 @@ def _join(prefix: tuple[str, ...], segment: str) -> tuple[str, ...]:
     return prefix + (segment,) if segment else prefix
 
 
-def root_env(model: M.ModelOp) -> dict[str, int | str]:
-    """The root block's generics: the model's bindings, then the defaults."""
+def root_env(model: M.ModelOp, bind: dict[str, int] | None = None) -> dict[str, int | str]:
+    """The root block's generics: `bind` (dims a caller sets: Batch, PageSize, ...), the
+    model's bindings, then the defaults."""
     root = model.block(model.root.data)
     if root is None:
         raise InstanceError(f"model @{model.sym_name.data}: no root block")
     env: dict[str, int | str] = {}
     for name, value in model.generics.data.items():
         env[name] = value.value.data if isinstance(value, IntegerAttr) else str(value)
-    for g in _generics(tuple(s.data for s in root.generics.data)):
+    generics = _generics(tuple(s.data for s in root.generics.data))
+    dims = {g.name for g in generics if g.kind == "Dim"}
+    for name, value in (bind or {}).items():
+        if name not in dims:
+            raise InstanceError(f"model @{model.sym_name.data}: '{name}' is not a dim generic of the root block")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InstanceError(f"model @{model.sym_name.data}: generic '{name}' must be a positive size, got {value!r}")
+        env[name] = value
+    for g in generics:
         if g.name not in env:
             if g.default is None:
                 raise InstanceError(f"model @{model.sym_name.data}: generic '{g.name}' is not bound")
@@ -217,12 +226,13 @@ def root_env(model: M.ModelOp) -> dict[str, int | str]:
     return env
 
 
-def instantiate(model: M.ModelOp) -> BlockInstance:
-    """The model's tree of block instances, rooted at its root block."""
+def instantiate(model: M.ModelOp, bind: dict[str, int] | None = None) -> BlockInstance:
+    """The model's tree of block instances, rooted at its root block (with the root's dim
+    generics in `bind` set to those values, over the model's own bindings)."""
     root_block = model.block(model.root.data)
     if root_block is None:
         raise InstanceError(f"model @{model.sym_name.data}: no root block")
-    root = BlockInstance(root_block, "", root_env(model), None, None)
+    root = BlockInstance(root_block, "", root_env(model, bind), None, None)
     _fill(model, root)
     by_path = {t.path: t for t in root.tensors()}
     for inst in root.walk():

@@ -28,8 +28,19 @@ from strata.semantics.op_interp import numpy_dtype, read_param
 # Leaves
 
 
+#: Why a tensor-parallel entry is not exported: an ONNX graph is one process's, with no collectives.
+SHARDED = "a tensor-parallel entry has no ONNX export (ONNX has no collectives); export the unsharded model"
+
+
+@ONNX_EXPORT.register(*O.COLLECTIVE_OPS)
+def _collective(ex: Exporter, op) -> None:
+    raise OnnxExportError(f"{op.name}: {SHARDED}")
+
+
 @ONNX_EXPORT.register(O.ParamOp)
 def _param(ex: Exporter, op: O.ParamOp) -> None:
+    if op.piece is not None:
+        raise OnnxExportError(f"op.param '{op.tensor_name.data}' is one rank's piece: {SHARDED}")
     # The interpreter's param: the stored tensor, converted and checked against the IR type.
     array = read_param(op, ex.weights)
     try:
@@ -249,6 +260,15 @@ def _argmax(ex: Exporter, op: O.ArgmaxOp) -> None:
     ex.set(op, ex.cast(i, np.int32, label_of(op)))
 
 
+@ONNX_EXPORT.register(O.SampleOp)
+def _sample(ex: Exporter, op: O.SampleOp) -> None:
+    # ONNX's random ops draw from an unspecified generator: none gives the Philox 4x32-10 words
+    # every other target draws, so the sampler is not exported (onnxruntime programs sample on
+    # the host, with the same numpy sampler).
+    raise OnnxExportError("op.sample: ONNX has no counter-based (Philox 4x32-10) random op, so the sampler has "
+                          "no ONNX form; export @prefill and @decode, and sample their logits on the host")
+
+
 @ONNX_EXPORT.register(O.ArgsortOp)
 def _argsort(ex: Exporter, op: O.ArgsortOp) -> None:
     # TopK of every column: equal values keep their index order (ONNX's tie rule), a stable sort.
@@ -450,3 +470,14 @@ def _gated_delta_net(ex: Exporter, op: O.GatedDeltaNetOp) -> None:
     flat = ex.node("Concat", [ex.reshape(outs, [t * hv * d], base), ex.reshape(s_final, [hv * d * d], base)], base,
                    axis=0)
     ex.set(op, ex.reshape(flat, list(shape_of(op.result)), base))
+
+
+# ---------------------------------------------------------------------------------------------
+# The entries of several sequences (their host inputs come from the entries' arguments, which
+# an exported prefill or decode does not take): refused, naming the op.
+
+
+@ONNX_EXPORT.register(O.GatedDeltaNetSeqOp, O.TargetLogProbsOp, O.GenerateOp, O.GenerateUntilOp)
+def _entries_only(ex: Exporter, op) -> None:
+    raise OnnxExportError(f"{op.name}: no ONNX export; the ONNX export covers the one-sequence prefill and decode "
+                          "(run the other entries with strata call)")

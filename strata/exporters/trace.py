@@ -43,6 +43,8 @@ class TraceRule:
     #: How ggml names an unnamed result, given each operand's ggml name ("" for an unnamed
     #: node); None: node_<index>.
     default_name: Callable[[Operation, Callable[[SSAValue], str]], str] | None = None
+    #: Why the op has no row (an op that llama.cpp's graph never holds): the trace refuses it.
+    refusal: str | None = None
 
 
 def named_after_source(suffix: str) -> Callable[[Operation, Callable[[SSAValue], str]], str]:
@@ -68,7 +70,13 @@ for _cls, _ggml in [(O.GetRowsOp, "GET_ROWS"), (O.RmsNormOp, "RMS_NORM"), (O.Mul
                     (O.DivOp, "DIV"), (O.ClampOp, "CLAMP"), (O.SiluOp, "SILU"), (O.SigmoidOp, "SIGMOID"),
                     (O.SoftplusOp, "SOFTPLUS"), (O.SumRowsOp, "SUM_ROWS"), (O.ArgsortOp, "ARGSORT"),
                     (O.RepeatOp, "REPEAT"), (O.ConcatOp, "CONCAT"), (O.MulMatIdOp, "MUL_MAT_ID"),
-                    (O.SsmConvOp, "SSM_CONV"), (O.GatedDeltaNetOp, "GATED_DELTA_NET")]:
+                    (O.SsmConvOp, "SSM_CONV"), (O.GatedDeltaNetOp, "GATED_DELTA_NET"),
+                    # A tensor-parallel entry's: ggml has no collectives; the table names them so.
+                    (O.AllReduceOp, "ALL_REDUCE"), (O.AllGatherOp, "ALL_GATHER"), (O.GetRowsShardedOp, "GET_ROWS"),
+                    # ggml's GATED_DELTA_NET runs several sequences too; the others have no ggml op
+                    # and show the op level's own name.
+                    (O.GatedDeltaNetSeqOp, "GATED_DELTA_NET"), (O.TargetLogProbsOp, "TARGET_LOG_PROBS"),
+                    (O.GenerateOp, "GENERATE"), (O.GenerateUntilOp, "GENERATE_UNTIL")]:
     TRACE.add(_cls, TraceRule(_ggml))
 # ggml's views are named after what they view.
 for _cls, _ggml, _suffix in [(O.ViewOp, "VIEW", "view"), (O.PermuteOp, "PERMUTE", "permuted"),
@@ -80,6 +88,9 @@ for _cls, _ggml, _suffix in [(O.ViewOp, "VIEW", "view"), (O.PermuteOp, "PERMUTE"
 TRACE.add(O.SetRowsOp, TraceRule("SET_ROWS", sources=lambda op: op.operands[1:3],
                                  default_name=named_after_source("view")))
 TRACE.add(O.CpyOp, TraceRule("CPY", default_name=copy_name))
+# llama.cpp samples outside its graph (llama_sampler on the logits the graph returns).
+TRACE.add(O.SampleOp, TraceRule(None, refusal="llama.cpp samples outside its graph, so op.sample has no row in its "
+                                              "eval-callback table; trace @prefill or @decode"))
 
 HEADER = (
     "llama.cpp eval-callback — ggml op level\n"
@@ -154,6 +165,8 @@ def trace_rows(fn: func.FuncOp) -> Iterable[tuple[str, str, list[str], str]]:
         rule = TRACE.get(type(op))
         if rule is None:
             raise TraceError(f"trace: {op.name} has no trace rule (is it an op-level op?)")
+        if rule.refusal is not None:
+            raise TraceError(f"trace: @{fn.sym_name.data}: {rule.refusal}")
         if rule.ggml_op is None:
             continue
         operands = [f"{namer.of(s)}{ggml_shape(s)}" for s in rule.sources(op)]

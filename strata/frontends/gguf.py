@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,7 @@ import numpy as np
 
 from strata.errors import StrataError
 from strata.ir.ggml_types import gguf_type_name
+from strata.ir.split import split_piece
 
 MAGIC = b"GGUF"
 #: general.architecture -> the HF architecture whose family reads it.
@@ -210,31 +211,37 @@ class GgufFile:
         kind = self.tensors[name].tensor_type.name
         return None if kind in FLOAT_TYPES else gguf_type_name(kind)
 
-    def load(self, name: str) -> np.ndarray:
+    def load(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
         """Tensor `name`: a view of the file for F32, F16 and BF16, else dequantized to f32 (a
-        block of rows at a time)."""
+        block of rows at a time); `rows` (lo, hi): only those indices of its first (row-major)
+        dim, of which a block format dequantizes nothing else (its blocks lie within a row)."""
         t = self.tensors[name]
         kind, shape = t.tensor_type.name, self.shape(name)
+        lo, hi = rows if rows is not None else (0, shape[0])
         try:
             if kind in ("F32", "F16"):
-                return t.data.reshape(shape)
+                return t.data.reshape(shape)[lo:hi]
             if kind == "BF16":
                 import ml_dtypes
 
-                return t.data.view(ml_dtypes.bfloat16).reshape(shape)
-            out = self._dequantize(t, shape)
+                return t.data.view(ml_dtypes.bfloat16).reshape(shape)[lo:hi]
+            out = _dequantize(t, shape, lo, hi)
         except Exception as e:  # noqa: BLE001 - a truncated tensor fails in numpy or the dequantizer
             raise GgufError(f"{self.path}: tensor '{name}' ({kind}) cannot be read ({_first_line(e)})") from None
         out.flags.writeable = False
         return out
 
-    def _dequantize(self, t: Any, shape: tuple[int, ...]) -> np.ndarray:
-        raw = np.asarray(t.data).reshape(-1, t.data.shape[-1]) if t.data.ndim > 1 else np.asarray(t.data)[None]
-        out = np.empty((raw.shape[0], int(np.prod(shape)) // raw.shape[0]), np.float32)
-        step = max(1, (1 << 22) // max(out.shape[1], 1))  # about 16 MiB of f32 at a time
-        for i in range(0, raw.shape[0], step):
-            out[i:i + step] = _gguf().quants.dequantize(raw[i:i + step], t.tensor_type).reshape(-1, out.shape[1])
-        return out.reshape(shape)
+
+def _dequantize(t: Any, shape: tuple[int, ...], lo: int, hi: int) -> np.ndarray:
+    """Rows lo..hi-1 of the first dim of block tensor `t`, dequantized to f32 a few MiB at a
+    time (the gguf package's dequantizer makes several temporaries the size of its input)."""
+    data = t.data.reshape(shape[0], -1)[lo:hi]  # the rows' blocks (they lie within a row)
+    per_row = int(np.prod(shape[1:], dtype=np.int64))
+    out = np.empty((hi - lo, per_row), np.float32)
+    step = max(1, (1 << 22) // max(per_row, 1))  # about 16 MiB of f32 at a time
+    for i in range(0, hi - lo, step):
+        out[i:i + step] = _gguf().quants.dequantize(data[i:i + step], t.tensor_type).reshape(-1, per_row)
+    return out.reshape((hi - lo, *shape[1:]))
 
 
 def _dequantizes(gguf: Any, kind: Any) -> bool:
@@ -415,10 +422,35 @@ class GgufWeights:
             return (cfg.lin_k_heads, cfg.lin_v_heads // cfg.lin_k_heads, cfg.lin_v_dim)
         return None
 
+    def piece(self, name: str, axis: int, pieces: int, parts: Sequence[int], index: int) -> np.ndarray:
+        """This rank's piece of tensor `name` (op.param's `split`, see `strata.ir.split`). A row
+        split of a tensor used as stored reads (and dequantizes) only the piece's rows; any other
+        is made whole (not kept), then cut."""
+        plan = self._plans.get(name) or _Plan((name,))
+        if plan.as_stored and axis == 0 and plan.sources[0] in self.g.tensors:
+            src = plan.sources[0]
+            total = self.g.shape(src)[0]
+            sizes = list(parts) or [total // pieces]
+            if sum(sizes) * pieces == total:
+                out, start = [], 0
+                for p in sizes:
+                    out.append(self.g.load(src, (start + index * p, start + (index + 1) * p)))
+                    start += pieces * p
+                return out[0] if len(out) == 1 else np.concatenate(out)
+        try:
+            out = np.ascontiguousarray(split_piece(self._make(name), axis, pieces, parts, index))
+        except ValueError as e:
+            raise GgufError(f"{self.label}: tensor '{name}': {e}") from None
+        out.flags.writeable = False
+        return out
+
     def get(self, name: str) -> np.ndarray:
         """Tensor `name` in the IR's form: a view of the file, or an array made once and kept."""
-        if name in self._cache:
-            return self._cache[name]
+        if name not in self._cache:
+            self._cache[name] = self._make(name)
+        return self._cache[name]
+
+    def _make(self, name: str) -> np.ndarray:
         plan = self._plans.get(name) or _Plan((name,))
         missing = [s for s in plan.sources if s not in self.g.tensors]
         if missing:
@@ -433,7 +465,6 @@ class GgufWeights:
         if not plan.as_stored:
             w = np.ascontiguousarray(w, dtype=np.float32)
             w.flags.writeable = False
-        self._cache[name] = w
         return w
 
     def check(self, expected: Mapping[str, tuple[tuple[int, ...], str]]) -> None:

@@ -17,16 +17,19 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import mmap
 import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Mapping
 
 import numpy as np
 
 from strata.errors import StrataError
 from strata.ir import dtypes, fp8
+from strata.ir.split import split_piece
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -78,6 +81,19 @@ class SafetensorsFile:
         """A zero-copy view of tensor ``name``."""
         e = self.entries[name]
         return self._map[e.begin:e.begin + e.nbytes].view(_storage(e.code)).reshape(e.shape)
+
+    def piece(self, name: str, axis: int, pieces: int, parts: Sequence[int], index: int) -> np.ndarray:
+        """Piece `index` of tensor ``name`` as op.param's `split` cuts it (`strata.ir.split`), as an
+        array of its own; the pages of the map that the copy read are then dropped from this
+        process's memory (the file's page cache keeps them). A view would keep them mapped, and
+        the kernel maps a file's pages in large folios: a rank's views would hold its neighbours'
+        bytes too."""
+        out = np.array(split_piece(self.array(name), axis, pieces, parts, index), order="C")  # a copy, always
+        out.flags.writeable = False
+        e = self.entries[name]
+        start = e.begin // mmap.PAGESIZE * mmap.PAGESIZE
+        self._map._mmap.madvise(mmap.MADV_DONTNEED, start, e.begin + e.nbytes - start)  # type: ignore[union-attr]
+        return out
 
 
 def _read_header(path: Path) -> tuple[dict, int, int]:
@@ -329,6 +345,27 @@ class WeightStore:
         if name in self._assembled:
             return self._get_assembled(name)
         return self._array(self._lookup(name)[1])
+
+    def piece(self, name: str, axis: int, pieces: int, parts: Sequence[int], index: int) -> np.ndarray:
+        """This rank's piece of tensor ``name`` (op.param's `split`: piece `index` of `pieces`
+        of each part of dim `axis`): a copy of the piece alone, the whole never kept (see
+        `SafetensorsFile.piece`). Experts stored one by one are cut one by one; an fp8 weight is
+        dequantized whole, then cut."""
+        if name in self._assembled:
+            comp, sources = self._assembled[name]
+            if sources == comp.stack and axis > 0:
+                cut = [split_piece(self._array(n), axis - 1, pieces, parts, index) for n in sources]
+                out = np.stack(cut)
+                out.flags.writeable = False
+                return out
+            return np.ascontiguousarray(split_piece(self._get_assembled(name), axis, pieces, parts, index))
+        stored = self._lookup(name)[1]
+        if stored in self._fp8:
+            return np.ascontiguousarray(split_piece(self._array(stored), axis, pieces, parts, index))
+        try:
+            return self._stored_in[stored].piece(stored, axis, pieces, parts, index)
+        except ValueError as e:
+            raise WeightError(f"{self.label}: tensor '{stored}': {e}") from None
 
     def _get_assembled(self, name: str) -> np.ndarray:
         comp, sources = self._assembled[name]

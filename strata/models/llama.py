@@ -29,7 +29,7 @@ from xdsl.ir import Attribute
 
 from strata.dialects import module as M
 from strata.models.llama_config import LlamaConfig
-from strata.models.program import DTYPES, ENTRIES, SEQ_FNS, SHARDING, block, fn, symbol
+from strata.models.program import DTYPES, SEQ_FNS, SHARDING, block, fn, model_fns, symbol
 
 _ATTN_GENERICS = ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float"]
 _ATTN_ARGS = "H, Heads, KvHeads, HeadDim, Batch, MaxSeq, T, Shards, PageSize"
@@ -155,9 +155,7 @@ def build_llama(cfg: LlamaConfig, max_seq: int | None = None) -> ModuleOp:
             _sub("Model", "layers", f"[DecoderLayer<{_LAYER_ARGS}>; Layers]"),
             _sub("Model", "norm", "RmsNorm<H, T>"),
             _sub("Model", "lm_head", "Linear<H, Vocab / Shards, T>", **lm_head),
-            *[fn(n, s, entry=True) for n, s in ENTRIES.items()],
-            fn("logits", "<R: Dim>(x: Tensor[R, H; T]) -> Tensor[R, Vocab; T]", pub=False),
-            fn("hidden", "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, S, H; T]", pub=False),
+            *model_fns(),
         ],
         # llama.cpp's llama, qwen2 and qwen3 keep the output rows in the last layer, for one token too.
         ggml_output_rows=StringAttr("last_layer"),

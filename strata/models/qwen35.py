@@ -34,7 +34,7 @@ from xdsl.ir import Attribute
 
 from strata.dialects import module as M
 from strata.frontends.hf_config import ConfigError, Fields, read_dtype
-from strata.models.program import DTYPES, ENTRIES, SEQ_FNS, SHARDING, block, fn, symbol
+from strata.models.program import DTYPES, RECURRENT_SEQ_FNS, SEQ_FNS, SHARDING, block, fn, model_fns, symbol
 
 ARCHITECTURES = ("Qwen3MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM")
 #: The hub's multimodal checkpoint of Qwen3.5/3.6-MoE: its text part is read.
@@ -352,7 +352,7 @@ def _gated_delta_net(cfg: Qwen35Config) -> M.BlockOp:
         _named(b, "out_proj", _linear("H", "LinVHeads * LinVDim")),
         M.StateOp("conv_state", f"Tensor[Batch, {_CONV_DIM}, ConvK - 1; T]"),
         M.StateOp("recurrent_state", "Tensor[Batch, LinVHeads, LinKDim, LinVDim; T]"),
-        *[fn(n, s) for n, s in SEQ_FNS.items()],
+        *[fn(n, s) for n, s in RECURRENT_SEQ_FNS.items()],
     ]
     generics = ["H: Dim", "LinKHeads: Dim", "LinVHeads: Dim", "LinKDim: Dim", "LinVDim: Dim", "ConvK: Dim",
                 "Batch: Dim", "T: Float"]
@@ -433,7 +433,7 @@ def _layer(cfg: Qwen35Config, mixer: str, moe: bool) -> M.BlockOp:
         M.SubOp("attention", mixer_type, ggml=StringAttr(ggml_mixer), hf=StringAttr(hf_mixer)),
         M.SubOp("mlp_norm", "RmsNorm<H, T>", ggml=StringAttr(post), hf=StringAttr("post_attention_layernorm")),
         _named("Layer", "mlp", ffn),
-        *[fn(n, s) for n, s in SEQ_FNS.items()],
+        *[fn(n, s) for n, s in (RECURRENT_SEQ_FNS if cfg.hybrid else SEQ_FNS).items()],
     ]
     name = ("Linear" if mixer == "linear_attention" else "Attention") + ("Moe" if moe else "Dense") + "Layer"
     attrs: dict[str, Attribute] = {}
@@ -458,7 +458,7 @@ def build(cfg: Qwen35Config, max_seq: int | None = None) -> ModuleOp:
                              pattern=DenseArrayBase.from_list(i64, pattern)),
                       _named("Model", "norm", "RmsNorm<H, T>"),
                       _named("Model", "lm_head", "Linear<H, Vocab / Shards, T>", **lm_head),
-                      *[fn(n, s, entry=True) for n, s in ENTRIES.items()],
+                      *model_fns(),
                   ], ggml_names=DictionaryAttr({"embd": StringAttr(EMBD_NAME[cfg.arch])}),
                   ggml_inputs=DictionaryAttr({k: StringAttr(v) for k, v in GGML_INPUTS.items()}),
                   # The hybrids gather the output rows after the final norm (h_nextn); Qwen3-MoE in

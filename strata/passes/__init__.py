@@ -24,6 +24,8 @@ PASSES: dict[str, tuple[str, str]] = {
     "assign-frac-bits": ("strata.passes.assign_frac_bits", "AssignFracBitsPass"),
     "convert-blueprint-to-fixed": ("strata.passes.convert_blueprint_to_fixed", "ConvertBlueprintToFixedPass"),
     "epu-pack-projections": ("strata.passes.epu_pack_projections", "EpuPackProjectionsPass"),
+    "add-sampler": ("strata.passes.add_sampler", "AddSamplerPass"),
+    "shard-tensor-parallel": ("strata.passes.shard_tensor_parallel", "ShardTensorParallelPass"),
 }
 
 

@@ -2,8 +2,8 @@
 blueprint node runs, how the KV cache is laid out, and which state each stateful node touches.
 
   - `placement`: every node gets one: `blueprint.embed` on `embed` (default host, as seed 001's
-    `embed_row_copy`), `blueprint.argmax` on `sample` (default host, seed 001's `argmax_host`),
-    every other node on the device.
+    `embed_row_copy`), `blueprint.argmax` and the sampler `blueprint.sample` on `sample`
+    (default host, seed 001's `argmax_host`), every other node on the device.
   - `kv_layout`: `kv_write`, `paged_attention` and the dense families' whole `attention` carry
     `kv_layout = "paged"` (default) or `"contiguous"`.
   - `effects`: a stateful node without effects gets its kind's (conv1d_update `conv:update`,
@@ -95,7 +95,7 @@ class BlueprintPlaceStatePass(ModulePass):
 
     def _place(self, node: NodeOp) -> None:
         kind = _kind(node)
-        where = self.embed if kind == "embed" else self.sample if kind == "argmax" else "device"
+        where = self.embed if kind == "embed" else self.sample if kind in ("argmax", "sample") else "device"
         node.attributes["placement"] = PlacementAttr(where)
         if kind in _KV_OPS:
             node.attributes["kv_layout"] = StringAttr(self.kv)

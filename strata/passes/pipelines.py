@@ -45,13 +45,34 @@ def lowered(module: ModuleOp, spec: str) -> ModuleOp:
     return run_pipeline(module.clone(), spec)
 
 
+#: The entries' generics a checkpoint does not bind, by the option of convert-module-to-op that
+#: sets each (MaxSeq is `ctx`; S and P are `tokens`), with the option's default.
+GENERIC_OPTIONS = {"Batch": ("batch", 0), "PageSize": ("page_size", 0), "Rows": ("rows", 0), "Pages": ("pages", 0),
+                   "M": ("prompts", 0), "Steps": ("steps", 16), "MaxNew": ("max_new", 16), "P": ("packed_tokens", 0)}
+#: Every generic an entry's function can bind: those, MaxSeq (`ctx`) and S (`tokens`).
+SETTABLE_GENERICS = ("Batch", "MaxSeq", "PageSize", "Steps", "MaxNew", "Rows", "Pages", "P", "M", "S")
+
+
+def generic_options(values: dict[str, Any]) -> dict[str, int]:
+    """The convert-module-to-op options (`batch=4`) of the generics in `values` (`Batch=4`; None
+    or absent: the option's default). MaxSeq and S are `ctx` and `tokens`, not given here."""
+    return {option: values[name] for name, (option, _) in GENERIC_OPTIONS.items() if values.get(name) is not None}
+
+
 def entry_pipeline(entry: str, *, tokens: int = 0, start: int = -1, ctx: int = 0, kv_pad: int = 256,
-                   flash_attn: bool = True, kv_type: str = "", act_quant: bool = True) -> str:
-    """The pass pipeline that lowers one entry (what `strata ir --level op` and `trace` run);
-    `kv_type` the cache's element type ("": the model's), `act_quant=False` keeps float
-    activations for block-quantized weights (see convert-module-to-op)."""
+                   flash_attn: bool = True, kv_type: str = "", act_quant: bool = True, **generics: int) -> str:
+    """The pass pipeline that lowers one entry (or several, comma-separated: what `strata ir
+    --level op` and `trace` run, and the targets); `kv_type` the cache's element type ("": the
+    model's), `act_quant=False` keeps float activations for block-quantized weights (see
+    convert-module-to-op); `generics` sets the options of GENERIC_OPTIONS by their option names
+    (batch=4), each given only where it is not its default."""
+    defaults = dict(GENERIC_OPTIONS.values())
+    unknown = sorted(set(generics) - set(defaults))
+    if unknown:
+        raise PipelineError(f"convert-module-to-op has no option {unknown[0]!r}")
     flash = "true" if flash_attn else "false"
-    extra = (f" kv_type={kv_type}" if kv_type else "") + ("" if act_quant else " act_quant=false")
+    extra = "".join(f" {k}={v}" for k, v in generics.items() if v is not None and v != defaults[k])
+    extra += (f" kv_type={kv_type}" if kv_type else "") + ("" if act_quant else " act_quant=false")
     return (f"convert-module-to-op{{entry={entry} tokens={tokens} start={start} ctx={ctx} kv_pad={kv_pad} "
             f"flash_attn={flash}{extra}}}")
 

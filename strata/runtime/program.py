@@ -4,25 +4,38 @@
     step = program.prefill([1, 2, 3], 0)       # a new sequence at position 0
     step.token, step.logits                    # the program's choice, the last row's logits
     step = program.decode(step.token, 3)
+    step = program.decode(step.token, 4, SamplingParams(temperature=0.8, seed=1))  # its sampler's draw
+    logits, = program.call("decode_rows", tokens=[[5], [9]], positions=[3, 7])   # any entry of seed 003
     program.close()
 
 Each target implements it in its own folder (`strata/targets/<name>/program.py`: the CPU's
 generated numpy module, the CUDA host, the EPU driver stepped over a pipe, onnxruntime
 sessions), and the reference interpreters do too (`strata.semantics.programs`). Everything above
 it (the generation loop, text, sampling, scheduling, the server) is written once, here.
+
+Sampling: given `SamplingParams` (`strata.runtime.sampling`), a step's token is drawn by the
+program's own compiled sampler (`@sample_logits`, `op.sample`; on the device for cuda) from the
+step's logits, keyed by (the seed, the position the token takes), with the penalties over the
+tokens the program was fed for this sequence (prefill: prompt, decode: output). Without them,
+or with temperature 0 and no penalties, the token is the program's argmax, as before. The EPU
+decodes greedily and refuses sampling; onnxruntime samples on the host with the numpy sampler.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from strata.runtime.sampling import SamplingParams
+
 
 class Step(Protocol):
-    """One step's result. `token`: the id the program chose (its argmax: greedy); `logits`: the
-    last row's logits [vocab] on the host (a device program copies them only when asked)."""
+    """One step's result. `token`: the id the program chose (its argmax: greedy, or its sampler's
+    draw); `logits`: the last row's logits [vocab] on the host (a device program copies them
+    only when asked), as the model computed them (before penalties and temperature)."""
 
     @property
     def token(self) -> int: ...
@@ -44,12 +57,24 @@ class Program(Protocol):
     def reset(self) -> None:
         """Forget every sequence: the state as it was when loaded."""
 
-    def prefill(self, tokens: Sequence[int], start: int) -> Step:
+    def prefill(self, tokens: Sequence[int], start: int, sampling: SamplingParams | None = None) -> Step:
         """Run `tokens` at positions start.. (start 0 begins a new sequence); their KV rows and
-        recurrent state are written."""
+        recurrent state are written. `sampling` (with a seed): the token is drawn by the sampler."""
 
-    def decode(self, token: int, pos: int) -> Step:
-        """Run one token at position `pos`."""
+    def decode(self, token: int, pos: int, sampling: SamplingParams | None = None) -> Step:
+        """Run one token at position `pos` (an output token, for the penalties)."""
 
     def close(self) -> None:
         """Release what the program holds (a driver process, device memory)."""
+
+    #: Each entry the program runs by `call` -> (its arguments, its results): the arguments as
+    #: (name, shape or None for a scalar, numpy dtype name), a shape's -1 being the call's size
+    #: (S or P); the results as (shape, numpy dtype name), None for the call's size. A program
+    #: that runs only the generation loop's prefill and decode has none.
+    entries: Mapping[str, tuple[tuple, tuple]]
+
+    def call(self, entry: str, **inputs) -> tuple[np.ndarray, ...]:
+        """Run `entry` (seed 003's entries: decode_rows, prefill_slots, ...) on `inputs`, its
+        arguments by name, on the program's state (the calls of one program share its KV cache
+        and recurrent state); returns its results. Bad inputs raise ValueError naming the
+        argument."""

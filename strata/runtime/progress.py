@@ -15,9 +15,11 @@ from strata.errors import say
 
 
 class GenerationClock:
-    def __init__(self, prompt_tokens: int, max_new_tokens: int):
+    """`progress=False`: no progress line even on a terminal (the streamed text shows progress)."""
+
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, progress: bool = True):
         self.prompt_tokens, self.n = prompt_tokens, max_new_tokens
-        self.tty = sys.stderr.isatty()
+        self.tty = progress and sys.stderr.isatty()
         self.start = time.perf_counter()
         self.first: float | None = None
         self.made = 0

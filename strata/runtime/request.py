@@ -21,8 +21,12 @@ class RequestError(StrataError):
 
 
 def parse_prompt_ids(text: str, flag: str = "--prompt-ids") -> list[int]:
-    """Comma-separated token ids (`flag` names where they came from in messages)."""
-    items = [t.strip() for t in str(text).split(",")]
+    """Comma-separated token ids, bare or in brackets as `strata tokenize` prints them (`flag`
+    names where they came from in messages)."""
+    body = str(text).strip()
+    if body.startswith("[") and body.endswith("]"):  # llama-tokenize's and strata tokenize's `[1, 2, 3]`
+        body = body[1:-1]
+    items = [t.strip() for t in body.split(",")]
     if items == [""]:
         raise RequestError(f"{flag} is empty; give comma-separated token ids, e.g. 1,2,3")
     ids = []

@@ -59,6 +59,7 @@ from strata.errors import one_line_errors
 from strata.ir.impls import Implementations
 from strata.ir.int4 import roundf  # noqa: F401 - re-exported
 from strata.semantics import kernels as K
+from strata.semantics import sampling as S
 from strata.semantics.blueprint_env import (  # noqa: F401 - re-exported
     BF16,
     BlueprintRunError,
@@ -218,6 +219,17 @@ class BlueprintFunctions(InterpreterFunctions):
     @node
     def run_argmax(self, interpreter: Interpreter, op: B.ArgmaxOp, a: V) -> V:
         return (np.argmax(a[0], axis=-1).astype(np.int32)[:, None],)
+
+    @impl(B.SampleOp)
+    @node
+    def run_sample(self, interpreter: Interpreter, op: B.SampleOp, a: V) -> V:
+        # Edges are [rows, dim]: the key one row of two, the step and each parameter a column.
+        logits, key, step, *rest = a
+        params = [np.asarray(p).reshape(-1) for p in rest[:7]]
+        counts = rest[7:] if op.prompt_counts is not None else (None, None)
+        ids = S.sample(logits, np.asarray(key).reshape(-1), int(np.asarray(step).reshape(-1)[0]), *params,
+                       prompt_counts=counts[0], output_counts=counts[1])
+        return (ids[:, None],)
 
     @impl(B.ResidualAddOp)
     @node

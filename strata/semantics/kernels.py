@@ -23,8 +23,14 @@ import numpy as np
 
 def get_rows(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """GET_ROWS: rows `ids` [N] of `table` [R, C] -> [N, C] float32; with batch dims,
-    table [B..., R, C] and ids [B..., N] -> [B..., N, C], batch b gathering from table[b]."""
+    table [B..., R, C] and ids [B..., N] -> [B..., N, C], batch b gathering from table[b].
+    A negative id gives a row of zeros."""
     ids = np.asarray(ids, dtype=np.int64)
+    missing = ids < 0
+    if missing.any():
+        out = get_rows(table, np.where(missing, 0, ids))
+        out[missing] = 0
+        return out
     # Gather first, then upcast: only N rows of a (possibly huge, bf16) table are converted.
     if table.ndim == 2:
         return np.asarray(table[ids], dtype=np.float32)
@@ -277,8 +283,13 @@ def swiglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 def set_rows(dst: np.ndarray, src: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """SET_ROWS: dst[rows] = src (converted to dst's type), in place; returns dst."""
-    dst[np.asarray(rows, dtype=np.int64)] = np.asarray(src).astype(dst.dtype)
+    """SET_ROWS: dst[rows] = src (converted to dst's type), in place, skipping rows given as
+    -1; returns dst."""
+    rows = np.asarray(rows, dtype=np.int64)
+    keep = rows >= 0
+    if not keep.all():
+        rows, src = rows[keep], np.asarray(src)[keep]
+    dst[rows] = np.asarray(src).astype(dst.dtype)
     return dst
 
 
@@ -370,16 +381,25 @@ def flash_attn_ext(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask, scale: flo
     """FLASH_ATTN_EXT: softmax(q k^T * scale + mask) v -> [S, Hq, Dv] float32.
 
     q [Hq, S, D], k [Hkv, N, D], v [Hkv, N, Dv], mask [S, N] or None; query head h
-    uses KV head h // (Hq // Hkv).
+    uses KV head h // (Hq // Hkv). With a leading dim of R streams (q [R, Hq, S, D], k and
+    v [R, Hkv, N, D], mask [R, S, N]) each stream attends over its own keys -> [R, S, Hq, Dv].
     """
+    if q.ndim == 4:
+        return np.stack([flash_attn_ext(q[r], k[r], v[r], None if mask is None else mask[r], scale)
+                         for r in range(q.shape[0])])
     if mask is not None:
-        # Like a flash kernel skipping fully masked blocks: drop the trailing cache rows
-        # no query sees (rows not written yet). One column stays, so that a row masked
-        # everywhere still gives softmax's NaN.
+        # Like a flash kernel skipping fully masked blocks: drop the cache rows no query
+        # sees (rows not written yet, other sequences' rows). One column stays, so that a
+        # row masked everywhere still gives softmax's NaN.
         mask = np.asarray(mask, dtype=np.float32)
         live = np.flatnonzero(~np.all(np.isneginf(mask), axis=0))
-        n = max(int(live[-1]) + 1 if live.size else 0, 1)
-        mask, k, v = mask[:, :n], k[:, :n], v[:, :n]
+        if live.size == 0:
+            live = np.zeros(1, dtype=np.int64)
+        if live.size < mask.shape[1]:
+            if live[-1] + 1 == live.size:  # a prefix: views, no copies
+                mask, k, v = mask[:, :live.size], k[:, :live.size], v[:, :live.size]
+            else:
+                mask, k, v = mask[:, live], k[:, live], v[:, live]
     hq, s, d = q.shape
     hkv, n, dv = v.shape
     group = hq // hkv
@@ -528,6 +548,16 @@ def convert_ungroup_rows(w: np.ndarray, args) -> np.ndarray:
     starts = np.cumsum([0] + sizes)
     parts = [groups[:, starts[j]:starts[j + 1]].reshape((-1,) + w.shape[1:]) for j in range(lo, hi)]
     return np.concatenate(parts, axis=0)
+
+
+def get_rows_sharded(table: np.ndarray, ids: np.ndarray, rank: int) -> np.ndarray:
+    """op.get_rows_sharded: GET_ROWS from rank `rank`'s piece of a row-split table, its rows
+    rank*R .. rank*R + R-1 of the whole; other ids give zero rows (float32)."""
+    ids = np.asarray(ids, dtype=np.int64) - rank * table.shape[0]
+    mine = (ids >= 0) & (ids < table.shape[0])
+    rows = np.asarray(table[np.where(mine, ids, 0)], dtype=np.float32)
+    rows[~mine] = 0.0
+    return rows
 
 
 def host_input(kind: str, tokens: np.ndarray, start: int, n_kv: int) -> np.ndarray:

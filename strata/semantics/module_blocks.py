@@ -222,22 +222,35 @@ class DecoderLayer(Block):
 
 @BLOCK_SEMANTICS.register("std.model.causal_lm")
 class Model(Block):
+    #: The entries of seed 003 this kind runs (the runner's `call`, strata.semantics.module_entries).
+    ENTRIES = ("forward", "next_token", "decode", "prefill", "decode_rows", "prefill_slots", "loss_packed",
+               "log_probs_packed", "hidden_packed", "prefill_packed", "step_packed", "decode_paged", "prefill_paged",
+               "step_paged", "generate", "generate_until")
+
     def logits(self, x: np.ndarray) -> np.ndarray:
         return self.children["lm_head"].forward(self.children["norm"].forward(x))
 
-    def forward(self, tokens: np.ndarray) -> np.ndarray:
-        """tokens [B, S] -> logits [B, S, Vocab]."""
+    def hidden_states(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens [B, S] -> the last layer's output [B, S, H] (before the final norm), no cache."""
         x = self.children["embedding"].forward(tokens)
         for layer in self.children["layers"]:
             x = layer.forward(x)
-        return self.logits(x)
+        return x
 
-    def prefill(self, tokens: np.ndarray, pos: int) -> np.ndarray:
-        """tokens [Batch, S] from position pos -> logits of the last token [Batch, Vocab]."""
+    def forward(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens [B, S] -> logits [B, S, Vocab]."""
+        return self.logits(self.hidden_states(tokens))
+
+    def states(self, tokens: np.ndarray, pos: int) -> np.ndarray:
+        """tokens [Batch, S] from position pos through the cache -> the last layer's output [Batch, S, H]."""
         x = self.children["embedding"].forward(tokens)
         for layer in self.children["layers"]:
             x = layer.prefill(x, pos)
-        return self.logits(x[:, -1])
+        return x
+
+    def prefill(self, tokens: np.ndarray, pos: int) -> np.ndarray:
+        """tokens [Batch, S] from position pos -> logits of the last token [Batch, Vocab]."""
+        return self.logits(self.states(tokens, pos)[:, -1])
 
     def decode(self, token: np.ndarray, pos: int) -> np.ndarray:
         x = self.children["embedding"].forward(token)

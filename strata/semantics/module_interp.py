@@ -26,6 +26,7 @@ from strata.dialects import module as M
 from strata.dialects.instances import instantiate
 from strata.semantics import module_hybrid  # noqa: F401  (registers the hybrid and MoE kinds)
 from strata.semantics.module_blocks import BLOCK_SEMANTICS, Block, ModuleRunError, Weights, make_block
+from strata.semantics.module_entries import run_entry
 
 __all__ = ["BLOCK_SEMANTICS", "Block", "ModuleRunError", "ModuleRunner", "make_block"]
 
@@ -36,11 +37,16 @@ __all__ = ["BLOCK_SEMANTICS", "Block", "ModuleRunError", "ModuleRunner", "make_b
 
 
 class ModuleRunner:
-    """Runs the entries of a causal-LM `module.model` (Batch = 1) on a weight store."""
+    """Runs the entries of a causal-LM `module.model` on a weight store (`bind`: the root's dim
+    generics set, Batch, MaxSeq, PageSize, over the model's)."""
 
-    def __init__(self, model_op: M.ModelOp, weights: Weights):
+    def __init__(self, model_op: M.ModelOp, weights: Weights, bind: dict[str, int] | None = None):
         self.model_op = model_op
-        self.root = make_block(instantiate(model_op), weights)
+        inst = instantiate(model_op, bind)
+        if int(inst.env.get("Shards", 1)) != 1:  # its blocks hold one rank's pieces
+            raise ModuleRunError(f"module.model @{model_op.sym_name.data} is one rank of {inst.env['Shards']} "
+                                 "(shard-tensor-parallel): run its op level, whose interpreter simulates the ranks")
+        self.root = make_block(inst, weights)
         self.vocab = self.root.inst.dim("Vocab")
 
     def _ids(self, tokens: np.ndarray | list[int]) -> np.ndarray:
@@ -60,6 +66,14 @@ class ModuleRunner:
     def decode(self, token: int, pos: int) -> np.ndarray:
         """One token at position pos through the cache; logits [Vocab]."""
         return self.root.decode(self._ids([token]), int(pos))[0]
+
+    def call(self, entry: str, inputs: dict, steps: int = 16):
+        """Entry `entry` of seed 003 on `inputs` (its arguments by name): each sequence run alone
+        in its own row of the state (see `strata.semantics.module_entries`); `steps` is the
+        device loops' Steps (or MaxNew)."""
+        if entry not in getattr(self.root, "ENTRIES", ()):
+            raise ModuleRunError(f"the module interpreter has no entry '{entry}' for a {self.root.inst.kind}")
+        return run_entry(self.root, entry, {**inputs, "steps": steps})
 
     def state(self) -> dict[str, np.ndarray]:
         """Every state buffer by instance path (`layers.0.attention.cache_k`: [Batch, KvHeads, MaxSeq, D])."""

@@ -19,7 +19,7 @@ somewhere downstream.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,14 +27,20 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, TensorType
 from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
-from xdsl.ir import Attribute, Operation
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.traits import SymbolTable
 
 from strata.dialects import op as O
 from strata.errors import StrataError
 from strata.ir import dtypes
 from strata.ir.impls import Implementations
+from strata.ir.split import split_piece
+from strata.semantics import host_inputs as H
 from strata.semantics import kernels as K
 from strata.semantics import kernels_ggml as KG
+from strata.semantics import kernels_seq as KS
+from strata.semantics import sampling as S
+from strata.semantics.ranks import Group, SoloGroup
 from strata.semantics.interpreter import Observer, first_unimplemented, implementations, run_body
 
 
@@ -70,8 +76,8 @@ def _describe(op: Operation) -> str:
     return f"{op.name}" + (f" '{label.data}'" if label is not None else "")  # type: ignore[attr-defined]
 
 
-def _check_result(op: Operation, value: np.ndarray) -> None:
-    typ = op.results[0].type
+def _check_result(op: Operation, value: np.ndarray, res: SSAValue | None = None) -> None:
+    typ = (res or op.results[0]).type
     want = shape_with_holes(typ)
     ok = value.ndim == len(want) and all(w in (-1, g) for w, g in zip(want, value.shape))
     if not ok:
@@ -85,8 +91,8 @@ class _ResultTypes(Interpreter.Listener):
     """Checks each op's result against its IR type right after the op runs."""
 
     def did_interpret_op(self, op: Operation, results: PythonValues) -> None:
-        if op.results:
-            _check_result(op, results[0])
+        for res, value in zip(op.results, results):
+            _check_result(op, value, res)
 
 
 # ---------------------------------------------------------------------------
@@ -94,8 +100,9 @@ class _ResultTypes(Interpreter.Listener):
 # ---------------------------------------------------------------------------
 
 
-def alloc_state(fn: func.FuncOp) -> dict[str, np.ndarray]:
-    """Zeroed buffers for every `op.state` of `fn`, keyed by state name."""
+def alloc_state(fn: Operation) -> dict[str, np.ndarray]:
+    """Zeroed buffers for every `op.state` of `fn` (a function, or a module of several), keyed by
+    state name."""
     out: dict[str, np.ndarray] = {}
     for op in fn.walk():
         if isinstance(op, O.StateOp):
@@ -111,16 +118,57 @@ def alloc_state(fn: func.FuncOp) -> dict[str, np.ndarray]:
 
 
 class Env:
-    """What leaves read: the weights, the state, and the call's host inputs."""
+    """What leaves read: the weights, the state, and the call's host inputs: the tokens and start
+    of a one-sequence prefill or decode, or the facts of an entry's call (`call`, from
+    `strata.semantics.host_inputs.entry_call`)."""
 
     def __init__(self, fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray],
-                 tokens: np.ndarray, start: int):
+                 tokens: np.ndarray, start: int, group: Group | None = None, call: dict | None = None):
+        self.fn = fn
         self.weights = weights
+        #: The rank's group in a tensor-parallel entry (`strata.semantics.ranks`); one rank else.
+        self.group: Group = group if group is not None else SoloGroup()
         self.state = state
-        self.tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)
+        self.call = call
+        self.tokens = np.asarray(call["tokens"] if call is not None else tokens, dtype=np.int32).reshape(-1)
         self.start = int(start)
         n_kv = fn.attributes.get("op.n_kv")
         self.n_kv = n_kv.value.data if isinstance(n_kv, IntegerAttr) else None
+
+
+def function_layout(fn: func.FuncOp) -> dict | None:
+    """The function's `op.call` as plain values (None: a one-sequence prefill or decode)."""
+    attr = fn.attributes.get("op.call")
+    if attr is None:
+        return None
+    return {k: (v.data if isinstance(getattr(v, "data", None), str) else v.value.data)  # type: ignore[attr-defined]
+            for k, v in attr.data.items()}  # type: ignore[attr-defined]
+
+
+def function_args(fn: func.FuncOp) -> list[tuple[str, tuple[int, ...] | None, str]]:
+    """The entry's arguments (`op.args`, `op.arg_types`) as (name, shape with -1 for the dynamic
+    dim or None for a scalar, numpy dtype name)."""
+    names, types = fn.attributes.get("op.args"), fn.attributes.get("op.arg_types")
+    if names is None or types is None:
+        raise InterpreterError(f"@{fn.sym_name.data}: the function records no entry arguments (op.args)")
+    out = []
+    for name, typ in zip(names.data, types.data):  # type: ignore[attr-defined]
+        if isinstance(typ, TensorType):
+            out.append((name.data, shape_with_holes(typ), numpy_dtype(typ.get_element_type()).name))
+        else:
+            out.append((name.data, None, numpy_dtype(typ).name))
+    return out
+
+
+def entry_call(fn: func.FuncOp, inputs: dict) -> dict:
+    """The facts of a call of the entry `fn` on `inputs` (its arguments by name), checked."""
+    layout = function_layout(fn)
+    if layout is None:
+        raise InterpreterError(f"@{fn.sym_name.data}: a one-sequence entry takes tokens and start (run_function)")
+    try:
+        return H.entry_call(layout, function_args(fn), inputs)
+    except ValueError as e:
+        raise InterpreterError(str(e)) from None
 
 
 def _float(attr: Attribute) -> float:
@@ -140,14 +188,17 @@ PARAM_CONVERSIONS.add("squeeze", K.convert_squeeze)
 PARAM_CONVERSIONS.add("ungroup_rows", K.convert_ungroup_rows)
 
 
-def read_param(op: O.ParamOp, weights: Weights) -> np.ndarray:
-    """The weight an `op.param` reads: its stored tensor, converted as it says, checked against
-    its IR type and cast to its element type (a checkpoint stored otherwise is converted)."""
+def read_param(op: O.ParamOp, weights: Weights, group: Group | None = None) -> np.ndarray:
+    """The weight an `op.param` reads: its stored tensor (or, split, the rank's piece of it),
+    converted as it says, checked against its IR type and cast to its element type (a checkpoint
+    stored otherwise is converted)."""
     name, stored = op.tensor_name.data, op.stored_name
     try:
-        w = weights.get(stored)
+        w = _stored_or_piece(op, weights, group or SoloGroup())
     except (KeyError, StrataError) as e:
         raise InterpreterError(f"op.param '{name}': '{stored}' is not in the weight store ({e})") from None
+    except ValueError as e:  # a split that does not fit the stored tensor
+        raise InterpreterError(f"op.param '{name}': {e}") from None
     if op.conversion is not None:
         kind, args = op.conversion
         w = PARAM_CONVERSIONS[kind](w, args)
@@ -158,6 +209,19 @@ def read_param(op: O.ParamOp, weights: Weights) -> np.ndarray:
     dtype = numpy_dtype(op.result.type.get_element_type())  # type: ignore[attr-defined]
     # The IR's element type is the semantics; a checkpoint stored otherwise is converted.
     return w if w.dtype == dtype else w.astype(dtype)
+
+
+def _stored_or_piece(op: O.ParamOp, weights: Weights, group: Group) -> np.ndarray:
+    """The stored tensor of `op`, or this rank's piece of it (a weight store reads only the piece)."""
+    piece = op.piece
+    if piece is None:
+        return weights.get(op.stored_name)
+    axis, pieces, parts = piece
+    index = group.rank * pieces // group.size
+    read = getattr(weights, "piece", None)
+    if read is not None:
+        return read(op.stored_name, axis, pieces, parts, index)
+    return split_piece(weights.get(op.stored_name), axis, pieces, parts, index)
 
 
 #: Host inputs with one (or, for M-RoPE's streams, four) entries per token of the call.
@@ -181,7 +245,7 @@ class OpFunctions(InterpreterFunctions):
 
     @impl(O.ParamOp)
     def run_param(self, interpreter: Interpreter, op: O.ParamOp, a: V) -> V:
-        return (read_param(op, self.env.weights),)
+        return (read_param(op, self.env.weights, self.env.group),)
 
     @impl(O.StateOp)
     def run_state(self, interpreter: Interpreter, op: O.StateOp, a: V) -> V:
@@ -195,6 +259,8 @@ class OpFunctions(InterpreterFunctions):
     @impl(O.InputOp)
     def run_input(self, interpreter: Interpreter, op: O.InputOp, a: V) -> V:
         env, kind = self.env, op.kind.data
+        if env.call is not None:  # an entry's call: the input from its arguments
+            return (H.call_input(kind, env.call, shape_with_holes(op.result.type)),)
         shape = op.result.type.get_shape()  # type: ignore[attr-defined]
         n_kv = env.n_kv if env.n_kv is not None else (shape[1] if kind == "kq_mask" else 0)
         per = _PER_TOKEN.get(kind)
@@ -341,6 +407,57 @@ class OpFunctions(InterpreterFunctions):
     def run_ssm_conv(self, interpreter: Interpreter, op: O.SsmConvOp, a: V) -> V:
         return (K.ssm_conv(a[0], a[1]),)
 
+    @impl(O.SampleOp)
+    def run_sample(self, interpreter: Interpreter, op: O.SampleOp, a: V) -> V:
+        logits, key, step, *rest = a
+        counts = rest[7:] if op.prompt_counts is not None else (None, None)
+        return (S.sample(logits, key, int(step[0]), *rest[:7], prompt_counts=counts[0], output_counts=counts[1]),)
+
+    # The entries of several sequences.
+
+    @impl(O.GatedDeltaNetSeqOp)
+    def run_gated_delta_net_seq(self, interpreter: Interpreter, op: O.GatedDeltaNetSeqOp, a: V) -> V:
+        return (KS.gated_delta_net_seq(*a[:6], a[6] if len(a) > 6 else None, op.grouped is not None),)
+
+    @impl(O.TargetLogProbsOp)
+    def run_target_log_probs(self, interpreter: Interpreter, op: O.TargetLogProbsOp, a: V) -> V:
+        return (KS.target_log_probs(a[0], a[1], a[2]),)
+
+    @impl(O.GenerateOp)
+    def run_generate(self, interpreter: Interpreter, op: O.GenerateOp, a: V) -> V:
+        return (self._loop(op, a),)
+
+    @impl(O.GenerateUntilOp)
+    def run_generate_until(self, interpreter: Interpreter, op: O.GenerateUntilOp, a: V) -> V:
+        return self._loop(op, a)
+
+    def _loop(self, op: O.GenerateOp | O.GenerateUntilOp, a: V):
+        """The step function run `steps` times on the state (host_inputs.generate_loop)."""
+        env = self.env
+        module = env.fn.parent_op()
+        step = SymbolTable.lookup_symbol(module, op.callee) if module is not None else None
+        if not isinstance(step, func.FuncOp):
+            raise InterpreterError(f"{op.name}: no step function {op.callee}")
+
+        def run_step(token: np.ndarray, pos: int) -> np.ndarray:
+            return run_entry(step, env.weights, env.state, {"token": token, "pos": np.int32(pos)})
+
+        return H.generate_loop(run_step, a[0], a[1], _int(op.steps), a[2] if len(a) > 2 else None)
+
+    # The collectives: this rank's part; the group (simulated ranks, or one) joins the others.
+
+    @impl(O.AllReduceOp)
+    def run_all_reduce(self, interpreter: Interpreter, op: O.AllReduceOp, a: V) -> V:
+        return (self.env.group.all_reduce(a[0]),)
+
+    @impl(O.AllGatherOp)
+    def run_all_gather(self, interpreter: Interpreter, op: O.AllGatherOp, a: V) -> V:
+        return (self.env.group.all_gather(a[0], _int(op.axis)),)
+
+    @impl(O.GetRowsShardedOp)
+    def run_get_rows_sharded(self, interpreter: Interpreter, op: O.GetRowsShardedOp, a: V) -> V:
+        return (K.get_rows_sharded(a[0], a[1], self.env.group.rank),)
+
 
 #: op class -> its semantics (the `@impl` methods of `OpFunctions`).
 INTERPRETER: Implementations = implementations("op interpreter", OpFunctions)
@@ -352,11 +469,16 @@ INTERPRETER: Implementations = implementations("op interpreter", OpFunctions)
 
 
 def run_function(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray],
-                 tokens: np.ndarray, start: int, *,
-                 observe: Callable[[Operation, np.ndarray], None] | None = None) -> np.ndarray:
+                 tokens: np.ndarray, start: int, *, args: Sequence[np.ndarray] = (),
+                 observe: Callable[[Operation, np.ndarray], None] | None = None,
+                 group: Group | None = None) -> np.ndarray:
     """Run `fn` on `tokens` [S] at position `start`; returns its result (the logits).
 
-    `state` (from :func:`alloc_state`) is updated in place by the cache writes.
+    `state` (from :func:`alloc_state`) is updated in place by the cache writes. `args` are the
+    function's arguments, for an entry that takes its inputs as arguments (the sampler,
+    `@sample_logits`), each checked against its IR type. A sharded
+    function (`op.ranks` > 1, see `strata.passes.shard_tensor_parallel`) runs as one rank of
+    `group` (`strata.semantics.ranks`: `run_ranks` simulates them all).
     `observe`, if given, is called with each op and its result right after the op runs
     (leaves included), in program order: a per-op comparison (`strata verify`) or a
     debugger reads every intermediate without the interpreter keeping them all.
@@ -370,11 +492,59 @@ def run_function(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray]
         raise InterpreterError(f"@{name}: the function has no func.return")
     if len(ret.arguments) != 1:
         raise InterpreterError(f"@{name}: expected one returned value, got {len(ret.arguments)}")
+    env = Env(fn, weights, state, tokens, start, group)
+    if function_ranks(fn) != env.group.size:
+        raise InterpreterError(f"@{name} runs on {function_ranks(fn)} rank(s), the group has {env.group.size}")
     listeners: list[Interpreter.Listener] = [_ResultTypes()]
     if observe is not None:
         listeners.append(Observer(lambda op, results: observe(op, results[0])))
-    (result,) = run_body(fn, [OpFunctions(Env(fn, weights, state, tokens, start))], (), listeners)
+    (result,) = run_body(fn, [OpFunctions(env)], _bind_arguments(fn, args), listeners)
     return result
+
+
+def run_entry(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray], inputs: dict, *,
+              observe: Callable[[Operation, np.ndarray], None] | None = None):
+    """Run the entry `fn` on `inputs` (its arguments by seed 003's names, `op.args`): its result,
+    or a tuple of its results. A one-sequence prefill or decode takes `tokens` and `start`
+    (`token` and `pos`, as its signature names them, too)."""
+    name = fn.sym_name.data
+    if function_layout(fn) is None:
+        tokens = inputs.get("tokens", inputs.get("token"))
+        start = inputs.get("start", inputs.get("pos"))
+        if tokens is None or start is None:
+            raise InterpreterError(f"@{name}: takes tokens (or token) and start (or pos)")
+        return run_function(fn, weights, state, np.asarray(tokens), int(np.asarray(start)), observe=observe)
+    unknown = first_unimplemented(fn, INTERPRETER)
+    if unknown is not None:
+        raise InterpreterError(f"@{name}: no reference semantics for op '{unknown.name}'")
+    call = entry_call(fn, inputs)
+    env = Env(fn, weights, state, call["tokens"], 0, call=call)
+    listeners: list[Interpreter.Listener] = [_ResultTypes()]
+    if observe is not None:
+        listeners.append(Observer(lambda op, results: observe(op, results[0])))
+    results = run_body(fn, [OpFunctions(env)], (), listeners)
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def function_ranks(fn: func.FuncOp) -> int:
+    """How many ranks run `fn` (its `op.ranks`; 1 for an entry that is not sharded)."""
+    ranks = fn.attributes.get("op.ranks")
+    return int(ranks.value.data) if isinstance(ranks, IntegerAttr) else 1
+
+
+def _bind_arguments(fn: func.FuncOp, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+    block_args = fn.body.block.args
+    if len(args) != len(block_args):
+        raise InterpreterError(f"@{fn.sym_name.data}: takes {len(block_args)} arguments, got {len(args)}")
+    out = []
+    for i, (arg, value) in enumerate(zip(block_args, args)):
+        want = shape_with_holes(arg.type)
+        array = np.asarray(value, dtype=numpy_dtype(arg.type.get_element_type()))  # type: ignore[attr-defined]
+        if array.ndim != len(want) or any(w not in (-1, g) for w, g in zip(want, array.shape)):
+            raise InterpreterError(f"@{fn.sym_name.data}: argument {i} has shape {list(array.shape)}, "
+                                   f"the IR type is {arg.type}")
+        out.append(array)
+    return out
 
 
 def find_function(module: Operation, name: str | None = None) -> func.FuncOp:

@@ -18,22 +18,64 @@ from xdsl.dialects.builtin import ModuleOp
 from strata.targets.target import Target, TargetError
 
 
+#: The entries a program gets unless asked for others: the generation loop's.
+DEFAULT_ENTRIES = "prefill,decode"
+#: The cpu target's knobs beyond ctx, flash_attn and kv_pad: the entries to compile
+#: (comma-separated, or "all") and the generics of seed 003 a checkpoint does not bind
+#: (None: the model's value or the option's default).
+ENTRY_KNOBS: dict[str, Any] = {"entries": DEFAULT_ENTRIES, **{g: None for g in (
+    "Batch", "MaxSeq", "PageSize", "Rows", "Pages", "M", "S", "P", "Steps", "MaxNew")}}
+
+
+def entry_list(text: str) -> list[str]:
+    """The entries a knob names: comma-separated, or "all" (every entry that lowers)."""
+    from strata.passes.convert_module_to_op import ENTRIES
+
+    if text == "all":
+        return [e for e in ENTRIES if e != "sample"]
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ENTRIES]
+    if unknown or not names:
+        raise TargetError(f"entries: {unknown[0] if unknown else text!r} is not an entry "
+                          f"(known: {', '.join(ENTRIES)}, or all)")
+    return list(dict.fromkeys(names))
+
+
+def check_entry_knobs(model: Any, k: dict[str, Any]) -> dict[str, Any]:
+    """MaxSeq is ctx by another name; the entries must be known."""
+    if k.get("MaxSeq") is not None:
+        if k.get("ctx") is not None and k["ctx"] != k["MaxSeq"]:
+            raise TargetError(f"MaxSeq={k['MaxSeq']} and ctx={k['ctx']} disagree (MaxSeq is the context)")
+        k["ctx"] = k["MaxSeq"]
+    entries = entry_list(k["entries"])
+    if k.get("tp", 1) > 1 and set(entries) - {"prefill", "decode"}:
+        raise TargetError(f"tp={k['tp']}: a tensor-parallel program runs prefill and decode; entries "
+                          f"{','.join(e for e in entries if e not in ('prefill', 'decode'))} run on one rank (tp=1)")
+    return k
+
+
 def _cpu() -> Target:
+    from strata.passes.pipelines import entry_pipeline, generic_options
     from strata.targets.cpu import program
     from strata.targets.cpu.emit import emit_cpu
 
     def pipeline(k: Mapping[str, Any]) -> str:
-        flash = "true" if k["flash_attn"] else "false"
-        kv_type = f" kv_type={k['kv_type']}" if k["kv_type"] else ""
-        return (f"convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} "
-                f"kv_pad={k['kv_pad']} flash_attn={flash}{kv_type}}}")
+        entries = ",".join(entry_list(k.get("entries", DEFAULT_ENTRIES)))
+        shard = f"shard-tensor-parallel{{tp={k['tp']}}}," if k.get("tp", 1) > 1 else ""
+        # The runtime's loop samples with the program's own sampler; it steps one sequence's
+        # prefill and decode, so a program of other entries (run by strata call) has none.
+        sampler = ",add-sampler" if set(entries.split(",")) <= {"prefill", "decode"} else ""
+        return shard + entry_pipeline(entries, tokens=k.get("S") or 0, start=-1, ctx=k["ctx"], kv_pad=k["kv_pad"],
+                                      flash_attn=k["flash_attn"], kv_type=k.get("kv_type", ""),
+                                      **generic_options(dict(k))) + sampler
 
     def emit(module: ModuleOp, model_name: str | None, weights: Any = None) -> dict[str, str | bytes]:
         return {"model.py": emit_cpu(module, model_name)}
 
-    # kv_type: the KV cache's element type ("": the model's; f16 is llama.cpp's default cache)
-    return Target("cpu", pipeline, emit, {"ctx": None, "flash_attn": True, "kv_pad": 256, "kv_type": ""}, ("model.py",),
-                  load=program.load)
+    # kv_type: the KV cache's element type ("": the model's; f16 is llama.cpp's default cache).
+    # tp: the ranks of a tensor-parallel program (launched by strata.runtime.tp: one process each).
+    knobs = {"ctx": None, "flash_attn": True, "kv_pad": 256, "kv_type": "", "tp": 1, **ENTRY_KNOBS}
+    return Target("cpu", pipeline, emit, knobs, ("model.py",), load=program.load, check=check_entry_knobs)
 
 
 def _cuda() -> Target:
@@ -41,9 +83,9 @@ def _cuda() -> Target:
     from strata.targets.cuda.emit import emit_cuda
 
     def pipeline(k: Mapping[str, Any]) -> str:
-        return (f"convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} kv_pad=1}},"
+        return (f"convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} kv_pad=1}},add-sampler,"
                 f"convert-op-to-blueprint{{mode=auto}},blueprint-assign-precision{{recipe={k['recipe']}}},"
-                f"blueprint-place-state{{kv={k['kv']} embed=device sample=device}},blueprint-fuse")
+                f"blueprint-place-state{{kv={k['kv']} embed=device sample={k['sample']}}},blueprint-fuse")
 
     def emit(module: ModuleOp, model_name: str | None, weights: Any = None) -> dict[str, str | bytes]:
         return emit_cuda(module, model_name)
@@ -52,7 +94,9 @@ def _cuda() -> Target:
     # type; fp8-bf16head (fp8 block weights, bf16 head), w4a16 and f32 (exact, for the
     # interpreter) are the others. KV cache contiguous by default (one sequence; the paged
     # decode attention spills on sm_90 at Qwen3-8B's head size), kv=paged for pages of 16 rows.
-    return Target("cuda", pipeline, emit, {"ctx": None, "recipe": "bf16", "kv": "contiguous"},
+    # The sampler (seed 001's `sample` placement): on the device by default, beside the argmax;
+    # sample=host draws on the host from the logits copied there.
+    return Target("cuda", pipeline, emit, {"ctx": None, "recipe": "bf16", "kv": "contiguous", "sample": "device"},
                   ("kernels.py", "model.py"), load=program.load)
 
 

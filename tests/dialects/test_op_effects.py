@@ -25,7 +25,13 @@ from strata.semantics.op_interp import alloc_state, find_function, run_function
 from support import TINY, lower, lower_fn, open_store
 
 #: The ops with memory effects; every other op of the dialect is pure.
-EFFECTFUL = {O.StateOp: MemoryEffectKind.READ, O.SetRowsOp: MemoryEffectKind.WRITE, O.CpyOp: MemoryEffectKind.WRITE}
+EFFECTFUL = {O.StateOp: {MemoryEffectKind.READ}, O.SetRowsOp: {MemoryEffectKind.WRITE},
+             O.CpyOp: {MemoryEffectKind.WRITE},
+             # The collectives read and write the group's buffers: never dropped, merged or reordered.
+             **{c: {MemoryEffectKind.READ, MemoryEffectKind.WRITE} for c in O.COLLECTIVE_OPS},
+             # The device loops' steps read and write the KV cache and the recurrent state.
+             O.GenerateOp: {MemoryEffectKind.READ, MemoryEffectKind.WRITE},
+             O.GenerateUntilOp: {MemoryEffectKind.READ, MemoryEffectKind.WRITE}}
 OPS = list(O.Op.operations)
 PURE_OPS = [op for op in OPS if op not in EFFECTFUL]
 
@@ -67,13 +73,20 @@ def test_writes_are_writes(cls):
     assert not would_be_trivially_dead(op)  # dce keeps it, used or not
 
 
+@pytest.mark.parametrize("cls", [*O.COLLECTIVE_OPS, O.GenerateOp, O.GenerateUntilOp], ids=lambda c: c.name)
+def test_collectives_and_loops_are_kept(cls):
+    op = _instance(cls)
+    assert not cls.has_trait(Pure) and not is_side_effect_free(op)
+    assert not would_be_trivially_dead(op)  # every rank runs every collective, used or not
+
+
 def test_every_op_is_classified():
     """A new op must say what it is: pure, or one of the listed effects."""
     assert len(OPS) >= 20
     for cls in OPS:
         effects = get_effects(_instance(cls))
         assert effects is not None, f"{cls.name} declares no memory effects (xDSL then assumes any)"
-        assert {e.kind for e in effects} == ({EFFECTFUL[cls]} if cls in EFFECTFUL else set()), cls.name
+        assert {e.kind for e in effects} == EFFECTFUL.get(cls, set()), cls.name
 
 
 # ---------------------------------------------------------------------------------------------

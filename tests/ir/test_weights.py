@@ -237,8 +237,21 @@ def test_default_model(tmp_path: Path) -> None:
     cfg = load_hf_config(d)
     assert cfg == DEFAULT_CONFIG
     assert (cfg.vocab_size, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads,
-            cfg.intermediate_size) == (256, 64, 2, 4, 2, 160)
+            cfg.intermediate_size) == (512, 64, 2, 4, 2, 160)
     open_store(d).check(expected(cfg))
+    from strata.runtime.text import load_tokenizer
+
+    assert load_tokenizer(d).vocab_size == cfg.vocab_size  # a real vocabulary of the model's size
+
+
+def test_a_default_model_of_an_earlier_strata_gets_its_tokenizer(tmp_path: Path) -> None:
+    d = ensure_default_model(tmp_path)
+    (d / "tokenizer.json").unlink()  # as an earlier strata wrote it: config and weights only
+    assert ensure_default_model(tmp_path) == d and (d / "tokenizer.json").is_file()
+    (d / "tokenizer.json").unlink()
+    (d / "model.safetensors").unlink()  # something else: refused, not replaced
+    with pytest.raises(StrataError, match="exists but holds no complete model"):
+        ensure_default_model(tmp_path)
 
 
 def _with_header(header: bytes) -> bytes:

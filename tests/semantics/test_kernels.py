@@ -14,9 +14,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from strata.semantics import host_inputs, kernels_seq
 from strata.semantics import kernels as K
 from strata.semantics import kernels_ggml as KG
-from strata.targets.cpu.kernel_library import KernelLibrary
+from strata.targets.cpu.kernel_library import CPU_KERNEL_MODULES, KernelLibrary
+
+#: The files the CPU target copies functions from (kernels_seq and host_inputs beside kernels).
+KERNEL_FILES = (K, kernels_seq, KG, host_inputs)
 
 BF16 = ml_dtypes.bfloat16
 
@@ -45,33 +49,35 @@ def close(got: np.ndarray, want: torch.Tensor | np.ndarray, atol: float = 1e-5) 
 # The rules that let the code generator copy kernels
 
 
-def _imports(module) -> set[str]:
+@pytest.mark.parametrize("module", KERNEL_FILES, ids=lambda m: m.__name__)
+def test_kernels_import_only_numpy_and_ml_dtypes(module) -> None:
+    """numpy, ml_dtypes, and functions of the other kernel files (which the copier resolves)."""
+    tree = ast.parse(inspect.getsource(module))
     imported = set()
     for node in ast.walk(ast.parse(inspect.getsource(module))):
         if isinstance(node, ast.Import):
             imported |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module or "")
-    return imported
+    kernel_modules = {m.__name__ for m in KERNEL_FILES}
+    assert {i.split(".")[0] if i not in kernel_modules else "kernels" for i in imported} <= {
+        "numpy", "ml_dtypes", "__future__", "kernels"}, imported
+    assert not [n for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign, ast.ClassDef))], \
+        "module-level names other than functions"
 
 
-def test_kernels_import_only_numpy_and_ml_dtypes() -> None:
-    assert _imports(K) <= {"numpy", "ml_dtypes", "__future__"}, _imports(K)
-    # kernels_ggml builds on kernels.py's functions: a generated module holds both files' copies
-    assert _imports(KG) <= {"numpy", "ml_dtypes", "__future__", "strata.semantics.kernels"}, _imports(KG)
-
-
-def _kernel_functions() -> dict[str, object]:
-    return {n: f for m in (K, KG) for n, f in vars(m).items() if inspect.isfunction(f) and f.__module__ == m.__name__}
+def _kernel_functions() -> dict:
+    """Every function the CPU target may copy (the sampler's too: it is copied as they are)."""
+    return {n: f for m in CPU_KERNEL_MODULES for n, f in vars(m).items() if inspect.isfunction(f) and f.__module__ == m.__name__}
 
 
 def test_dependencies_are_complete_and_exact() -> None:
-    kernels = _kernel_functions()
-    functions = set(kernels)
+    every = _kernel_functions()
+    functions = set(every)
     deps = KernelLibrary().dependencies
     assert set(deps) == functions
     for name in functions:
-        fn = kernels[name]
+        fn = every[name]
         # Free names of the source (attribute names such as `x.reshape` are not names).
         nodes = list(ast.walk(ast.parse(inspect.getsource(fn))))
         loads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}

@@ -19,7 +19,8 @@ blueprint.facts`): `blueprint.dims` (`#blueprint.dims<hidden = 2048, ...>`, the 
 edges' dim symbols) and `blueprint.weights` (how each weight is read from the store).
 
 Files by theme: `attrs`, `facts` (the function's dims and weight table), `base` (bases and
-shared checks), `nodes` (row-wise nodes and the head), `gdn`, `moe`, `attention`, `group`.
+shared checks), `nodes` (row-wise nodes and the head), `gdn`, `moe`, `attention`, `sampling`
+(the sampler, `blueprint.sample`), `group`.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from strata.dialects.blueprint.facts import (
 from strata.dialects.blueprint.gdn import Conv1dUpdateOp, GdnGatesOp, GdnRecurrenceOp, StateSnapshotOp
 from strata.dialects.blueprint.group import GroupOp, YieldOp
 from strata.dialects.blueprint.moe import BlendOp, ExpertDownOp, ExpertGateUpOp, RouterOp, TopKOp
+from strata.dialects.blueprint.sampling import SampleOp
 from strata.dialects.blueprint.nodes import (
     ArgmaxOp,
     EmbedOp,
@@ -71,7 +73,7 @@ NODE_OPS: list[type[NodeOp]] = [
     EmbedOp, RmsNormOp, LinearOp, GdnGatesOp, Conv1dUpdateOp, StateSnapshotOp, L2NormOp,
     GdnRecurrenceOp, GatedRmsNormOp, ResidualAddOp, RouterOp, TopKOp, ExpertGateUpOp, SiluMulOp,
     ExpertDownOp, BlendOp, SplitOp, QkNormOp, RopeOp, KvWriteOp, PagedAttentionOp,
-    SigmoidGateMulOp, FinalNormOp, LmHeadOp, ArgmaxOp, SwigluFfnOp, AttentionOp,
+    SigmoidGateMulOp, FinalNormOp, LmHeadOp, ArgmaxOp, SwigluFfnOp, AttentionOp, SampleOp,
 ]
 
 Blueprint = Dialect("blueprint", [*NODE_OPS, GroupOp, YieldOp], [*ATTRIBUTES, *FACT_ATTRIBUTES])

@@ -29,7 +29,10 @@ f16, bf16 and fp8; a weight may also be an integer or packed int4 tensor.
 The ops live in files by theme: `base` (shape helpers, abstract bases), `leaves`,
 `elementwise`, `reduce` (row-wise), `layout` (views, REPEAT, CONCAT, GET_ROWS),
 `matmul` (MUL_MAT, MUL_MAT_ID), `state` (the writes), `attention` (SOFT_MAX, ROPE,
-FLASH_ATTN_EXT) and `ssm` (SSM_CONV, GATED_DELTA_NET).
+FLASH_ATTN_EXT), `ssm` (SSM_CONV, GATED_DELTA_NET and its many-sequence form), `loops` (the
+device loops of generate and generate_until), `collective` (ALL_REDUCE, ALL_GATHER and the
+vocabulary-parallel GET_ROWS of a tensor-parallel entry) and `sampling` (`op.sample`: the
+runtime's sampler, which llama.cpp runs outside its graph).
 """
 
 from __future__ import annotations
@@ -50,6 +53,15 @@ from strata.dialects.op.base import (
     fmt_shape,
     numel,
     shapes_eq,
+)
+from strata.dialects.op.collective import (
+    COLLECTIVE_OPS,
+    GROUPS,
+    AllGatherOp,
+    AllReduceOp,
+    CollectiveOp,
+    GetRowsShardedOp,
+    group_attrs,
 )
 from strata.dialects.op.elementwise import (
     AddOp,
@@ -74,9 +86,11 @@ from strata.dialects.op.layout import (
     ViewOp,
 )
 from strata.dialects.op.leaves import INPUT_KINDS, LEAF_OPS, PARAM_CONVERSIONS, ConstantOp, InputOp, ParamOp, StateOp
-from strata.dialects.op.matmul import MulMatIdOp, MulMatOp
+from strata.dialects.op.loops import GenerateOp, GenerateUntilOp
+from strata.dialects.op.matmul import MulMatIdOp, MulMatOp, TargetLogProbsOp
 from strata.dialects.op.reduce import SORT_ORDERS, ArgmaxOp, ArgsortOp, RmsNormOp, SumRowsOp
-from strata.dialects.op.ssm import GatedDeltaNetOp, SsmConvOp
+from strata.dialects.op.sampling import SAMPLE_PARAMS, SAMPLER, SampleOp, sampler_function
+from strata.dialects.op.ssm import GatedDeltaNetOp, GatedDeltaNetSeqOp, SsmConvOp
 from strata.dialects.op.state import CpyOp, SetRowsOp
 from strata.ir.checks import elem_of, require, shape_of
 
@@ -118,6 +132,17 @@ Op = Dialect(
         MulMatIdOp,
         SsmConvOp,
         GatedDeltaNetOp,
+        # Tensor parallelism (see `collective`).
+        AllReduceOp,
+        AllGatherOp,
+        GetRowsShardedOp,
+        # Batches of sequences, packed segments, scores and device loops (seed 003's entries).
+        GatedDeltaNetSeqOp,
+        TargetLogProbsOp,
+        GenerateOp,
+        GenerateUntilOp,
+        # Sampling (the runtime's sampler, in the program).
+        SampleOp,
     ],
     [],
 )
@@ -130,5 +155,7 @@ __all__ = [
     "GetRowsOp", "RmsNormOp", "MulOp", "AddOp", "MulMatOp", "ReshapeOp", "ViewOp", "PermuteOp", "TransposeOp",
     "ContOp", "ScaleOp", "CpyOp", "ArgmaxOp", "SwigluOp", "SetRowsOp", "SoftMaxOp", "RopeOp", "FlashAttnExtOp",
     "DivOp", "ClampOp", "SiluOp", "SigmoidOp", "SoftplusOp", "SumRowsOp", "ArgsortOp", "RepeatOp", "ConcatOp",
-    "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp",
+    "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp", "SAMPLE_PARAMS", "SAMPLER", "SampleOp", "sampler_function",
+    "COLLECTIVE_OPS", "GROUPS", "CollectiveOp", "AllReduceOp", "AllGatherOp", "GetRowsShardedOp", "group_attrs",
+    "GatedDeltaNetSeqOp", "TargetLogProbsOp", "GenerateOp", "GenerateUntilOp",
 ]

@@ -119,10 +119,15 @@ class FlashAttnExtOp(OpBase):
 
     q [Heads, S, D], k [KvHeads, N, D], v [KvHeads, N, Dv], mask [S, N];
     the result is [S, Heads, Dv] (ggml's permuted output). Heads must be a multiple
-    of KvHeads; consecutive query heads share a KV head.
+    of KvHeads; consecutive query heads share a KV head. With a leading dim R (ggml's
+    ne[3], one attention stream per batch row, each with its own keys) every operand has
+    it: q [R, Heads, S, D], k [R, KvHeads, N, D], v [R, KvHeads, N, Dv], mask [R, S, N],
+    and the result is [R, S, Heads, Dv].
 
         %o = op.flash_attn_ext %q, %k, %v, %m {scale = 0.25 : f64}
             : tensor<4x5x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<5x8xf32> -> tensor<5x4x16xf32>
+        %b = op.flash_attn_ext %q4, %k4, %v4, %m3 {scale = 0.25 : f64}
+            : tensor<3x4x1x16xf32>, tensor<3x2x8x16xf32>, tensor<3x2x8x16xf32>, tensor<3x1x8xf32> -> tensor<3x1x4x16xf32>
     """
 
     name = "op.flash_attn_ext"
@@ -141,12 +146,19 @@ class FlashAttnExtOp(OpBase):
 
     def verify_(self) -> None:
         q, k, v, r = (shape_of(x) for x in (self.q, self.k, self.v, self.result))
-        require(len(q) == len(k) == len(v) == 3, "op.flash_attn_ext: q, k and v must have rank 3")
+        require(len(q) == len(k) == len(v) and len(q) in (3, 4), "op.flash_attn_ext: q, k and v must have rank 3 "
+                "(or 4, with a leading dim of streams)")
+        lead = q[:-3]
+        require(shapes_eq(k[:-3], lead) and shapes_eq(v[:-3], lead), "op.flash_attn_ext: q, k and v must have the "
+                "same streams")
+        q, k, v = q[-3:], k[-3:], v[-3:]
         require(dim_eq(q[2], k[2]), "op.flash_attn_ext: q and k head sizes differ")
         require(dim_eq(k[1], v[1]) and dim_eq(k[0], v[0]), "op.flash_attn_ext: k and v must have the same heads and rows")
         grouped = DYNAMIC_INDEX in (q[0], k[0]) or (k[0] != 0 and q[0] % k[0] == 0)
         require(grouped, "op.flash_attn_ext: query heads must be a multiple of KV heads")
-        require(shapes_eq(r, (q[1], q[0], v[2])), f"op.flash_attn_ext: result must be {fmt_shape((q[1], q[0], v[2]))}")
+        expect = (*lead, q[1], q[0], v[2])
+        require(shapes_eq(r, expect), f"op.flash_attn_ext: result must be {fmt_shape(expect)}")
         if self.mask is not None:
             m = shape_of(self.mask)
-            require(len(m) == 2 and dim_eq(m[0], q[1]) and dim_eq(m[1], k[1]), "op.flash_attn_ext: mask must be [S, N]")
+            require(shapes_eq(m, (*lead, q[1], k[1])), f"op.flash_attn_ext: mask must be [S, N] ([R, S, N] with "
+                    f"streams): {fmt_shape((*lead, q[1], k[1]))}, got {fmt_shape(m)}")

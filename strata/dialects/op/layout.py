@@ -17,7 +17,8 @@ class GetRowsOp(BinaryOp):
     A table [R, C] with ids [N] gives [N, C] (an embedding lookup). A table with batch
     dims, [B..., R, C], takes ids [B..., N] and gives [B..., N, C]: batch b gathers from
     its own table slice, result[b, n] = table[b, ids[b, n]] (llama.cpp gathers the routed
-    experts' probabilities this way: table [T, E, 1], ids [T, k] -> [T, k, 1]).
+    experts' probabilities this way: table [T, E, 1], ids [T, k] -> [T, k, 1]). A negative
+    id gives a row of zeros (an output row no token fills: an idle row of a batch).
 
         %e = op.get_rows %w, %ids {name = "embd"} : tensor<32x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
         %p = op.get_rows %probs, %topk : tensor<3x8x1xf32>, tensor<3x2xi32> -> tensor<3x2x1xf32>

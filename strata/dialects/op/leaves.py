@@ -15,7 +15,11 @@ from strata.ir.checks import elem_of, require, shape_of
 from strata.ir.ggml_types import TYPES, block_types
 
 #: The host inputs of an entry (see `InputOp`).
-INPUT_KINDS = ("tokens", "positions", "kv_rows", "kq_mask", "out_ids", "mrope_positions", "state_copy")
+INPUT_KINDS = ("tokens", "positions", "kv_rows", "kq_mask", "out_ids", "mrope_positions", "state_copy",
+               "kv_cells", "token_seq", "state_read", "state_write", "conv_window", "conv_tail",
+               "targets", "weights", "start", "eos", "key", "temperature")
+#: The float kinds; every other kind holds integers.
+FLOAT_INPUTS = ("kq_mask", "weights", "temperature")
 
 
 #: The conversions an `op.param` may apply to its stored values (see `ParamOp`), with the
@@ -50,11 +54,21 @@ class ParamOp(LeafOp):
     Each consumer (the op interpreter, each target's weight binding) implements every
     conversion once.
 
+    In a tensor-parallel entry (see `strata.dialects.op.collective`) a param may be this
+    rank's piece of the stored tensor: `split = [axis, pieces, p_0, ..., p_k]` says that the
+    stored tensor's dim `axis` holds parts of pieces * p_0, ..., pieces * p_k (one part when
+    no sizes are given: the whole dim), each part cut into `pieces` equal pieces; the rank
+    reads piece `rank * pieces // ranks` of every part and joins them in part order (fused
+    q|k|v rows keep their order per rank). pieces < ranks replicates a piece on
+    ranks / pieces ranks (KV heads fewer than the ranks). The split is read first, then
+    converted; without a conversion, the p_i sum to the result's dim `axis`.
+
         %w = op.param "blk.0.attn_q.weight" : tensor<4096x4096xbf16>
         %n = op.param "blk.0.attn_norm.weight" {convert = "plus_one"} : tensor<64xf32>
         %q = op.param "blk.0.attn_qkv.weight" {source = "blk.0.ssm_in.weight", convert = "ungroup_rows",
                                                convert_args = array<i64: 2, 0, 3, 16, 16, 32, 32>} : tensor<128x64xf32>
-        %o = op.param "blk.0.ssm_out.weight" {format = "q4_K", block_order = array<i64: 2, 2, 128>} : tensor<256x512xf32>
+        %o = op.param "blk.0.attn_output.weight" {split = array<i64: 1, 2>} : tensor<64x32xf32>
+        %s = op.param "blk.0.ssm_out.weight" {format = "q4_K", block_order = array<i64: 2, 2, 128>} : tensor<256x512xf32>
     """
 
     name = "op.param"
@@ -62,13 +76,15 @@ class ParamOp(LeafOp):
     convert = opt_attr_def(StringAttr)
     convert_args = opt_attr_def(DenseArrayBase)
     source = opt_attr_def(StringAttr)
+    split = opt_attr_def(DenseArrayBase)
     stored_format = opt_attr_def(StringAttr, attr_name="format")
     block_order = opt_attr_def(DenseArrayBase)
     assembly_format = "$tensor attr-dict `:` type($result)"
 
     def __init__(self, tensor_name: str, typ: TensorType, convert: str | None = None,
                  args: tuple[int, ...] | None = None, source: str | None = None,
-                 stored_format: str | None = None, block_order: tuple[int, ...] | None = None):
+                 split: tuple[int, ...] | None = None, stored_format: str | None = None,
+                 block_order: tuple[int, ...] | None = None):
         attrs: dict[str, Attribute] = {"tensor": StringAttr(tensor_name)}
         if stored_format is not None:
             attrs["format"] = StringAttr(stored_format)
@@ -80,7 +96,17 @@ class ParamOp(LeafOp):
             attrs["convert_args"] = DenseArrayBase.from_list(i64, args)
         if source is not None:
             attrs["source"] = StringAttr(source)
+        if split is not None:
+            attrs["split"] = DenseArrayBase.from_list(i64, split)
         super().__init__(result_types=[typ], attributes=attrs)
+
+    @property
+    def piece(self) -> tuple[int, int, tuple[int, ...]] | None:
+        """(axis, pieces, per-rank part sizes) of a split param, or None for a whole one."""
+        if self.split is None:
+            return None
+        values = tuple(int(v) for v in self.split.get_values())
+        return values[0], values[1], values[2:]
 
     @property
     def stored_name(self) -> str:
@@ -107,6 +133,8 @@ class ParamOp(LeafOp):
 
     def verify_(self) -> None:
         self._verify_format()
+        if self.split is not None:
+            _check_split(self.split.get_values(), shape_of(self.result), self.convert is None)
         if self.convert is None:
             require(self.convert_args is None and self.source is None,
                     "op.param: convert_args and source go with a conversion (convert)")
@@ -144,6 +172,17 @@ def check_order(op, order: tuple[int, ...], width: int, what: str) -> None:
     """A column order [a, b, c] of a row of `width` values (see ParamOp's `block_order`)."""
     require(len(order) == 3 and all(v > 0 for v in order) and order[0] * order[1] * order[2] == width,
             f"{op.name}: {what} is [a, b, c] of positive sizes whose product is the row's {width}, got {list(order)}")
+
+
+def _check_split(values, shape: tuple[int, ...], plain: bool) -> None:
+    values = [int(v) for v in values]
+    require(len(values) >= 2, f"op.param: split takes [axis, pieces, part sizes...], got {values}")
+    axis, pieces, parts = values[0], values[1], values[2:]
+    require(0 <= axis < len(shape), f"op.param: split axis {axis} is not a dim of {fmt_shape(shape)}")
+    require(pieces >= 1 and all(p > 0 for p in parts), f"op.param: split pieces and part sizes must be positive, got {values}")
+    if plain and parts:
+        require(sum(parts) == shape[axis], f"op.param: split parts {parts} sum to {sum(parts)}, the result's dim "
+                                           f"{axis} is {shape[axis]}")
 
 
 def _check_ungroup_rows(args: tuple[int, ...], shape: tuple[int, ...]) -> None:
@@ -191,11 +230,21 @@ class InputOp(LeafOp):
     """A tensor the host prepares for one call of an entry, like llama.cpp's graph inputs.
 
     Kinds: `tokens` (ids), `positions` (absolute positions), `kv_rows` (cache rows to
-    write), `kq_mask` (causal mask over the visible cache rows, 0 or -inf),
-    `out_ids` (rows whose logits are returned), `mrope_positions` (M-RoPE's four position
-    streams for text, [4*S]: the positions three times, then S zeros, as llama.cpp's
-    `inp_pos` of a multi-section rope), `state_copy` (llama.cpp's `rs_s_copy`: for each
-    recurrent-state slot the slot it is read from; [1] holding 0 for the one sequence).
+    write; -1: none), `kq_mask` (causal mask over the visible cache rows, 0 or -inf; [S, N],
+    or [R, S, N] for R attention streams), `out_ids` (rows whose logits are returned; -1: a
+    row of zeros), `mrope_positions` (M-RoPE's four position streams for text, [4*S]: the
+    positions three times, then S zeros, as llama.cpp's `inp_pos` of a multi-section rope),
+    `state_copy` (llama.cpp's `rs_s_copy`: for each recurrent-state slot the slot it is read
+    from; [1] holding 0 for the one sequence).
+
+    The entries that run several sequences at once (`op.call` on the function says how their
+    arguments become these, see `strata.semantics.host_inputs`) add: `kv_cells` (the cache
+    cells a paged attention reads, through the block table), `token_seq` (each token's
+    recurrent-state sequence, -1: none), `state_read` / `state_write` (per sequence the state
+    slot it reads, -1: zeros, and writes back, -1: none), `conv_window` / `conv_tail` (the
+    rows of the conv table each token's window reads, and that are each sequence's next conv
+    state), and the entry's own arguments `targets`, `weights`, `start` (its `pos`), `eos`,
+    `key` and `temperature`.
 
         %t = op.input "tokens" {name = "inp_tokens"} : tensor<5xi32>
         %p = op.input "mrope_positions" {name = "inp_pos"} : tensor<20xi32>
@@ -215,10 +264,11 @@ class InputOp(LeafOp):
         k = self.kind.data
         require(k in INPUT_KINDS, f"op.input: unknown kind '{k}' (expected one of {', '.join(INPUT_KINDS)})")
         shape, elem = shape_of(self.result), elem_of(self.result)
-        rank = 2 if k == "kq_mask" else 1
-        require(len(shape) == rank, f"op.input: a '{k}' input must have rank {rank}, got {fmt_shape(shape)}")
-        if k == "kq_mask":
-            require(is_float(elem), "op.input: a 'kq_mask' input must be a float tensor")
+        ranks = (2, 3) if k == "kq_mask" else (1,)
+        require(len(shape) in ranks, f"op.input: a '{k}' input must have rank {' or '.join(map(str, ranks))}, "
+                                     f"got {fmt_shape(shape)}")
+        if k in FLOAT_INPUTS:
+            require(is_float(elem), f"op.input: a '{k}' input must be a float tensor")
         else:
             require(is_int(elem), f"op.input: a '{k}' input must be an integer tensor")
         if k == "mrope_positions":
@@ -226,6 +276,9 @@ class InputOp(LeafOp):
                     f"op.input: a 'mrope_positions' input holds 4 positions per token, got {fmt_shape(shape)}")
         if k == "state_copy":
             require(shape[0] == 1, f"op.input: a 'state_copy' input has one slot per sequence (1), got {fmt_shape(shape)}")
+        scalars = {"start": 1, "eos": 1, "temperature": 1, "key": 2}
+        if k in scalars:
+            require(shape[0] == scalars[k], f"op.input: a '{k}' input holds {scalars[k]} value(s), got {fmt_shape(shape)}")
 
 
 @irdl_op_definition

@@ -120,3 +120,37 @@ class MulMatIdOp(OpBase, QuantizedProduct):
         require(shapes_eq(r, expect), f"op.mul_mat_id: result must be {fmt_shape(expect)}, got {fmt_shape(r)}")
         require(isinstance(elem_of(self.result), Float32Type), "op.mul_mat_id: result must be f32")
         self.verify_act(b[2])
+
+
+@irdl_op_definition
+class TargetLogProbsOp(OpBase):
+    """The log-probability of each row's target under the logits `x` w^T, fused: MUL_MAT by
+    the output weight, a stable log-softmax over the vocabulary and the target's entry, in
+    f32, without the [P, Vocab] logits (the kernel goes through the vocabulary in chunks
+    with a running maximum and sum).
+
+    `x` [P, H] (the final norm's output), `weight` [Vocab, H] (stored [out, in]), `targets`
+    [P] (ids in [0, Vocab)); the result [P] f32:
+
+        result[p] = z[p, targets[p]] - log(sum_v exp(z[p, v])),  z = x w^T
+
+        %lp = op.target_log_probs %x, %w, %t : tensor<5x64xf32>, tensor<128x64xf32>, tensor<5xi64> -> tensor<5xf32>
+    """
+
+    name = "op.target_log_probs"
+    x = operand_def(FloatTensor)
+    weight = operand_def(WeightTensor)
+    targets = operand_def(IntTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure())
+
+    assembly_format = "$x `,` $weight `,` $targets attr-dict `:` type($x) `,` type($weight) `,` type($targets) `->` type($result)"
+
+    def verify_(self) -> None:
+        x, w, t, r = (shape_of(v) for v in (self.x, self.weight, self.targets, self.result))
+        name = "op.target_log_probs"
+        require(len(x) == 2 and len(w) == 2, f"{name}: x must be [P, H] and the weight [Vocab, H], got {fmt_shape(x)} and {fmt_shape(w)}")
+        require(dim_eq(x[1], w[1]), f"{name}: x {fmt_shape(x)} and the weight {fmt_shape(w)} have different H")
+        require(shapes_eq(t, x[:1]) and is_int(elem_of(self.targets)), f"{name}: targets must be an integer tensor<{fmt_shape(x[:1])}>, got {self.targets.type}")
+        require(shapes_eq(r, x[:1]) and isinstance(elem_of(self.result), Float32Type),
+                f"{name}: result must be tensor<{fmt_shape(x[:1])}xf32>, got {self.result.type}")

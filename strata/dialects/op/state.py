@@ -38,7 +38,8 @@ class CpyOp(OpBase):
 @irdl_op_definition
 class SetRowsOp(OpBase):
     """SET_ROWS: write the rows of `src` [N, C] into `dst` [R, C] at `rows` [N]
-    (the KV-cache write). `dst` is a state buffer; the result is the written buffer.
+    (the KV-cache write). `dst` is a state buffer; the result is the written buffer. A row
+    given as -1 is not written (a padding or idle token of a batch keeps no K and V).
 
         %w = op.set_rows %cache, %k, %rows : tensor<256x64xf32>, tensor<5x64xf32>, tensor<5xi64> -> tensor<256x64xf32>
     """

@@ -83,6 +83,8 @@ def attend(lo: Lowering, inst: BlockInstance, q: SSAValue, k: SSAValue, v: SSAVa
     """llama.cpp's build_attn with a KV cache: write k and v [S, KvHeads, d] at the call's
     rows, then attend with q [S, Heads, d] over the first n_kv cache rows; returns the
     heads joined, [S, Heads * d], named `label`."""
+    if lo.plan is not None:
+        return attend_streams(lo, inst, q, k, v, n_head, n_kv_head, d, label)
     g, S, il, sfx = lo.g, lo.S, inst.layer or 0, lo.suffix(inst)
     # Q, then V, then K (llama.cpp expands K last so that rope can fuse into the cache write).
     for x in (q, v, k):
@@ -111,6 +113,75 @@ def attend(lo: Lowering, inst: BlockInstance, q: SSAValue, k: SSAValue, v: SSAVa
     vt = g.unary(O.ContOp, g.unary(O.TransposeOp, vp, (n_kv_head, d, lo.n_kv)), (n_kv_head, d, lo.n_kv))
     kqv = g.mul_mat(vt, kq, f"kqv{sfx}")
     return g.unary(O.ContOp, g.permute(kqv, (1, 0, 2)), (S, n_head * d), label)
+
+
+def attend_streams(lo: Lowering, inst: BlockInstance, q: SSAValue, k: SSAValue, v: SSAValue, n_head: int,
+                   n_kv_head: int, d: int, label: str) -> SSAValue:
+    """`attend` for an entry of several sequences (see `CallPlan`): K and V of the call's N
+    tokens go to their cache cells (SET_ROWS at `kv_rows`, -1 for a token that keeps none);
+    attention runs in the plan's streams, FLASH_ATTN_EXT (or MUL_MAT / SOFT_MAX / MUL_MAT)
+    with a leading dim of streams when there are several, over the keys of each stream:
+
+    * "self": the call's own k and v (stream r: the tokens of row r);
+    * "cache": a VIEW of the cache, row r's first n_kv cells for stream r (or every cell,
+      for one stream);
+    * "paged": GET_ROWS of the cells the block table reaches (`kv_cells`).
+
+    The mask (`kq_mask` [S, C], or [R, S, C]) keeps each query to its own sequence."""
+    plan, g, N, il, sfx = lo.plan, lo.g, lo.S, inst.layer or 0, lo.suffix(inst)
+    assert plan is not None
+    R, C, width = plan.streams, plan.n_kv, n_kv_head * d
+    s = plan.per_stream if R > 1 else N
+    for x in (q, v, k):
+        g.expand(x)
+    keys = []
+    for kind, src in (("k", k), ("v", v)):
+        if plan.kv != "self" or plan.writes:
+            elem = dtype_named(inst.state[f"cache_{kind}"].dtype).attr
+            cache = lo.state(f"cache_{kind}_l{il}", (plan.batch * lo.n_ctx, width), elem)
+            rows = lo.input("kv_rows", (N,), i64, f"{kind}_idxs", key=("kv_rows", il, kind))
+            g.expand(g.add(O.SetRowsOp.create(operands=[cache, g.view(src, (N, width)), rows],
+                                              result_types=[cache.type])))
+        if plan.kv == "self":
+            keys.append(src)
+        else:
+            if plan.kv == "paged":
+                cells = lo.input("kv_cells", (R * C,), i64, "kv_cells")
+                keys.append(g.reshape(g.binary(O.GetRowsOp, cache, cells, (R * C, width)),
+                                      (R * C, n_kv_head, d)))
+            elif R > 1:  # row r's first C cells
+                keys.append(g.view(cache, (R, C, n_kv_head, d), None, 0, (lo.n_ctx * width, width, d, 1)))
+            else:
+                keys.append(g.view(cache, (plan.batch * lo.n_ctx, n_kv_head, d)))
+
+    def shaped(x: SSAValue, shape: tuple[int, ...]) -> SSAValue:
+        return x if O.shape_of(x) == shape else g.reshape(x, shape)
+
+    def heads(x: SSAValue, n: int, tokens: int) -> SSAValue:  # [tokens, n, d] -> [R, n, S, d] or [n, S, d]
+        if R == 1:
+            return g.permute(shaped(x, (tokens, n, d)), (1, 0, 2))
+        return g.permute(shaped(x, (R, s if tokens == N else C, n, d)), (0, 2, 1, 3))
+
+    rows_k = N if plan.kv == "self" else (R * C if R == 1 or plan.kv == "paged" else None)
+    qp = heads(q, n_head, N)
+    if rows_k is None:  # a view of the cache, already [R, C, KvHeads, d]
+        kp, vp = (g.permute(x, (0, 2, 1, 3)) for x in keys)
+    else:
+        kp, vp = (heads(x, n_kv_head, rows_k) for x in keys)
+    lead = (R,) if R > 1 else ()
+    mask = lo.input("kq_mask", (*lead, s, C), f32, "kq_mask")
+    scale = {"scale": FloatAttr(1.0 / math.sqrt(d), f64)}
+    if lo.flash_attn:
+        op = O.FlashAttnExtOp.create(operands=[qp, kp, vp, mask], result_types=[tensor((*lead, s, n_head, d))],
+                                     attributes=scale)
+        return g.reshape(g.add(op), (N, n_head * d), label)
+    kq = g.mul_mat(kp, qp, f"kq{sfx}")  # [R, Heads, S, C]
+    mask = g.reshape(mask, (R, 1, s, C)) if R > 1 else mask
+    kq = g.add(O.SoftMaxOp.create(operands=[kq, mask], result_types=[kq.type], attributes=scale), f"kq_soft_max{sfx}")
+    vt_shape = (*lead, n_kv_head, d, C)
+    vt = g.unary(O.ContOp, g.unary(O.TransposeOp, vp, vt_shape), vt_shape)
+    kqv = g.mul_mat(vt, kq, f"kqv{sfx}")  # [R, Heads, S, d]
+    return g.unary(O.ContOp, g.permute(kqv, (0, 2, 1, 3) if R > 1 else (1, 0, 2)), (N, n_head * d), label)
 
 
 @EXPANSIONS.register("std.attn.gated")

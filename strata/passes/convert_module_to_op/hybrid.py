@@ -66,22 +66,24 @@ class GatedDeltaNet:
         gate = g.binary(O.MulOp, alpha, lo.param(inst, "A_log", convert="neg_exp"), (S, hv), f"gate{sfx}")
         gate = g.reshape(gate, (S, hv, 1))
 
-        # The conv state: [state | new columns] is the causal conv's window; its last K-1
-        # columns are the next state.
-        conv_all = lo.state(f"cache_r_l{il}", (1, (k_conv - 1) * channels), f32, recurrent=True)
-        ssm_all = lo.state(f"cache_s_l{il}", (1, hv * dv * dv), f32, recurrent=True)
-        states = g.reshape(read_state(lo, conv_all, f"conv_states{sfx}"), (channels, k_conv - 1),
-                           f"conv_states_reshaped{sfx}")
-        columns = g.unary(O.TransposeOp, qkv, (channels, S), f"qkv_mixed_transposed{sfx}")
-        window = g.binary(O.ConcatOp, states, columns, (channels, _plus(k_conv - 1, S)), f"conv_input{sfx}",
-                          axis=IntegerAttr(1, i64))
-        last = lo.view_t(window, (channels, k_conv - 1), f"conv_state_last{sfx}", offset=(0, 1),
-                         strides=[(k_conv - 1, 1), (1, 0)])
-        write_state(lo, last, g.view(conv_all, O.shape_of(conv_all), f"conv_state_update{sfx}"))
-
-        state = g.reshape(read_state(lo, ssm_all, None), (hv, dv, dv), f"state_predelta{sfx}")
-        conv = g.binary(O.SsmConvOp, window, lo.param(inst, "conv1d", convert="squeeze"), (S, channels),
-                        f"conv_output_raw{sfx}")
+        if lo.plan is not None:  # several sequences, each with its own state slot (or none)
+            conv = _conv_seqs(lo, inst, qkv, channels, k_conv, il)
+        else:
+            # The conv state: [state | new columns] is the causal conv's window; its last K-1
+            # columns are the next state.
+            conv_all = lo.state(f"cache_r_l{il}", (1, (k_conv - 1) * channels), f32, recurrent=True)
+            ssm_all = lo.state(f"cache_s_l{il}", (1, hv * dv * dv), f32, recurrent=True)
+            states = g.reshape(read_state(lo, conv_all, f"conv_states{sfx}"), (channels, k_conv - 1),
+                               f"conv_states_reshaped{sfx}")
+            columns = g.unary(O.TransposeOp, qkv, (channels, S), f"qkv_mixed_transposed{sfx}")
+            window = g.binary(O.ConcatOp, states, columns, (channels, _plus(k_conv - 1, S)), f"conv_input{sfx}",
+                              axis=IntegerAttr(1, i64))
+            last = lo.view_t(window, (channels, k_conv - 1), f"conv_state_last{sfx}", offset=(0, 1),
+                             strides=[(k_conv - 1, 1), (1, 0)])
+            write_state(lo, last, g.view(conv_all, O.shape_of(conv_all), f"conv_state_update{sfx}"))
+            state = g.reshape(read_state(lo, ssm_all, None), (hv, dv, dv), f"state_predelta{sfx}")
+            conv = g.binary(O.SsmConvOp, window, lo.param(inst, "conv1d", convert="squeeze"), (S, channels),
+                            f"conv_output_raw{sfx}")
         conv = g.unary(O.SiluOp, conv, (S, channels), f"conv_output_silu{sfx}")
         q = _l2_norm(lo, inst, g.view(conv, (S, hk, dk), f"q_conv{sfx}", 0, (channels, dk, 1)))
         k = _l2_norm(lo, inst, g.view(conv, (S, hk, dk), f"k_conv{sfx}", hk * dk, (channels, dk, 1)))
@@ -93,16 +95,84 @@ class GatedDeltaNet:
             g.rename(t, f"{name}_conv_predelta{sfx}")
 
         attrs = {"grouped": UnitAttr()} if not repeat and hk != hv else {}
-        delta = g.add(O.GatedDeltaNetOp.create(operands=[q, k, v, gate, beta, state], attributes=attrs,
-                                               result_types=[tensor((_plus(dv, S), hv * dv))]))
-        new_state = lo.view_t(delta, (hv, dv, dv), f"new_state{sfx}", offset=(0, hv * dv))
-        write_state(lo, new_state, g.view(ssm_all, O.shape_of(ssm_all)))
-        out = g.view(delta, (S, hv, dv), f"attn_output{sfx}")
+        if lo.plan is not None:
+            out = _delta_seqs(lo, inst, (q, k, v, gate, beta), attrs, hv, dv, il)
+        else:
+            delta = g.add(O.GatedDeltaNetOp.create(operands=[q, k, v, gate, beta, state], attributes=attrs,
+                                                   result_types=[tensor((_plus(dv, S), hv * dv))]))
+            new_state = lo.view_t(delta, (hv, dv, dv), f"new_state{sfx}", offset=(0, hv * dv))
+            write_state(lo, new_state, g.view(ssm_all, O.shape_of(ssm_all)))
+            out = g.view(delta, (S, hv, dv), f"attn_output{sfx}")
 
         out = lo.call(inst.child("norm"), "forward", out, g.reshape(z, (S, hv, dv)))
         out = g.reshape(out, (S, hv * dv), f"final_output{sfx}")
         out = lo.call(inst.child("out_proj"), "forward", out, label=f"linear_attn_out{sfx}")
         return g.reshape(out, (S, hidden))
+
+
+def _conv_seqs(lo: Lowering, inst: BlockInstance, qkv: SSAValue, channels: int, k_conv: int, il: int) -> SSAValue:
+    """The causal conv of an entry of several sequences, before its SiLU: [N, C].
+
+    The conv table is the state blocks' K-1 columns each (GET_ROWS of the conv state
+    [Batch, C*(K-1)] by `state_read`, a zero block for a sequence that starts) then the call's
+    token columns; GET_ROWS by `conv_window` gives each token its window [N, C, K] within its
+    own sequence, and SSM_CONV runs them as N sequences of one token. With slots, GET_ROWS by
+    `conv_tail` gives each sequence's last K-1 columns, its next conv state, written back by
+    SET_ROWS at `state_write`."""
+    plan, g, N, sfx = lo.plan, lo.g, lo.S, lo.suffix(inst)
+    assert plan is not None
+    kept = k_conv - 1
+    blocks = plan.groups if plan.state == "slots" else 1
+    conv_all = lo.state(f"cache_r_l{il}", (plan.batch, kept * channels), f32)
+    read = lo.input("state_read", (blocks,), i32, "state_read")
+    states = g.binary(O.GetRowsOp, conv_all, read, (blocks, kept * channels), f"conv_states{sfx}")
+    states = g.permute(g.reshape(states, (blocks, channels, kept)), (0, 2, 1))
+    states = g.unary(O.ContOp, states, (blocks * kept, channels))
+    table = g.binary(O.ConcatOp, states, qkv, (_plus(blocks * kept, N), channels), f"conv_input{sfx}",
+                     axis=IntegerAttr(0, i64))
+    window = lo.input("conv_window", (_times(k_conv, N),), i32, "conv_window")
+    cols = g.binary(O.GetRowsOp, table, window, (_times(k_conv, N), channels))
+    cols = g.permute(g.reshape(cols, (N, k_conv, channels)), (0, 2, 1))
+    cols = g.unary(O.ContOp, cols, (N, channels, k_conv))
+    conv = g.binary(O.SsmConvOp, cols, lo.param(inst, "conv1d", convert="squeeze"), (N, 1, channels),
+                    f"conv_output_raw{sfx}")
+    if plan.state == "slots":
+        tail_rows = lo.input("conv_tail", (blocks * kept,), i32, "conv_tail")
+        tail = g.binary(O.GetRowsOp, table, tail_rows, (blocks * kept, channels))
+        tail = g.permute(g.reshape(tail, (blocks, kept, channels)), (0, 2, 1))
+        tail = g.unary(O.ContOp, tail, (blocks, kept * channels), f"conv_state_update{sfx}")
+        write = lo.input("state_write", (blocks,), i64, "state_write")
+        g.expand(g.add(O.SetRowsOp.create(operands=[conv_all, tail, write], result_types=[conv_all.type])))
+    return g.reshape(conv, (N, channels))
+
+
+def _delta_seqs(lo: Lowering, inst: BlockInstance, operands, attrs, hv: int, dv: int, il: int) -> SSAValue:
+    """GATED_DELTA_NET_SEQ over the call's sequences (`token_seq`), from their slots' states
+    (GET_ROWS by `state_read`, zeros for a new sequence) written back at `state_write`, or from
+    zero states kept nowhere; returns the outputs [N, Hv, dv]."""
+    plan, g, N, sfx = lo.plan, lo.g, lo.S, lo.suffix(inst)
+    assert plan is not None
+    seq = lo.input("token_seq", (N,), i32, "token_seq")
+    if plan.state != "slots":
+        delta = g.add(O.GatedDeltaNetSeqOp.create(operands=[*operands, seq], attributes=attrs,
+                                                  result_types=[tensor((N, hv * dv))]))
+        return g.view(delta, (N, hv, dv), f"attn_output{sfx}")
+    groups, size = plan.groups, hv * dv * dv
+    ssm_all = lo.state(f"cache_s_l{il}", (plan.batch, size), f32)
+    read = lo.input("state_read", (groups,), i32, "state_read")
+    state = g.reshape(g.binary(O.GetRowsOp, ssm_all, read, (groups, size)), (groups, hv, dv, dv),
+                      f"state_predelta{sfx}")
+    delta = g.add(O.GatedDeltaNetSeqOp.create(operands=[*operands, seq, state], attributes=attrs,
+                                              result_types=[tensor((_plus(groups * dv, N), hv * dv))]))
+    new_state = lo.view_t(delta, (groups, size), f"new_state{sfx}", offset=(0, hv * dv))
+    write = lo.input("state_write", (groups,), i64, "state_write")
+    g.expand(g.add(O.SetRowsOp.create(operands=[ssm_all, new_state, write], result_types=[ssm_all.type])))
+    return g.view(delta, (N, hv, dv), f"attn_output{sfx}")
+
+
+def _times(n: int, tokens: int) -> int:
+    """n * T, dynamic when T is."""
+    return tokens if tokens == DYNAMIC_INDEX else n * tokens
 
 
 def _plus(n: int, tokens: int) -> int:

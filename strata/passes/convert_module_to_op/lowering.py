@@ -17,10 +17,12 @@ children without knowing which kinds they are.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 
 from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, DictionaryAttr, IntegerAttr, StringAttr, TensorType, f32, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
+from strata.dialects import module as M
 from strata.dialects import op as O
 from strata.dialects.instances import BlockInstance
 from strata.errors import StrataError
@@ -43,6 +45,21 @@ def tensor(shape: tuple[int, ...], elem: Attribute = f32) -> TensorType:
 def value_hint(label: str) -> str:
     """An SSA name hint for a ggml tensor name (`Qcur-0` -> `Qcur-0`, `a b` -> `a_b`)."""
     return "".join(c if c.isalnum() or c in "_.-" else "_" for c in label)
+
+
+def stored_formats(model_op) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+    """The model's `ggml_formats` (ggml tensor name -> its GGUF block type) and
+    `ggml_block_orders` (name -> the order of its blocked axis, see op.param), as a dict."""
+    if not isinstance(model_op, M.ModelOp):
+        return {}
+    formats, orders = model_op.attributes.get("ggml_formats"), model_op.attributes.get("ggml_block_orders")
+    if formats is None:
+        return {}
+    if not isinstance(formats, DictionaryAttr) or not all(isinstance(v, StringAttr) for v in formats.data.values()):
+        raise LoweringError("convert-module-to-op: the model's ggml_formats must map tensor names to ggml type names")
+    order_of = dict(orders.data) if isinstance(orders, DictionaryAttr) else {}
+    return {name: (fmt.data, tuple(order_of[name].get_values()) if name in order_of else None)  # type: ignore[union-attr]
+            for name, fmt in formats.data.items()}
 
 
 class GraphBuilder:
@@ -154,14 +171,58 @@ class GraphBuilder:
         return self.unary(O.PermuteOp, x, tuple(s[d] for d in dims), label, dims=DenseArrayBase.from_list(i64, dims))
 
 
+@dataclass(frozen=True)
+class CallPlan:
+    """How the function of an entry that runs several sequences (or one, its rows' own way)
+    meets its tokens: the N tokens of the call are one flat row of activations [N, H], and
+
+    * `kv` says where attention finds K and V: "self" (the call's own; `writes`: also to the
+      cache), "cache"
+      (the contiguous cache of `batch` rows of `n_ctx` cells, written at each token's cell)
+      or "paged" (the same cells seen as pages, read through a block table);
+    * `streams` attention streams of `per_stream` tokens each see `n_kv` columns each
+      (streams 1: one stream of every token, each token masked to its own sequence);
+    * `state` says what the recurrent state does: "slots" (each of the call's `groups`
+      sequences reads and writes a slot), "fresh" (each sequence starts from zero, nothing
+      is kept);
+    * `outputs`: the rows whose logits are returned (None: every token's).
+
+    The host computes every input from the entry's arguments (`strata.semantics.host_inputs`,
+    from the function's `op.call`)."""
+
+    entry: str
+    kv: str
+    streams: int
+    per_stream: int
+    n_kv: int
+    state: str
+    groups: int
+    outputs: int | None
+    batch: int
+    #: Whether the call's own K and V (kv "self") also go to the cache (prefill_slots).
+    writes: bool = False
+
+    @property
+    def tokens(self) -> int:
+        """N, the call's tokens (DYNAMIC_INDEX when dynamic)."""
+        return DYNAMIC_INDEX if self.per_stream == DYNAMIC_INDEX else self.streams * self.per_stream
+
+
 class Lowering:
     """The state of lowering one entry: where ops go, the call's sizes, and the leaves
     (host inputs, state buffers, constants) created once and shared by every block."""
 
     def __init__(self, block: Block, entry: str, tokens: int, n_ctx: int, n_kv: int, flash_attn: bool,
-                 start: int = -1, formats: dict[str, tuple[str, tuple[int, ...] | None]] | None = None,
+                 start: int = -1, ranks: int = 1, plan: CallPlan | None = None,
+                 formats: dict[str, tuple[str, tuple[int, ...] | None]] | None = None,
                  act_quant: bool = True, kv_type: str | None = None):
         self.g = GraphBuilder(block, act_quant)
+        #: The ranks of a tensor-parallel model (its `Shards`): each param may be a piece, read
+        #: as the block's `tp_split` says, and the collectives join the ranks' results.
+        self.ranks = ranks
+        #: How an entry of several sequences meets its tokens; None: llama.cpp's graph of one
+        #: sequence (prefill and decode of one row).
+        self.plan = plan
         #: ggml tensor name -> (its ggml block type, its block order or None): the GGUF's own types.
         self.formats = formats or {}
         #: The KV cache's element type when not the model's (llama.cpp's default is f16).
@@ -175,7 +236,7 @@ class Lowering:
         # The last layer of a multi-token prefill computes only the rows whose logits are
         # returned (llama.cpp's GET_ROWS by out_ids); a one-token call has nothing to drop.
         # The root block may say otherwise (`ggml_output_rows`, see CausalLM).
-        self.prune = entry == "prefill" and tokens != 1
+        self.prune = entry == "prefill" and tokens != 1 and plan is None
         #: The names llama.cpp gives the graph inputs (positions, k_rows, v_rows, out_ids,
         #: state_copy), stamped on the root block by the family; absent: seed 000's leaf_N.
         self.input_names: dict[str, str] = {}
@@ -238,10 +299,12 @@ class Lowering:
         """The weight `name` of `inst`, as an `op.param` with its llama.cpp name. Where
         llama.cpp's converter changes the tensor, `convert` (and `args`) say how (see
         `op.param`); `ggml` renames it (the stored tensor becomes the param's `source`) and
-        `shape` gives the converted shape when the conversion changes it."""
+        `shape` gives the converted shape when the conversion changes it. In a tensor-parallel
+        model it is this rank's piece where the plan says so (`tp_split`)."""
         t = inst.params.get(name)
         if t is None:
             raise LoweringError(f"convert-module-to-op: {inst.name} has no param '{name}'")
+        split = tp_piece(inst, name, self.ranks)
         elem = dtype_named(t.dtype).attr
         if convert in ("plus_one", "neg_exp"):
             elem = f32  # computed in f32 and kept so, as llama.cpp's GGUF keeps such small tensors
@@ -250,9 +313,25 @@ class Lowering:
         label = ggml or t.ggml
         source = t.ggml if label != t.ggml else None
         fmt, order = self.formats.get(label, (None, None))
-        v = self.g.add(O.ParamOp(label, tensor(shape or t.shape, elem), convert, args, source, fmt, order))
+        v = self.g.add(O.ParamOp(label, tensor(shape or t.shape, elem), convert, args, source, split, fmt, order))
         v.name_hint = value_hint(label)
         return v
+
+    # -- collectives ------------------------------------------------------------------------
+
+    def all_reduce(self, x: SSAValue, label: str | None = None) -> SSAValue:
+        """The sum of the ranks' partial `x` (an `op.all_reduce` over the model's ranks)."""
+        op = O.AllReduceOp.create(operands=[x], result_types=[x.type], attributes=O.group_attrs(self.ranks))
+        return self.g.add(op, label)
+
+    def all_gather(self, x: SSAValue, label: str | None = None) -> SSAValue:
+        """The ranks' `x` joined along the last dim (an `op.all_gather`)."""
+        shape = O.shape_of(x)
+        attrs = O.group_attrs(self.ranks) | {"axis": IntegerAttr(len(shape) - 1, i64)}
+        op = O.AllGatherOp.create(operands=[x], result_types=[tensor((*shape[:-1], shape[-1] * self.ranks),
+                                                                     O.elem_of(x))], attributes=attrs)
+        return self.g.add(op, label)
+
 
     def input(self, kind: str, shape: tuple[int, ...], elem: Attribute, hint: str, *,
               label: str | None = None, key: Hashable | None = None) -> SSAValue:
@@ -292,3 +371,30 @@ def flag(inst: BlockInstance, attr: str) -> bool:
     """A block's flag attribute: present and not 0."""
     a = inst.attr(attr)
     return a is not None and not (isinstance(a, IntegerAttr) and a.value.data == 0)
+
+
+#: A Linear's `tp_split` knob -> the dim of its weight and of its bias that is split.
+_LINEAR_SPLITS = {"out": {"weight": 0, "bias": 0}, "in": {"weight": 1}, "vocab": {"weight": 0}}
+
+
+def tp_piece(inst: BlockInstance, name: str, ranks: int) -> tuple[int, ...] | None:
+    """op.param's `split` for param `name` of `inst` in a model of `ranks` ranks (None: whole):
+    the param's own `tp_split` (an array [axis, pieces, parts...]), or, for a Linear's weight
+    and bias and an embedding's table, the sub's `tp_split` knob (`out`, `in`, `vocab`) with its
+    `tp_pieces` (default: the ranks) and `tp_parts`. The shard-tensor-parallel pass stamps them."""
+    if ranks == 1:
+        return None
+    member = inst.block.member(name)
+    own = member.attributes.get("tp_split") if member is not None else None
+    if isinstance(own, DenseArrayBase):
+        return tuple(int(v) for v in own.get_values())
+    knob = inst.knob("tp_split")
+    if not isinstance(knob, StringAttr):
+        return None
+    axis = _LINEAR_SPLITS.get(knob.data, {}).get(name)
+    if axis is None:
+        return None
+    pieces = inst.knob("tp_pieces")
+    parts = inst.knob("tp_parts")
+    return (axis, pieces.value.data if isinstance(pieces, IntegerAttr) else ranks,
+            *(parts.get_values() if isinstance(parts, DenseArrayBase) else ()))

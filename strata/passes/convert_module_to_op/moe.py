@@ -58,13 +58,17 @@ class SparseMoe:
         if k == 1:  # a view is not contiguous
             out = g.unary(O.ContOp, out, (S, hidden))
         out = g.rename(out, f"ffn_moe_out{sfx}")
+        # Tensor parallel (`tp_reduce`): each rank's experts and shared expert hold a piece of
+        # the intermediate dim; one sum joins the routed and shared parts.
+        reduce = lo.ranks > 1 and inst.knob("tp_reduce") is not None
         if "shared_expert" not in inst.children:
-            return out
+            return lo.all_reduce(out, f"ffn_moe_out{sfx}") if reduce else out
         shared = lo.call(inst.child("shared_expert"), "forward", x, label=f"ffn_shexp{sfx}")
         sgate = lo.call(inst.child("shared_expert_gate"), "forward", x, label=f"shared_expert_gate{sfx}")
         sgate = g.unary(O.SigmoidOp, sgate, O.shape_of(sgate), f"shared_expert_gate_sigmoid{sfx}")
         shared = g.binary(O.MulOp, shared, sgate, O.shape_of(shared), f"ffn_shexp_gated{sfx}")
-        return g.binary(O.AddOp, out, shared, (S, hidden), f"ffn_out{sfx}")
+        out = g.binary(O.AddOp, out, shared, (S, hidden), f"ffn_out{sfx}")
+        return lo.all_reduce(out, f"ffn_out{sfx}") if reduce else out
 
 
 def _route(lo: Lowering, inst: BlockInstance, x: SSAValue, n_expert: int, k: int) -> tuple[SSAValue, SSAValue]:

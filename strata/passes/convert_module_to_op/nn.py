@@ -6,12 +6,19 @@ block's output (`attn_norm-0`, `Qcur-0`), the block adds its inner names (`norm-
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import FloatAttr, f64
+from xdsl.dialects.builtin import FloatAttr, StringAttr, f64
 from xdsl.ir import SSAValue
 
 from strata.dialects import op as O
 from strata.dialects.instances import BlockInstance
 from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering, LoweringError
+from strata.passes.convert_module_to_op.lowering import tensor as lo_tensor
+
+
+def tp_split(inst: BlockInstance) -> str | None:
+    """The instance's `tp_split` knob (see shard-tensor-parallel), or None."""
+    knob = inst.knob("tp_split")
+    return knob.data if isinstance(knob, StringAttr) else None
 
 
 @EXPANSIONS.register("std.nn.embedding")
@@ -19,7 +26,13 @@ class Embedding:
     @staticmethod
     def forward(lo: Lowering, inst: BlockInstance, ids: SSAValue, label: str = "embd") -> SSAValue:
         table = lo.param(inst, "weight")
-        return lo.g.binary(O.GetRowsOp, table, ids, (O.shape_of(ids)[0], O.shape_of(table)[1]), label)
+        shape = (O.shape_of(ids)[0], O.shape_of(table)[1])
+        if tp_split(inst) != "vocab":
+            return lo.g.binary(O.GetRowsOp, table, ids, shape, label)
+        # Split by vocabulary: each rank looks up the ids in its rows, the sum joins them.
+        op = O.GetRowsShardedOp.create(operands=[table, ids], result_types=[lo_tensor(shape)],
+                                       attributes=O.group_attrs(lo.ranks))
+        return lo.all_reduce(lo.g.add(op), label)
 
 
 @EXPANSIONS.register("std.nn.norm")
@@ -56,13 +69,22 @@ class GatedRmsNorm:
 
 @EXPANSIONS.register("std.nn.linear")
 class Linear:
-    """MUL_MAT by the [out, in] weight, then ADD of the bias where the instance has one."""
+    """MUL_MAT by the [out, in] weight, then ADD of the bias where the instance has one.
+
+    Tensor-parallel knobs (stamped by shard-tensor-parallel): `tp_split` `out` (column
+    parallel: the rank's rows of the weight and bias) or `in` (row parallel: its columns, a
+    partial product); `tp_reduce`: the ranks' products summed before the bias (vLLM's
+    RowParallelLinear); `tp_gather`: the ranks' outputs joined (a vocabulary-parallel head)."""
 
     @staticmethod
     def forward(lo: Lowering, inst: BlockInstance, x: SSAValue, label: str | None = None) -> SSAValue:
         y = lo.g.mul_mat(lo.param(inst, "weight"), x, label)
+        if lo.ranks > 1 and inst.knob("tp_reduce") is not None:
+            y = lo.all_reduce(y, label)
         if "bias" in inst.params:
             y = lo.g.binary(O.AddOp, y, lo.param(inst, "bias"), O.shape_of(y), label)
+        if lo.ranks > 1 and inst.knob("tp_gather") is not None:
+            y = lo.all_gather(y, label)
         return y
 
 

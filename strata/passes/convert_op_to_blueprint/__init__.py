@@ -17,6 +17,9 @@ and `blueprint.state` (the type of each op-level state buffer the nodes' `slots`
 Nodes carry their hyperparameters (`eps`, the rope's `mode`/`n_dims`/`freq_base`/`sections`,
 attention's `scale`, top-k's `norm`) and the op-level state buffers their effects touch
 (`slots`). Outside `prefill`, the conv state is snapshotted after its update (`conv_ckpt`).
+
+The program's sampler (`@sample_logits`, from add-sampler) becomes a function of one
+`blueprint.sample` node over the same arguments (`sampler.py`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from xdsl.passes import ModulePass
 from strata.dialects.blueprint.attrs import EdgeType
 from strata.dialects.blueprint.facts import DimsAttr, WeightsAttr
 from strata.passes.convert_op_to_blueprint import blocks
+from strata.passes.convert_op_to_blueprint.sampler import convert_sampler, is_sampler
 from strata.passes.convert_op_to_blueprint.graph import ConversionError, Dims, OpGraph
 
 __all__ = ["ConvertOpToBlueprintPass", "ConversionError", "MODES", "convert_function"]
@@ -111,6 +115,11 @@ class ConvertOpToBlueprintPass(ModulePass):
             raise ConversionError("convert-op-to-blueprint: the module holds no op-level function "
                                   "(lower it with convert-module-to-op first)")
         for fn in fns:
+            if is_sampler(fn):  # the program's sampler (add-sampler): one node, whatever the mode
+                op.body.block.insert_op_before(convert_sampler(fn), fn)
+                fn.detach()
+                fn.erase()
+                continue
             mode, rows = self.mode, self.rows
             if mode == "auto":  # each entry its own mode: @prefill prefills, any other decodes one row
                 mode = "prefill" if fn.sym_name.data == "prefill" else "decode"

@@ -5,13 +5,20 @@
 that calls the op's kernel, in program order. The generated module
 
 * imports only ``numpy`` and ``ml_dtypes`` (never strata), and carries the source of
-  just the kernels it calls, copied from :mod:`strata.semantics.kernels` (so each
-  op's semantics is written down once in the repository);
+  just the kernels it calls, copied from :mod:`strata.semantics.kernels` and the sampler
+  :mod:`strata.semantics.sampling` (so each op's semantics is written down once in the
+  repository);
 * defines ``class Model``: ``__init__(weights)`` binds every ``op.param`` once to an
   attribute (a zero-copy view of the memory-mapped weight) and preallocates every
-  ``op.state`` (the KV cache) from its IR type; one method per entry
-  (``prefill(tokens, start)``, ``decode(token, pos)``) computes its host inputs with
-  ``host_input`` and then runs the ops, with locals named after the IR values.
+  ``op.state`` (the KV cache) from its IR type; one method per entry computes its host
+  inputs and then runs the ops, with locals named after the IR values: a one-sequence
+  ``prefill(tokens, start)`` and ``decode(token, pos)`` with ``host_input``, every other
+  entry with seed 003's arguments by name (``decode_rows(tokens, positions)``, ...) checked
+  and turned into its inputs by ``entry_call`` and ``call_input`` (copied from
+  :mod:`strata.semantics.host_inputs`); ``ARGS`` and ``RESULTS`` give each entry's
+  arguments and results. A device loop calls its step function (a method too). An entry
+  whose inputs are function arguments (the sampler, ``sample_logits(logits, key, ...)``)
+  takes them as the method's parameters, named after the arguments, and checks their shapes.
 
 Model-supplied names (tensor names, the model name) are sanitized before they reach
 the code: identifiers keep only ``[A-Za-z0-9_]``, and the only string literals are
@@ -39,8 +46,8 @@ from xdsl.utils.exceptions import VerifyException
 from strata.dialects import op as O
 from strata.ir import dtypes
 from strata.ir.impls import Implementations
-from strata.semantics import kernels as K
-from strata.targets.cpu.kernel_library import KernelLibrary
+from strata.targets.cpu.emit_entries import METHOD_NAMES, arg_spec, argument_names, entry_layout, entry_tables, method_head, signature
+from strata.targets.cpu.kernel_library import CPU_KERNEL_MODULES, KernelLibrary
 from strata.targets.codegen import CodegenError, IndentedWriter, Namer, literal_name, sanitize_identifier, sanitize_label, value_labels
 
 
@@ -86,11 +93,11 @@ def type_comment(typ: Attribute) -> str:
 
 
 #: Module-level names of the generated code that locals and attributes must not shadow.
-_MODULE_NAMES = {"np", "ml_dtypes", "Model", "annotations", "_bind", "MODEL_NAME", "N_CTX"}
-#: Parameters and fixed locals of the entry methods.
-_METHOD_NAMES = {"self", "tokens", "start", "token", "pos", "n_tokens"}
+_MODULE_NAMES = {"np", "ml_dtypes", "Model", "annotations", "_bind", "_bind_piece", "MODEL_NAME", "N_CTX", "RANKS",
+                 "torch", "dist", "tp_rank", "all_reduce", "all_gather"}
 #: Attributes and methods of Model besides the bound params, state and constants.
-_MODEL_ATTRS = {"reset", "weights", "PARAMS", "STATE", "OUTPUTS", "ENTRIES", "N_CTX", "MODEL_NAME"}
+_MODEL_ATTRS = {"reset", "weights", "PARAMS", "STATE", "OUTPUTS", "ENTRIES", "N_CTX", "MODEL_NAME", "RANKS", "group",
+                "rank", "ARGS", "RESULTS", "LAYOUTS"}
 
 
 class CpuEmitter:
@@ -100,11 +107,12 @@ class CpuEmitter:
         self.module = module
         self.model_name = sanitize_label(model_name) if model_name else None
         self.kernels_used: set[str] = set()
-        self.reserved = set(_MODULE_NAMES) | set(dir(K)) | set(dir(builtins)) | set(keyword.kwlist)
+        self.reserved = set(_MODULE_NAMES) | set(dir(builtins)) | set(keyword.kwlist)
+        self.reserved |= {name for m in CPU_KERNEL_MODULES for name in dir(m)}
         # Model attributes: params, state and constants, by a key that identifies them.
         self.attr_namer = Namer(self.reserved | _MODEL_ATTRS)
         self.params: dict[str, tuple[str, TensorType]] = {}  # ggml name -> (attr, type)
-        self.param_reads: dict[str, tuple[str, tuple[str, tuple[int, ...]] | None]] = {}  # -> (stored, conversion)
+        self.param_reads: dict[str, tuple] = {}  # -> (stored, conversion, split piece)
         self.states: dict[str, tuple[str, TensorType]] = {}  # state name -> (attr, type)
         self.constants: list[tuple[str, O.ConstantOp]] = []
         self.entries: list[func.FuncOp] = []
@@ -115,6 +123,7 @@ class CpuEmitter:
         self.locals = Namer(set())
         self.inputs: dict[tuple[str, Attribute], str] = {}
         self.n_kv = 0
+        self.layout: dict | None = None
         self.last_use: dict[SSAValue, Operation] = {}
 
     # -- driver ---------------------------------------------------------------------------
@@ -131,13 +140,17 @@ class CpuEmitter:
         if len(n_ctx) > 1:
             raise CpuTargetError(f"cpu target: entries disagree on op.n_ctx ({sorted(n_ctx)})")
         self.n_ctx = n_ctx.pop() if n_ctx else None
+        ranks = {int(fn.attributes["op.ranks"].value.data) if "op.ranks" in fn.attributes else 1 for fn in self.entries}
+        if len(ranks) > 1:
+            raise CpuTargetError(f"cpu target: entries disagree on op.ranks ({sorted(ranks)})")
+        self.ranks = ranks.pop()
 
         methods = IndentedWriter()
         methods.level = 1
         entry_names: set[str] = set()
         for fn in self.entries:
             name = fn.sym_name.data
-            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name) or name in self.reserved | _MODEL_ATTRS | _METHOD_NAMES:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name) or name in self.reserved | _MODEL_ATTRS | METHOD_NAMES:
                 raise CpuTargetError(f"cpu target: entry name {sanitize_label(name)!r} cannot be a method name")
             if name in entry_names:
                 raise CpuTargetError(f"cpu target: two entries named {name!r}")
@@ -149,10 +162,17 @@ class CpuEmitter:
         out = IndentedWriter()
         self.print_header(out)
         library = KernelLibrary()
-        for name in library.closure(self.kernels_used | {"host_input"}):
+        for name in library.closure(self.kernels_used):
             out.line()
             out.line()
             out.block(library.text(name))
+        if self.ranks > 1:
+            from strata.targets.cpu.emit_collectives import tp_functions
+
+            for text in tp_functions():
+                out.line()
+                out.line()
+                out.block(text)
         out.line()
         out.line()
         self.print_bind(out)
@@ -170,19 +190,24 @@ class CpuEmitter:
         out.line()
         out.line("    model = Model(weights)   # weights: ggml tensor name -> array (mapping or getter)")
         for fn in self.entries:
-            out.line(f"    logits = model.{self._signature(fn)}")
+            out.line(f"    logits = model.{signature(fn, self.reserved)}")
         out.line()
         out.line(f"Entries: {entries}. Needs only numpy and ml_dtypes. The kernels below are copied")
-        out.line("from strata.semantics.kernels; everything after them is printed from the op-level IR.")
+        out.line("from strata.semantics.kernels (and strata.semantics.sampling); everything after them is printed")
+        out.line("from the op-level IR.")
         out.line('"""')
         out.line()
         out.line("from __future__ import annotations")
         out.line()
         out.line("import ml_dtypes  # noqa: F401  (bfloat16 for numpy)")
         out.line("import numpy as np")
+        if self.ranks > 1:  # a tensor-parallel program: collectives on torch.distributed
+            out.line("import torch")
+            out.line("import torch.distributed as dist")
         out.line()
         out.line(f"MODEL_NAME = {literal_name(self.model_name, 'model name') if self.model_name else None}")
         out.line(f"N_CTX = {self.n_ctx}")
+        out.line(f"RANKS = {self.ranks}")
 
     def print_bind(self, out: IndentedWriter) -> None:
         out.line("def _bind(weights, name, shape, dtype, convert=None, args=()):")
@@ -196,6 +221,9 @@ class CpuEmitter:
                 out.line("raise KeyError(f'weight {name!r} is missing')")
             out.line("array = np.asarray(array)")
             out.line("array = array if convert is None else convert(array, args)")
+            out.line("if shape is None:  # the whole stored tensor, cut by _bind_piece")
+            with out.indented():
+                out.line("return array")
             out.line("if array.shape != shape:")
             with out.indented():
                 out.line("raise ValueError(f'weight {name!r} has shape {list(array.shape)}, expected {list(shape)}')")
@@ -203,6 +231,12 @@ class CpuEmitter:
             with out.indented():
                 out.line("array = array.astype(dtype)")
             out.line("return array")
+        if self.ranks > 1:
+            from strata.targets.cpu.emit_collectives import BIND_PIECE
+
+            out.line()
+            out.line()
+            out.block(BIND_PIECE.rstrip())
 
     def print_class(self, out: IndentedWriter, methods: IndentedWriter) -> None:
         out.line("class Model:")
@@ -211,7 +245,8 @@ class CpuEmitter:
             out.line()
             out.line("N_CTX = N_CTX")
             out.line("MODEL_NAME = MODEL_NAME")
-            out.line(f"ENTRIES = {tuple(fn.sym_name.data for fn in self.entries)!r}")
+            public = [fn for fn in self.entries if fn.sym_visibility is None or fn.sym_visibility.data != "private"]
+            out.line(f"ENTRIES = {tuple(fn.sym_name.data for fn in public)!r}")
             out.line("PARAMS = (")
             with out.indented():
                 for name in self.params:
@@ -223,22 +258,25 @@ class CpuEmitter:
                     out.line(f"{literal_name(name, 'state name')}: ({int_tuple(typ.get_shape())}, "
                              f"{dtype_expr(typ.get_element_type())}),")
             out.line("}")
-            out.line("OUTPUTS = {  # entry -> (shape, dtype) of its result; None: the number of tokens")
-            with out.indented():
-                for fn in self.entries:
-                    (typ,) = fn.function_type.outputs.data
-                    dims = ", ".join("None" if d == DYNAMIC_INDEX else str(d) for d in typ.get_shape())
-                    dims += "," if len(typ.get_shape()) == 1 else ""
-                    out.line(f"{fn.sym_name.data!r}: (({dims}), {dtype_expr(typ.get_element_type())}),")
-            out.line("}")
+            for indent, text in entry_tables(self.entries, self.reserved, dtype_expr):
+                out.line("    " * indent + text)
             out.line()
-            out.line("def __init__(self, weights):")
+            out.line("def __init__(self, weights, group=None):" if self.ranks > 1 else "def __init__(self, weights):")
             with out.indented():
+                if self.ranks > 1:
+                    out.line("self.group = group  # a torch.distributed process group of RANKS ranks")
+                    out.line("self.rank = tp_rank(group, RANKS)")
                 for name, (attr, typ) in self.params.items():
-                    stored, conv = self.param_reads[name]  # a conversion is done once, here, at load
+                    stored, conv, piece = self.param_reads[name]  # a conversion is done once, here, at load
                     convert = f", {CPU_PARAM_CONVERSIONS[conv[0]]}, {int_tuple(conv[1])}" if conv else ""
-                    out.line(f"self.{attr} = _bind(weights, {literal_name(stored, 'tensor name')}, "
-                             f"{int_tuple(typ.get_shape())}, {dtype_expr(typ.get_element_type())}{convert})")
+                    where = f"{literal_name(stored, 'tensor name')}, {int_tuple(typ.get_shape())}, " \
+                            f"{dtype_expr(typ.get_element_type())}"
+                    if piece is None:
+                        out.line(f"self.{attr} = _bind(weights, {where}{convert})")
+                    else:
+                        axis, pieces, parts = piece
+                        out.line(f"self.{attr} = _bind_piece(weights, {where}, ({axis}, {pieces}, {int_tuple(parts)}), "
+                                 f"self.rank * {pieces} // RANKS{convert})")
                 for attr, op in self.constants:
                     typ = op.result.type
                     elem = typ.get_element_type()
@@ -262,24 +300,21 @@ class CpuEmitter:
 
     # -- entries --------------------------------------------------------------------------
 
-    def _signature(self, fn: func.FuncOp) -> str:
-        name = fn.sym_name.data
-        return f"{name}(token, pos)" if name == "decode" else f"{name}(tokens, start)"
-
     def print_entry(self, fn: func.FuncOp, out: IndentedWriter) -> None:
         self.out = out
         self.names = {}
         self.labels = value_labels(fn)
-        self.locals = Namer(self.reserved | _METHOD_NAMES)
+        self.locals = Namer(self.reserved | METHOD_NAMES)
         self.inputs = {}
+        outs = fn.function_type.outputs.data
+        if not outs or not all(isinstance(t, TensorType) for t in outs):
+            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must return tensors")
+        if fn.function_type.inputs.data:
+            self.print_entry_with_arguments(fn, out)
+            return
         self.n_kv = int(fn.attributes["op.n_kv"].value.data) if "op.n_kv" in fn.attributes else self.n_ctx
         if self.n_kv is None:
             raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} has no op.n_kv attribute")
-        if len(fn.function_type.outputs.data) != 1 or not isinstance(fn.function_type.outputs.data[0], TensorType):
-            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must return one tensor")
-        if fn.function_type.inputs.data:
-            raise CpuTargetError(f"cpu target: entry @{fn.sym_name.data} must take no arguments "
-                                 "(host data comes from op.input)")
         ops = list(fn.body.walk())
         self.last_use = {}
         for op in ops:
@@ -287,33 +322,48 @@ class CpuEmitter:
                 self.last_use[v] = op
 
         out.line()
-        name = fn.sym_name.data
-        if name == "decode":
-            out.line("def decode(self, token, pos):")
-        else:
-            out.line(f"def {name}(self, tokens, start):")
+        self.layout = entry_layout(fn)
+        if self.layout is not None:
+            self.locals.taken |= {n for n, _, _ in arg_spec(fn, self.reserved)}
+        head, body, kernel = method_head(fn, self.reserved, self.n_ctx)
+        self.kernels_used.add(kernel)
+        out.line(head)
         with out.indented():
-            if name == "decode":
-                out.line('"""Entry @decode: one token at position `pos`; writes its cache rows, returns its logits."""')
-            else:
-                out.line(f'"""Entry @{name}: `tokens` from position `start`; writes their cache rows, returns the '
-                         'logits of the rows the graph outputs."""')
-            if name == "decode":
-                out.line("tokens = np.asarray([token], dtype=np.int32)")
-                out.line("start = int(pos)")
-            else:
-                out.line("tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)")
-                out.line("start = int(start)")
-            out.line("n_tokens = tokens.shape[0]")
-            if self.n_ctx is not None:
-                out.line(f"if n_tokens < 1 or start < 0 or start + n_tokens > {self.n_ctx}:")
-                with out.indented():
-                    out.line(f"raise ValueError(f'{name}: {{n_tokens}} tokens at position {{start}} do not fit "
-                             f"the context of {self.n_ctx}')")
+            for text in body:
+                out.line(text)
             for op in ops:
-                if op is fn:
-                    continue
-                self.print_op(op)
+                if op is not fn:
+                    self.print_op(op)
+
+    def print_entry_with_arguments(self, fn: func.FuncOp, out: IndentedWriter) -> None:
+        """An entry whose inputs are its arguments (static shapes; no host inputs, no state)."""
+        name = fn.sym_name.data
+        params = argument_names(fn, self.reserved)
+        self.locals.taken |= set(params)
+        for op in fn.body.walk():
+            if isinstance(op, (O.InputOp, O.StateOp)):
+                raise CpuTargetError(f"cpu target: entry @{name} takes arguments and cannot also read "
+                                     f"'{op.name}' (host inputs and state go with tokens and a position)")
+        self.last_use = {v: op for op in fn.body.walk() for v in op.operands}
+        out.line()
+        out.line(f"def {name}(self, {', '.join(params)}):")
+        with out.indented():
+            out.line(f'"""Entry @{name}: {", ".join(params)} as the IR types them; returns its result."""')
+            for param, arg in zip(params, fn.body.block.args):
+                typ = arg.type
+                if not isinstance(typ, TensorType) or DYNAMIC_INDEX in typ.get_shape():
+                    raise CpuTargetError(f"cpu target: entry @{name}: argument {param} must be a tensor of static "
+                                         f"shape, got {typ}")
+                shape = int_tuple(typ.get_shape())
+                out.line(f"{param} = np.asarray({param}, dtype={dtype_expr(typ.get_element_type())})")
+                out.line(f"if {param}.shape != {shape}:")
+                with out.indented():
+                    out.line(f"raise ValueError(f'{name}: {param} has shape {{list({param}.shape)}}, expected "
+                             f"{list(typ.get_shape())}')")
+                self.names[arg] = param
+            for op in fn.body.walk():
+                if op is not fn:
+                    self.print_op(op)
 
     def print_op(self, op: Operation) -> None:
         handler = CPU_EMITTER.get(type(op))
@@ -382,7 +432,7 @@ CPU_PARAM_CONVERSIONS: dict[str, str] = {"plus_one": "convert_plus_one", "neg_ex
 
 @CPU_EMITTER.register(O.ParamOp)
 def _param(e: CpuEmitter, op: O.ParamOp) -> None:
-    name, read = op.tensor_name.data, (op.stored_name, op.conversion)
+    name, read = op.tensor_name.data, (op.stored_name, op.conversion, op.piece)
     if e.param_reads.setdefault(name, read) != read:
         raise CpuTargetError(f"cpu target: tensor '{sanitize_label(name)}' is read two ways")
     if read[1] is not None:  # the verifier admits only O.PARAM_CONVERSIONS, and each has a kernel here
@@ -415,7 +465,11 @@ def _input(e: CpuEmitter, op: O.InputOp) -> None:
     if key in e.inputs:  # the same host input again (k_idxs, v_idxs, ...): computed once
         e.names[op.result] = e.inputs[key]
         return
-    e.assign(op, "host_input", repr(kind), "tokens", "start", str(e.n_kv))
+    if e.layout is not None:
+        shape = tuple(-1 if d == DYNAMIC_INDEX else d for d in op.result.type.get_shape())
+        e.assign(op, "call_input", repr(kind), "call", int_tuple(shape))
+    else:
+        e.assign(op, "host_input", repr(kind), "tokens", "start", str(e.n_kv))
     e.inputs[key] = e.names[op.result]
 
 
@@ -426,7 +480,7 @@ PLAIN_KERNELS: dict[type[Operation], str] = {
     O.GetRowsOp: "get_rows", O.MulOp: "mul", O.AddOp: "add", O.TransposeOp: "transpose",
     O.CpyOp: "cpy", O.ArgmaxOp: "argmax", O.SwigluOp: "swiglu",
     O.DivOp: "div", O.SiluOp: "silu", O.SigmoidOp: "sigmoid", O.SoftplusOp: "softplus", O.SumRowsOp: "sum_rows",
-    O.SsmConvOp: "ssm_conv",
+    O.SsmConvOp: "ssm_conv", O.TargetLogProbsOp: "target_log_probs",
 }
 
 
@@ -442,7 +496,14 @@ SHAPED_KERNELS: dict[type[Operation], str] = {O.ReshapeOp: "reshape", O.ContOp: 
 
 
 def _shaped(kernel: str) -> Callable[[CpuEmitter, Operation], None]:
-    return lambda e, op: e.assign(op, kernel, e.ref(op.operands[0]), e.shape(op.results[0]))
+    def emit(e: CpuEmitter, op: Operation) -> None:
+        shape = e.shape(op.results[0])
+        dims = op.results[0].type.get_shape()  # type: ignore[attr-defined]
+        if kernel in ("reshape", "cont") and list(dims).count(DYNAMIC_INDEX) == 1:
+            shape = int_tuple([-1 if d == DYNAMIC_INDEX else d for d in dims])  # the elements decide it
+        e.assign(op, kernel, e.ref(op.operands[0]), shape)
+
+    return emit
 
 
 for _cls, _kernel in SHAPED_KERNELS.items():
@@ -555,23 +616,63 @@ def _flash_attn_ext(e: CpuEmitter, op: O.FlashAttnExtOp) -> None:
              e.ref(op.mask), float_lit(op.scale.value.data))
 
 
+@CPU_EMITTER.register(O.SampleOp)
+def _sample(e: CpuEmitter, op: O.SampleOp) -> None:
+    # The sampler's step is a Python int; every other operand is an array (the kernel broadcasts
+    # [1]-shaped parameters to the rows).
+    args = [e.ref(op.logits), e.ref(op.key), f"int({e.ref(op.step)}[0])", *(e.ref(v) for v in op.params)]
+    if op.prompt_counts is not None:
+        args += [e.ref(op.prompt_counts), e.ref(op.output_counts)]
+    e.assign(op, "sample", *args)
+
+
 @CPU_EMITTER.register(func.ReturnOp)
 def _return(e: CpuEmitter, op: func.ReturnOp) -> None:
-    if len(op.arguments) != 1:
-        raise CpuTargetError("cpu target: an entry must return exactly one tensor")
-    e.out.line(f"return {e.ref(op.arguments[0])}")
+    if not op.arguments:
+        raise CpuTargetError("cpu target: an entry must return a tensor")
+    e.out.line(f"return {', '.join(e.ref(v) for v in op.arguments)}")
+
+
+@CPU_EMITTER.register(O.GatedDeltaNetSeqOp)
+def _gated_delta_net_seq(e: CpuEmitter, op: O.GatedDeltaNetSeqOp) -> None:
+    args = [e.ref(v) for v in op.operands]
+    if op.state is None:
+        args.append("None")
+    if op.grouped is not None:
+        args.append("grouped=True")
+    e.assign(op, "gated_delta_net_seq", *args)
+
+
+def _loop(e: CpuEmitter, op: O.GenerateOp | O.GenerateUntilOp) -> None:
+    """`generate_loop(self.<step>, tokens, start, steps[, eos])`: the step is a method too."""
+    step = op.callee.root_reference.data
+    if step not in {fn.sym_name.data for fn in e.entries}:
+        raise CpuTargetError(f"cpu target: {op.name}: no step function @{sanitize_label(step)}")
+    args = [f"self.{step}", e.ref(op.tokens), e.ref(op.start), str(int(op.steps.value.data))]
+    if isinstance(op, O.GenerateUntilOp):
+        args.append(e.ref(op.eos))
+    e.kernels_used.add("generate_loop")
+    names = [e.locals.fresh(e.labels.get(r, "v")) for r in op.results]
+    for r, n in zip(op.results, names):
+        e.names[r] = n
+    e.out.line(f"{', '.join(names)} = generate_loop({', '.join(args)})  # {type_comment(op.results[0].type)}")
+
+
+CPU_EMITTER.add(O.GenerateOp, _loop)
+CPU_EMITTER.add(O.GenerateUntilOp, _loop)
 
 
 def emit_cpu(module: ModuleOp, model_name: str | None = None) -> str:
     """The generated numpy module for an op-level ``module`` (deterministic)."""
     emitter = CpuEmitter(module, model_name)
     source = emitter.emit()
-    check_generated(source, emitter.kernels_used | {"host_input"})
+    check_generated(source, emitter.kernels_used, torch=emitter.ranks > 1)
     return source
 
 
-def check_generated(source: str, kernels: set[str]) -> None:
-    """Refuse generated code that imports anything but numpy and ml_dtypes, or lacks a kernel."""
+def check_generated(source: str, kernels: set[str], torch: bool = False) -> None:
+    """Refuse generated code that imports anything but numpy and ml_dtypes (and torch, for the
+    collectives of a tensor-parallel module), or lacks a kernel."""
     tree = ast.parse(source)
     defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
     missing = sorted(set(kernels) - set(defined))
@@ -585,5 +686,34 @@ def check_generated(source: str, kernels: set[str]) -> None:
         else:
             continue
         for m in mods:
-            if m.split(".")[0] not in ("numpy", "ml_dtypes", "__future__"):
+            if m.split(".")[0] not in ("numpy", "ml_dtypes", "__future__") + (("torch",) if torch else ()):
                 raise CpuTargetError(f"cpu target: generated code would import {m!r}")
+
+
+# Tensor parallelism: the collectives print as calls of the functions a tensor-parallel module
+# carries (strata/targets/cpu/collectives.py), on the Model's group.
+
+
+def _call(e: CpuEmitter, op: Operation, fn: str, *args: str) -> None:
+    """``<result> = fn(args)`` for a function that is not one of the kernels."""
+    res = op.results[0]
+    name = e.locals.fresh(e.labels.get(res, "v"))
+    e.names[res] = name
+    e.out.line(f"{name} = {fn}({', '.join(args)})  # {type_comment(res.type)}")
+
+
+@CPU_EMITTER.register(O.AllReduceOp)
+def _all_reduce(e: CpuEmitter, op: O.AllReduceOp) -> None:
+    # In place when nothing reads the operand after the sum (a computed local, not a weight).
+    inplace = e.last_use.get(op.src) is op and e._is_local(op.src) and not isinstance(op.src.owner, O.LEAF_OPS)
+    _call(e, op, "all_reduce", e.ref(op.src), "self.group", str(inplace))
+
+
+@CPU_EMITTER.register(O.AllGatherOp)
+def _all_gather(e: CpuEmitter, op: O.AllGatherOp) -> None:
+    _call(e, op, "all_gather", e.ref(op.src), str(int(op.axis.value.data)), "self.group", "RANKS")
+
+
+@CPU_EMITTER.register(O.GetRowsShardedOp)
+def _get_rows_sharded(e: CpuEmitter, op: O.GetRowsShardedOp) -> None:
+    e.assign(op, "get_rows_sharded", e.ref(op.table), e.ref(op.ids), "self.rank")

@@ -1,15 +1,22 @@
-"""The kernels' source for the CPU target: each kernel of `strata.semantics.kernels` (and of
-`strata.semantics.kernels_ggml`, ggml-cpu's quantized and float16 numerics) as text, and the
+"""The kernels' source for the CPU target: each kernel of `strata.semantics.kernels` (and of its
+companions `kernels_seq`, the many-sequence ops, `kernels_ggml`, ggml-cpu's quantized and float16
+numerics, `host_inputs`, the entries' host inputs, and `sampling`, the sampler) as text, and the
 other kernels it calls, so that a generated module carries just the kernels it uses."""
 
 from __future__ import annotations
 
 import ast
 import inspect
+from types import ModuleType
 
+from strata.semantics import host_inputs, kernels_ggml, kernels_seq
 from strata.semantics import kernels as K
-from strata.semantics import kernels_ggml as KG
+from strata.semantics import sampling as S
 from strata.targets.codegen import CodegenError
+
+#: The modules whose functions a generated CPU module may carry: the op kernels, the many-sequence
+#: kernels, ggml-cpu's quantized numerics, the entries' host inputs and the sampler.
+CPU_KERNEL_MODULES: tuple[ModuleType, ...] = (K, kernels_seq, kernels_ggml, host_inputs, S)
 
 
 def _free_names(fn: ast.FunctionDef) -> set[str]:
@@ -28,17 +35,28 @@ class KernelLibrary:
     refers to, read off its syntax tree (so no table of dependencies can fall out of date)."""
 
     def __init__(self, source: str | None = None):
-        self.source = source if source is not None else inspect.getsource(K) + "\n\n" + inspect.getsource(KG)
-        tree = ast.parse(self.source)
-        lines = self.source.splitlines()
+        sources = [source] if source is not None else [inspect.getsource(m) for m in CPU_KERNEL_MODULES]
         self.functions: dict[str, tuple[int, str]] = {}
-        nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-        for node in nodes:
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            self.functions[node.name] = (first, "\n".join(lines[first - 1:node.end_lineno]))
+        nodes = []
+        for n_file, text in enumerate(sources):
+            lines = text.splitlines()
+            for node in ast.parse(text).body:
+                if not isinstance(node, ast.FunctionDef):
+                    continue
+                if node.name in self.functions:
+                    raise CodegenError(f"cpu target: two kernels named {node.name!r}")
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                # Ordered by file, then line: the generated module lists them as the files do.
+                self.functions[node.name] = (n_file * 1_000_000 + first, "\n".join(lines[first - 1:node.end_lineno]))
+                nodes.append(node)
         self.dependencies: dict[str, list[str]] = {
             node.name: sorted(_free_names(node) & set(self.functions) - {node.name}) for node in nodes
         }
+
+    @classmethod
+    def of(cls, *modules: ModuleType) -> KernelLibrary:
+        """The functions of `modules` (their names must differ), each module's in file order."""
+        return cls("\n".join(inspect.getsource(m) for m in modules))
 
     def closure(self, names: set[str]) -> list[str]:
         """``names`` and the helpers they call, in file order."""

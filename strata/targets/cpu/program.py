@@ -3,7 +3,8 @@
     program = load(out, store)          # OUT/model.py, bound to the weights
     step = program.prefill([1, 2, 3], 0)
     step.token, step.logits             # the greedy choice, the last row's logits
-    step = program.decode(step.token, 3)
+    step = program.decode(step.token, 3, params)   # drawn by the generated `sample_logits`
+    logits, = program.call("decode_rows", tokens=[[5], [9]], positions=[3, 7])   # an entry compiled in
 
 The compile itself (lowering, the stage directory and its manifest) is the pipeline's; this
 file only runs what the target wrote.
@@ -18,7 +19,11 @@ from typing import Any
 import numpy as np
 
 from strata.artifacts.modules import import_generated
-from strata.semantics.programs import LogitsStep
+from strata.dialects.op import SAMPLER
+from strata.errors import StrataError
+from strata.semantics.host_inputs import check_args
+from strata.semantics.programs import LogitsStep, SampledStep, SequenceSampler
+from strata.semantics.sampling_inputs import Sampling
 
 MODEL_PY = "model.py"
 
@@ -29,34 +34,78 @@ def load_compiled(out_dir: str | Path):
 
 
 class CpuProgram:
-    """A generated `Model` (one method per entry, the KV cache preallocated) as a program."""
+    """A generated `Model` (one method per entry, the KV cache preallocated) as a program; its
+    `sample_logits` entry draws the sampled tokens."""
 
     runtime = "numpy"
 
     def __init__(self, instance: Any):
         self.model = instance
         self.name = str(instance.MODEL_NAME or "model")
-        self.vocab = int(instance.OUTPUTS["decode"][0][-1])
+        layouts = getattr(instance, "LAYOUTS", {})
+        if "decode" in instance.OUTPUTS:
+            self.vocab = int(instance.OUTPUTS["decode"][0][-1])
+        else:  # a program of other entries
+            self.vocab = int(next(iter(layouts.values()))["Vocab"]) if layouts else 0
         self.n_ctx = int(instance.N_CTX)
+        self.sampler = SequenceSampler(self.vocab, self._sample_logits)
+        args = getattr(instance, "ARGS", {})
+        results = getattr(instance, "RESULTS", {})
+        self.entries = {e: (tuple(args[e]), tuple(results[e])) for e in instance.ENTRIES if e in args and e in results}
+        # The generation loop steps one sequence: a program of several rows runs by `call`.
+        self.rows = int(layouts.get("decode", {}).get("Batch", 1))
+
+    def _sample_logits(self, *args: Any):
+        if SAMPLER not in self.model.ENTRIES:
+            raise StrataError(f"this compiled cpu model has no @{SAMPLER} entry (compiled before the sampler was "
+                              "part of the program); recompile it to sample")
+        return getattr(self.model, SAMPLER)(*args)
 
     def reset(self) -> None:
         self.model.reset()
 
-    def prefill(self, tokens: Sequence[int], start: int) -> LogitsStep:
+    def _one_sequence(self, what: str) -> None:
+        if self.rows != 1:
+            raise StrataError(f"{what}: this program runs Batch = {self.rows} rows; the generation loop steps one "
+                              "sequence (run its entries with strata call)")
+
+    def prefill(self, tokens: Sequence[int], start: int, sampling: Sampling | None = None) -> LogitsStep | SampledStep:
+        self._one_sequence("prefill")
         if start == 0:  # a new sequence: the recurrent state starts from zero
             self.model.reset()
-        return LogitsStep(self.model.prefill(np.asarray(tokens, np.int32), start)[-1])
+        ids = np.asarray(tokens, np.int32)
+        return self.sampler.choose(self.model.prefill(ids, start)[-1], ids, start, False, sampling)
 
-    def decode(self, token: int, pos: int) -> LogitsStep:
-        return LogitsStep(self.model.decode(int(token), pos)[-1])
+    def decode(self, token: int, pos: int, sampling: Sampling | None = None) -> LogitsStep | SampledStep:
+        self._one_sequence("decode")
+        return self.sampler.choose(self.model.decode(int(token), pos)[-1], [int(token)], pos, True, sampling)
+
+    def call(self, entry: str, **inputs: Any) -> tuple[np.ndarray, ...]:
+        if entry not in self.entries:
+            raise KeyError(entry)
+        method = getattr(self.model, entry)
+        if entry in ("prefill", "decode") and entry not in getattr(self.model, "LAYOUTS", {}):
+            # One sequence: the method takes the tokens flat and the start position.
+            args = check_args(entry, self.entries[entry][0], inputs)
+            tokens = args["token" if entry == "decode" else "tokens"].reshape(-1)
+            out = method(int(tokens[0]) if entry == "decode" else tokens, int(args["pos"]))
+        else:
+            out = method(**inputs)
+        return tuple(np.asarray(x) for x in out) if isinstance(out, tuple) else (np.asarray(out),)
 
     def close(self) -> None:
         pass
 
 
-def load(out_dir: str | Path, weights: Any, **options: Any) -> CpuProgram:
+def load(out_dir: str | Path, weights: Any, group: Any = None, **options: Any) -> CpuProgram:
     """The program of the cpu stage `out_dir`, bound to `weights` (a mapping from llama.cpp
-    tensor names to arrays, e.g. a WeightStore)."""
+    tensor names to arrays, e.g. a WeightStore); a tensor-parallel one (RANKS > 1) binds this
+    rank's pieces and runs its collectives on `group` (a torch.distributed process group)."""
     if options:
-        raise TypeError(f"the cpu target's program takes no options, got {', '.join(sorted(options))}")
-    return CpuProgram(load_compiled(out_dir).Model(weights))
+        raise TypeError(f"the cpu target's program takes no options but group, got {', '.join(sorted(options))}")
+    module = load_compiled(out_dir)
+    if int(getattr(module, "RANKS", 1)) > 1:
+        return CpuProgram(module.Model(weights, group))
+    if group is not None:
+        raise TypeError("this cpu program runs on one rank: it takes no process group")
+    return CpuProgram(module.Model(weights))

@@ -1,6 +1,6 @@
 """Ahead-of-time compilation of a compiled model's own kernels (`strata compile --aot sm_90a`).
 
-The generated `model.py` runs a prefill of `rows` tokens and a CUDA-graph decode step on
+The generated `model.py` runs prefills (`PREFILL_ROWS` tokens) and a CUDA-graph decode step on
 torch's `meta` device (shapes only: no weights, no GPU), with every @triton.jit kernel of its
 `kernels.py` replaced by a recorder: each launch gives the kernel, its constexprs, its pointer
 element types and warps/stages, exactly as the model launches it. Each distinct launch is then
@@ -17,14 +17,19 @@ import hashlib
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from strata.errors import StrataError
 from strata.targets.cuda.aot import AotResult, Spec, compile_spec
 
 ARCHS = {"sm_90a": (90, 32)}
+#: The prefills recorded: a long prompt and every length up to 64, so that each tile size the
+#: launchers pick by row count (GEMV up to 8 rows, GEMM and attention row blocks of 16, 32 and
+#: 64 (token, query head) rows for any group size) is compiled.
+PREFILL_ROWS = (512, *range(1, 65))
 _PTR = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16", "float8_e4m3fn": "*fp8e4nv",
         "int32": "*i32", "int64": "*i64", "uint8": "*u8"}
 
@@ -62,15 +67,24 @@ class _Recorder:
                 constexprs[p.name] = v
             elif torch.is_tensor(v):
                 ptrs[p.name] = _PTR[str(v.dtype).removeprefix("torch.")]
-        key = (self.name, tuple(sorted(constexprs.items())), tuple(sorted(ptrs.items())), warps, stages)
-        if key not in self.seen:
+        spec = Spec(self.name, self.name, constexprs, ptrs, warps, stages)
+        if launch_key(spec) not in self.seen:
             n = sum(k[0] == self.name for k in self.seen)
-            self.seen[key] = Spec(f"{self.name}.{n}", self.name, constexprs, ptrs, warps, stages)
+            self.seen[launch_key(spec)] = replace(spec, name=f"{self.name}.{n}")
 
 
-def record_launches(out_dir: str | Path, params: Mapping[str, tuple[int, ...]], rows: int = 512) -> list[Spec]:
-    """The distinct kernel launches of the model in `out_dir`: a prefill of `rows` tokens and a
-    decode step as the CUDA graph runs it (the position on the device), on the meta device."""
+def launch_key(spec: Spec) -> tuple:
+    """What makes two launches one compiled kernel: the kernel, its constexprs, its pointers'
+    element types, warps and stages."""
+    return (spec.kernel, tuple(sorted(spec.constexprs.items())), tuple(sorted(spec.ptrs.items())), spec.num_warps,
+            spec.num_stages)
+
+
+def record_launches(out_dir: str | Path, params: Mapping[str, tuple[int, ...]],
+                    rows: int | Sequence[int] = PREFILL_ROWS) -> list[Spec]:
+    """The distinct kernel launches of the model in `out_dir`: a prefill of `rows` tokens (of
+    each count, if several) and a decode step as the CUDA graph runs it (the position on the
+    device), on the meta device."""
     import torch
 
     out_dir = Path(out_dir)
@@ -92,10 +106,12 @@ def record_launches(out_dir: str | Path, params: Mapping[str, tuple[int, ...]], 
             return torch.empty(tuple(params[name]), dtype=torch.float32, device="meta")
 
         m = model.Model(weight, device="meta", interpret=False)
-        rows = max(1, min(int(rows), int(m.N_CTX) - 1))
-        m.prefill(torch.zeros((rows, 1), dtype=torch.int32, device="meta"), 0)
+        counts = [rows] if isinstance(rows, int) else list(rows)
+        for count in counts:
+            count = max(1, min(int(count), int(m.N_CTX) - 1))
+            m.prefill(torch.zeros((count, 1), dtype=torch.int32, device="meta"), 0)
         pos = torch.zeros((1,), dtype=torch.int32, device="meta")
-        m._decode(torch.zeros((1, 1), dtype=torch.int32, device="meta"), 1, pos, m._rope_positions(rows, 1))
+        m._decode(torch.zeros((1, 1), dtype=torch.int32, device="meta"), 1, pos, m._rope_positions(count, 1))
     finally:
         for name, fn in originals.items():
             setattr(kernels, name, fn)
@@ -112,7 +128,7 @@ def _compile_one(kernels_path: str, spec: Spec, out: str | None, arch: str) -> A
 
 
 def compile_model_kernels(out_dir: str | Path, params: Mapping[str, tuple[int, ...]], *, arch: str = "sm_90a",
-                          aot_dir: str | Path | None = None, rows: int = 512,
+                          aot_dir: str | Path | None = None, rows: int | Sequence[int] = PREFILL_ROWS,
                           jobs: int | None = None) -> list[AotResult]:
     """Record the model's launches and compile each for `arch`; PTX and cubin into `aot_dir`."""
     if arch not in ARCHS:
@@ -123,14 +139,24 @@ def compile_model_kernels(out_dir: str | Path, params: Mapping[str, tuple[int, .
         import triton  # noqa: F401
     except ImportError:
         raise AotError("--aot needs triton (pip install 'strata[cuda]')") from None
-    specs = record_launches(out_dir, params, rows)
-    kpath = str(Path(out_dir) / "kernels.py")
-    out = str(aot_dir) if aot_dir is not None else None
+    kpath = Path(out_dir) / "kernels.py"
+    return compile_launches([(kpath, s) for s in record_launches(out_dir, params, rows)], arch=arch, aot_dir=aot_dir,
+                            jobs=jobs)
+
+
+def compile_launches(launches: Sequence[tuple[str | Path, Spec]], *, arch: str = "sm_90a",
+                     aot_dir: str | Path | None = None, jobs: int | None = None) -> list[AotResult]:
+    """Compile each (kernels.py, launch) for `arch`, from that kernels.py; PTX and cubin into `aot_dir`."""
+    if arch not in ARCHS:
+        raise AotError(f"unknown architecture '{arch}' (known: {', '.join(ARCHS)})")
+    paths = [str(k) for k, _ in launches]
+    specs = [s for _, s in launches]
+    out = [str(aot_dir) if aot_dir is not None else None] * len(specs)
     jobs = jobs or max(1, min(8, os.cpu_count() or 1))
-    if jobs == 1:
-        return [_compile_one(kpath, s, out, arch) for s in specs]
+    if jobs == 1 or len(specs) <= 1:
+        return [_compile_one(k, s, o, arch) for k, s, o in zip(paths, specs, out)]
     with ProcessPoolExecutor(jobs) as pool:
-        return list(pool.map(_compile_one, [kpath] * len(specs), specs, [out] * len(specs), [arch] * len(specs)))
+        return list(pool.map(_compile_one, paths, specs, out, [arch] * len(specs)))
 
 
 def report(results: list[AotResult]) -> str:

@@ -4,7 +4,9 @@
 * `kernels.py`: the Triton kernel templates the groups need (`kernel_source`), self-contained.
 * `model.py`: the host runtime (`runtime.py`'s source, verbatim) and the generated `Model`:
   its tables (weights with their formats, conversions, state buffers, ropes) and one method
-  per entry, the launch sequence of its groups (`host.entry_code`).
+  per entry, the launch sequence of its groups (`host.entry_code`); the sampler
+  (`_sample_logits`) launches the sampling kernel, or, placed on the host, calls the numpy
+  sampler whose source model.py then carries.
 
 Neither file imports strata. Every model-supplied name reaches the code as a checked literal
 (`literal_name`: weight and state names) or a sanitized comment (`sanitize_label`).
@@ -23,6 +25,15 @@ from strata.targets.cuda.host import Tables, checked, entry_code
 from strata.targets.cuda.kernel_source import kernel_source
 
 RUNTIME = Path(__file__).resolve().with_name("runtime.py")
+
+
+def host_sampler_source() -> str:
+    """The numpy sampler's functions (`sample` and what it calls), for a sampler on the host."""
+    from strata.targets.cpu.kernel_library import KernelLibrary
+    from strata.semantics import sampling
+
+    library = KernelLibrary.of(sampling)
+    return "\n\n\n".join(library.text(n) for n in library.closure({"sample"})) + "\n"
 
 
 def _functions(module: ModuleOp) -> list[func.FuncOp]:
@@ -84,6 +95,8 @@ def emit_cuda(module: ModuleOp, model_name: str | None) -> dict[str, str]:
     recipe = fns[0].attributes["blueprint.recipe"].data if "blueprint.recipe" in fns[0].attributes else "?"
     kernels, jit = kernel_source(tables.launchers, name, recipe)
     runtime = RUNTIME.read_text(encoding="utf-8")
+    if tables.host_sampler:  # the sampler placed on the host: the numpy sampler's source, as the cpu target's
+        runtime += "\n\n# " + "-" * 93 + "\n# The sampler on the host (strata.semantics.sampling)\n\n\n" + host_sampler_source()
     head = (f'"""{sanitize_label(name)} compiled by strata for CUDA (Triton), recipe {sanitize_label(recipe)}: '
             "the host program (generated: do not edit).\n\n"
             "    from model import Model          # this file; kernels.py must stay beside it\n"

@@ -31,6 +31,8 @@ class Tables:
     ropes: list = field(default_factory=list)  # (n_dims, base, scale)
     rope_modes: set = field(default_factory=set)
     launchers: set = field(default_factory=set)
+    #: Whether model.py carries the numpy sampler (a sampler placed on the host).
+    host_sampler: bool = False
 
     def weight(self, kind: str, parts: tuple[str, ...], fmt: str = "f32", block: tuple[int, int] = (1, 1)) -> str:
         for p in parts:
@@ -409,9 +411,54 @@ class _Printer:
                   f"out={self.new(r)})", "launch_attention")
 
 
+#: The sampler method's parameters, in the order of `@sample_logits`'s arguments.
+SAMPLER_PARAMS = ("logits", "key", "step", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                  "presence_penalty", "frequency_penalty", "prompt_counts", "output_counts")
+
+
+def is_sampler(fn: func.FuncOp) -> bool:
+    """Whether `fn` is the program's sampler (one group holding one `blueprint.sample`)."""
+    nodes = [op for op in fn.walk() if isinstance(op, B.NodeOp)]
+    return len(nodes) == 1 and isinstance(nodes[0], B.SampleOp)
+
+
+def sampler_code(fn: func.FuncOp, tables: Tables) -> list[str]:
+    """The lines of the method `_sample_logits` (indented for the class body): the group's
+    `blueprint.sample` on the device (`launch_sample`), or on the host (the numpy sampler that
+    model.py carries, `tables.host_sampler`), by the group's placement."""
+    groups = [op for op in fn.body.block.ops if isinstance(op, B.GroupOp)]
+    if len(groups) != 1:
+        raise CodegenError(f"@{sanitize_label(fn.sym_name.data)}: the sampler must be one kernel group (run blueprint-fuse)")
+    (g,) = groups
+    (node,) = [op for op in g.body.block.ops if isinstance(op, B.SampleOp)]
+    if [v for v in node.operands] != list(fn.body.block.args) or len(node.operands) != len(SAMPLER_PARAMS):
+        raise CodegenError("the sampler's node must read the function's arguments, counts included, in order")
+    rows, vocab = int(fn.attributes["blueprint.rows"].value.data), B.function_dims(fn)["vocab"]
+    filters = ", ".join(f"{k}={k}" for k in SAMPLER_PARAMS[3:10])
+    lines = [f"def _sample_logits(self, {', '.join(SAMPLER_PARAMS)}):",
+             f'    """@sample_logits: one id per row of the logits [{rows}, {vocab}] (int32 [{rows}, 1], on the device)."""',
+             f"    # {sanitize_label(g.rule.data)}: {sanitize_label(node.node.data) if node.node else 'sample'}",
+             f"    logits = logits.reshape({rows}, {vocab})"]
+    if g.placement.value == "device":
+        tables.launchers.add("launch_sample")
+        lines += [f"    out, work = self._sampler_buffers({rows}, {vocab})",
+                  f"    return K.launch_sample(logits, key, int(step), {filters}, prompt_counts=prompt_counts, "
+                  "output_counts=output_counts, out=out, work=work)"]
+    else:
+        tables.host_sampler = True
+        lines += ["    host = lambda t: None if t is None else t.cpu().numpy() if torch.is_tensor(t) else np.asarray(t)",
+                  f"    ids = sample(host(logits).astype(np.float32), host(key).reshape(2), int(step), "
+                  + ", ".join(f"host({k})" for k in SAMPLER_PARAMS[3:10])
+                  + ", prompt_counts=host(prompt_counts), output_counts=host(output_counts))",
+                  f"    return torch.from_numpy(ids.reshape({rows}, 1)).to(self.device)"]
+    return lines
+
+
 def entry_code(fn: func.FuncOp, tables: Tables) -> list[str]:
     """The lines of the method `_<entry>` (indented for the class body)."""
     entry = fn.sym_name.data
+    if is_sampler(fn):
+        return sampler_code(fn, tables)
     if entry not in ("prefill", "decode"):
         raise CodegenError(f"entry '{sanitize_label(entry)}': the CUDA target runs prefill and decode")
     if "blueprint.dims" not in fn.attributes:

@@ -25,7 +25,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "elem": ("fp8", "int4", "int8", "bf16", "f16", "f32"),
     "kv": ("paged_attention", "contiguous_attention"),
 }
-#: Free placeholders: argmax_{where}.
+#: Free placeholders: argmax_{where}, sample_{where}.
 FREE: dict[str, tuple[str, ...]] = {"where": ("host", "device")}
 
 
@@ -79,6 +79,8 @@ ENTRIES: tuple[KernelEntry, ...] = (
     _e("final_norm", "final_norm", "norms.launch_rms_norm", "norms.rms_norm_kernel"),
     _e("lm_head_{elem:weight}_gemv", "lm_head", "gemm.launch_linear", _GEMM),
     _e("argmax_{where}", "argmax", "elementwise.launch_argmax", "elementwise.argmax_kernel"),
+    _e("sample_{where}", "sample", "sampling.launch_sample", "sampling.sample_kernel",
+       "on host: the numpy sampler carried in model.py, on the logits copied to the host"),
     _e("deinterleave_qg", "split", "elementwise.launch_split_qg", "elementwise.split_qg_kernel"),
     _e("qk_norm_rows", "qk_norm", "norms.launch_qk_norm", "norms.rms_norm_kernel"),
     _e("rope_mrope_interleaved", "rope", "attention.launch_rope attention.launch_rope", "attention.rope_kernel",
@@ -112,6 +114,7 @@ SINGLE: dict[str, tuple[str, str]] = {
     "silu_mul": ("elementwise.launch_silu_mul", "elementwise.binary_kernel"),
     "split": ("elementwise.launch_split_qg", "elementwise.split_qg_kernel"),
     "argmax": ("elementwise.launch_argmax", "elementwise.argmax_kernel"),
+    "sample": ("sampling.launch_sample", "sampling.sample_kernel"),
     "rope": ("attention.launch_rope", "attention.rope_kernel"),
     "kv_write": ("attention.launch_kv_write", "attention.kv_write_kernel"),
     "paged_attention": ("attention.launch_attention", "attention.attention_kernel"),

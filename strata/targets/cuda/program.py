@@ -6,6 +6,7 @@ on the CPU.
     step = program.prefill([1, 2, 3], 0)      # the argmax is taken on the device
     step.token, step.logits                   # read back when asked for
     step = program.decode(step.token, 3)      # CUDA-graph replay on a GPU
+    step = program.decode(step.token, 4, params)  # drawn by the compiled sampler, beside the argmax
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from strata.artifacts.modules import import_generated
 from strata.errors import StrataError
+from strata.semantics.sampling_inputs import Sampling, SequenceTokens, has_penalties, needs_sampler
 
 MODEL_PY = "model.py"
 
@@ -58,21 +60,33 @@ class CudaProgram:
         self.name = str(self.model.MODEL_NAME or "model")
         self.vocab = int(self.model.VOCAB)
         self.n_ctx = int(self.model.N_CTX)
+        self.tokens = SequenceTokens(self.vocab)
 
     def reset(self) -> None:
         self.model.reset()
 
-    def _run(self, fn, *args) -> CudaStep:
+    def _run(self, fn, args, fed, start: int, output: bool, sampling: Sampling | None) -> CudaStep:
         try:
-            return CudaStep(*fn(*args))
+            token, logits = fn(*args)
+            self.tokens.feed(fed, start, output)
+            if needs_sampler(sampling):
+                # the logits stay on the device: the sampler reads them where the step left them
+                counts = self.tokens.counts() if has_penalties(sampling) else (None, None)
+                token = self.model.sample_logits(
+                    logits, sampling.key, start + len(fed), temperature=sampling.temperature, top_k=sampling.top_k,
+                    top_p=sampling.top_p, min_p=sampling.min_p, repetition_penalty=sampling.repetition_penalty,
+                    presence_penalty=sampling.presence_penalty, frequency_penalty=sampling.frequency_penalty,
+                    prompt_counts=counts[0], output_counts=counts[1])
+            return CudaStep(token, logits)
         except self.module.ModelError as e:
             raise CudaProgramError(str(e)) from None
 
-    def prefill(self, tokens: Sequence[int], start: int) -> CudaStep:
-        return self._run(self.model.prefill, list(tokens), start)
+    def prefill(self, tokens: Sequence[int], start: int, sampling: Sampling | None = None) -> CudaStep:
+        tokens = [int(t) for t in tokens]
+        return self._run(self.model.prefill, (tokens, start), tokens, start, False, sampling)
 
-    def decode(self, token: int, pos: int) -> CudaStep:
-        return self._run(self.model.decode, int(token), pos)
+    def decode(self, token: int, pos: int, sampling: Sampling | None = None) -> CudaStep:
+        return self._run(self.model.decode, (int(token), pos), [int(token)], pos, True, sampling)
 
     def close(self) -> None:
         pass

@@ -18,14 +18,18 @@ What it does:
   blueprint says paged, and the conv / recurrent state, zeroed when a sequence starts);
 * runs an entry group by group, greedy sampling on the device (argmax), and for decode an
   optional CUDA graph (`Model(..., cuda_graph=True)`): the position is read by the kernels
-  from a device scalar, so one captured step replays at every position.
+  from a device scalar, so one captured step replays at every position;
+* samples with the compiled sampler (`sample_logits`: the sampling kernel on the device, on
+  the logits a step returned, or the numpy sampler on the host, by the sampler's placement).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import linecache
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -137,6 +141,44 @@ def quantize_int4_block(w: torch.Tensor, block: int):
     recip = torch.where(nz, 1.0 / safe, torch.zeros_like(scale))
     q = _roundf(b * recip[..., None] + zp[..., None]).clamp(0, 15)
     return q.reshape(*w.shape[:-1], nb * block)[..., :k].to(torch.uint8), scale, zp.to(torch.uint8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors of a kernel launch
+
+
+def _first_line(e: BaseException) -> str:
+    """One line of what went wrong: Triton's own message (an interpreter or compilation error
+    keeps it in `error_message`; a compilation error without one, in its cause), else the text."""
+    text = getattr(e, "error_message", None)
+    if not text and e.__cause__ is not None:
+        text = f"{type(e.__cause__).__name__}: {e.__cause__}"
+    lines = [ln.strip() for ln in str(text or e).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else ""
+
+
+def launch_failure(entry: str, e: BaseException) -> str:
+    """The one-line message of an exception raised while the entry `entry` ran: the group whose
+    launch raised it (the generated `# rule: nodes` comment above the launch in this file), the
+    launcher, and the error's first line."""
+    where = ""
+    tb = e.__traceback__
+    frame = None
+    while tb is not None:  # the innermost frame of the entry method in this file
+        if tb.tb_frame.f_code.co_filename == __file__ and tb.tb_frame.f_code.co_name == f"_{entry}":
+            frame = tb
+        tb = tb.tb_next
+    if frame is not None:
+        line = frame.tb_lineno
+        call = re.search(r"K\.(launch_\w+)", linecache.getline(__file__, line))
+        group = next((linecache.getline(__file__, i).strip()[2:] for i in range(line - 1, 0, -1)
+                      if linecache.getline(__file__, i).strip().startswith("# ")), "")
+        rule, _, nodes = group.partition(": ")
+        nodes = nodes if len(nodes) <= 80 else nodes[:77] + "..."
+        where = f" in group {rule} ({nodes})" if rule else ""
+        where += f", {call.group(1)}" if call else ""
+    detail = _first_line(e)
+    return f"@{entry}: a kernel launch failed{where}: {type(e).__name__}" + (f": {detail}" if detail else "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,6 +330,16 @@ class Runtime:
     def _rope_positions(self, pos: int, n: int) -> dict:
         return {m: K.rope_positions(pos, n, m, device=self.device) for m in self.ROPE_MODES}
 
+    def _entry(self, entry: str, ids, n, pos, rope) -> dict:
+        """The generated method `_<entry>`; an exception from one of its launches (a Triton
+        compilation or interpreter error, a CUDA error) becomes a one-line ModelError naming the group."""
+        try:
+            return getattr(self, f"_{entry}")(ids, n, pos, rope)
+        except ModelError:
+            raise
+        except Exception as e:  # noqa: BLE001 - reported as one line; the original is the cause
+            raise ModelError(launch_failure(entry, e)) from e
+
     def prefill(self, ids, pos: int = 0):
         """Rows `ids` at positions pos.. (a new sequence at 0): (next id [1, 1] int32, logits
         [1, vocab] f32) of the last row, on the device."""
@@ -297,14 +349,14 @@ class Runtime:
         if pos == 0:
             for name in self.RECURRENT:
                 self.state[name].zero_()
-        out = self._prefill(ids, n, pos, self._rope_positions(pos, n))
+        out = self._entry("prefill", ids, n, pos, self._rope_positions(pos, n))
         return out["next"][-1:], out["logits"][-1:].float()
 
     def decode(self, token, pos: int):
         """One token (an int or the device tensor `prefill`/`decode` returned) at `pos`."""
         self._check_pos(pos, 1)
         if not self.cuda_graph:
-            out = self._decode(self._ids(token), 1, pos, self._rope_positions(pos, 1))
+            out = self._entry("decode", self._ids(token), 1, pos, self._rope_positions(pos, 1))
             return out["next"], out["logits"].float()
         if self._graph is None:
             self._capture(token, pos)
@@ -325,14 +377,38 @@ class Runtime:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            self._decode(self._g_ids, 1, self._g_pos, self._g_rope)
+            self._entry("decode", self._g_ids, 1, self._g_pos, self._g_rope)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            self._g_out = self._decode(self._g_ids, 1, self._g_pos, self._g_rope)
+            self._g_out = self._entry("decode", self._g_ids, 1, self._g_pos, self._g_rope)
         for n, buf in saved.items():
             self.state[n].copy_(buf)
         self._graph = graph
+
+    def sample_logits(self, logits, key, step: int, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
+                      repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, prompt_counts=None,
+                      output_counts=None):
+        """The compiled sampler (@sample_logits) on `logits` [1, vocab] (a device tensor, as
+        `prefill`/`decode` return them): the drawn id [1, 1] int32 on the device. `key` is two
+        int64, `step` the draw's step; the counts (each token's occurrences in the prompt and
+        the output, [1, vocab]) only matter with penalties (None: none occurred)."""
+        fn = getattr(self, "_sample_logits", None)
+        if fn is None:
+            raise ModelError("this compiled model has no sampler (@sample_logits); recompile it to sample")
+        if not 0 <= int(step) < 2**31:
+            raise ModelError(f"the sampling step must be in [0, 2**31), not {step}")
+        counts = [None if c is None else torch.as_tensor(np.asarray(c), dtype=torch.int32).to(self.device)
+                  for c in (prompt_counts, output_counts)]
+        return fn(logits, key, int(step), temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
+                  frequency_penalty, *counts)
+
+    def _sampler_buffers(self, rows: int, vocab: int):
+        """The sampler's output [rows, 1] and its f32 scratch row [rows, vocab], allocated once."""
+        if getattr(self, "_sampler_out", None) is None:
+            self._sampler_out = torch.empty((rows, 1), dtype=torch.int32, device=self.device)
+            self._sampler_work = torch.empty((rows, vocab), dtype=torch.float32, device=self.device)
+        return self._sampler_out, self._sampler_work
 
     def generate(self, prompt, max_new_tokens: int, *, keep_logits: bool = True):
         """Greedy generation: (the new ids, their logits [max_new_tokens, vocab] f32 numpy or None).

@@ -10,6 +10,7 @@ the g++-built driver stepped by the host, or the fixed interpreter on the fixed 
 
 The driver's logits are integers of FixedPoint32<frac>; a step gives them as float64 times
 2**-frac, which is exact, so the greedy choice is the driver's own argmax of the integers.
+The EPU decodes greedily: its driver has no sampler, and sampling parameters are refused.
 """
 
 from __future__ import annotations
@@ -22,8 +23,18 @@ from typing import Any
 import numpy as np
 
 from strata.semantics.programs import LogitsStep
+from strata.semantics.sampling_inputs import Sampling, needs_sampler
 from strata.targets.epu.build import build_epu
 from strata.targets.epu.stages import EpuError, smoothed_store
+
+SAMPLING_REFUSED = ("the EPU decodes greedily (its driver has no sampler): use temperature 0 without penalties, "
+                    "or sample on --target cpu or cuda")
+
+
+def refuse_sampling(sampling: Sampling | None) -> None:
+    """A one-line error for parameters that would need a sampler (greedy ones are the argmax)."""
+    if needs_sampler(sampling):
+        raise EpuError(SAMPLING_REFUSED)
 
 
 class EpuProgram:
@@ -64,14 +75,16 @@ class EpuProgram:
     def reset(self) -> None:
         self._send("reset\n")
 
-    def prefill(self, tokens: Sequence[int], start: int) -> LogitsStep:
+    def prefill(self, tokens: Sequence[int], start: int, sampling: Sampling | None = None) -> LogitsStep:
+        refuse_sampling(sampling)
         if start == 0:
             self.reset()
         for i, t in enumerate(tokens):
             logits = self._step(int(t), start + i)
         return LogitsStep(logits.astype(np.float64) * 2.0 ** -self.frac)
 
-    def decode(self, token: int, pos: int) -> LogitsStep:
+    def decode(self, token: int, pos: int, sampling: Sampling | None = None) -> LogitsStep:
+        refuse_sampling(sampling)
         return LogitsStep(self._step(token, pos).astype(np.float64) * 2.0 ** -self.frac)
 
     def close(self) -> None:
@@ -127,14 +140,16 @@ class EpuInterpreter:
                          state=self.state, cache=self.cache)
         return np.asarray(y[0], np.int64)
 
-    def prefill(self, tokens: Sequence[int], start: int) -> LogitsStep:
+    def prefill(self, tokens: Sequence[int], start: int, sampling: Sampling | None = None) -> LogitsStep:
+        refuse_sampling(sampling)
         if start == 0:
             self.reset()
         for i, t in enumerate(tokens):
             logits = self._step(int(t), start + i)
         return LogitsStep(logits.astype(np.float64) * 2.0 ** -self.frac)
 
-    def decode(self, token: int, pos: int) -> LogitsStep:
+    def decode(self, token: int, pos: int, sampling: Sampling | None = None) -> LogitsStep:
+        refuse_sampling(sampling)
         return LogitsStep(self._step(token, pos).astype(np.float64) * 2.0 ** -self.frac)
 
     def close(self) -> None:

@@ -4,12 +4,15 @@
     program = open_onnxruntime(model, store, {"ctx": 256, "kv_pad": 256, "flash_attn": True}, prompt_len=3)
     step = program.prefill([1, 2, 3], 0)
     step = program.decode(step.token, 3)
+    step = program.decode(step.token, 4, params)   # sampled on the host, by the numpy sampler
 
 The prefill is exported for the prompt's length, the decode for one token, both at any
 position; an `OrtEntry` feeds a call's host inputs (`strata.semantics.kernels.host_input`, by
 the kinds the model's metadata lists) and the state buffers, and keeps the updated buffers its
 outputs return, so that the next call (of any entry sharing them) reads them. onnxruntime is
-imported only here.
+imported only here. ONNX has no Philox 4x32 random op, so the exported entries return logits
+and a sampled token is drawn on the host by the numpy sampler (`strata.semantics.sampling`),
+the semantics every compiled sampler implements.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from strata.errors import StrataError
 from strata.exporters.onnx import INLINE_LIMIT
 from strata.exporters.onnx_file import serialize_onnx
 from strata.semantics import kernels as K
-from strata.semantics.programs import LogitsStep
+from strata.semantics import sampling as S
+from strata.semantics.programs import LogitsStep, SampledStep, SequenceSampler
+from strata.semantics.sampling_inputs import Sampling
 
 
 class OnnxRunError(StrataError):
@@ -131,6 +136,11 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def _host_sampler(logits, key, step, *rest):
+    """`@sample_logits`'s arguments -> the numpy sampler's ids (ONNX cannot hold the sampler)."""
+    return S.sample(logits, key, int(step[0]), *rest[:7], prompt_counts=rest[7], output_counts=rest[8])
+
+
 class OrtProgram:
     """A prefill and a decode entry in onnxruntime sessions, sharing their state buffers."""
 
@@ -140,19 +150,21 @@ class OrtProgram:
         self.prefill_entry, self.decode_entry, self.name = prefill, decode, name
         self.vocab = prefill.vocab
         self.n_ctx = prefill.n_kv
+        self.sampler = SequenceSampler(self.vocab, _host_sampler)
         self.reset()
 
     def reset(self) -> None:
         self.buffers = self.prefill_entry.zero_state()
         self.buffers.update({k: v for k, v in self.decode_entry.zero_state().items() if k not in self.buffers})
 
-    def prefill(self, tokens: Sequence[int], start: int) -> LogitsStep:
+    def prefill(self, tokens: Sequence[int], start: int, sampling: Sampling | None = None) -> LogitsStep | SampledStep:
         if start == 0:
             self.reset()
-        return LogitsStep(self.prefill_entry(tokens, start, self.buffers)[-1])
+        logits = self.prefill_entry(tokens, start, self.buffers)[-1]
+        return self.sampler.choose(logits, np.asarray(tokens), start, False, sampling)
 
-    def decode(self, token: int, pos: int) -> LogitsStep:
-        return LogitsStep(self.decode_entry([token], pos, self.buffers)[-1])
+    def decode(self, token: int, pos: int, sampling: Sampling | None = None) -> LogitsStep | SampledStep:
+        return self.sampler.choose(self.decode_entry([token], pos, self.buffers)[-1], [token], pos, True, sampling)
 
     def close(self) -> None:
         pass

@@ -38,11 +38,11 @@
 // RUN: strata-opt %S/Inputs/llama2l.mlir -p 'convert-module-to-op{entry=prefill}' | filecheck %s --check-prefix=DYN
 
 // Bad options are errors with a non-zero exit.
-// RUN: not strata-opt %S/Inputs/llama2l.mlir -p 'convert-module-to-op{entry=forward}' 2>&1 | filecheck %s --check-prefix=ERR-ENTRY
+// RUN: not strata-opt %S/Inputs/llama2l.mlir -p 'convert-module-to-op{entry=backward}' 2>&1 | filecheck %s --check-prefix=ERR-ENTRY
 // RUN: not strata-opt %S/Inputs/llama2l.mlir -p 'convert-module-to-op{entry=prefill tokens=60 start=8 ctx=64}' 2>&1 | filecheck %s --check-prefix=ERR-CTX
 // RUN: not strata-opt %S/Inputs/llama2l.mlir -p 'convert-module-to-op{tokens=five}' 2>&1 | filecheck %s --check-prefix=ERR-TYPE
 
-// ERR-ENTRY: strata-opt: error: convert-module-to-op: unknown entry 'forward' (prefill or decode)
+// ERR-ENTRY: strata-opt: error: convert-module-to-op: unknown entry 'backward' (known: forward, next_token, decode, prefill, {{.*}})
 // ERR-CTX: strata-opt: error: convert-module-to-op: 8 + 60 tokens exceed the context of 64
 // ERR-TYPE: strata-opt: error: {{.*}}five
 

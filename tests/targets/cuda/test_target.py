@@ -155,7 +155,7 @@ def test_generated_files_import_nothing_from_strata(ckpts, tmp_path):
         mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert mods <= {"__future__", "dataclasses", "math", "numpy", "torch", "triton", "hashlib", "importlib",
-                        "os", "sys", "pathlib"}, (name, mods)
+                        "linecache", "os", "re", "sys", "pathlib"}, (name, mods)
     assert not unresolved((out / "kernels.py").read_text())
     store = load_model(ckpts["llama"]).open_weights(quiet=True)
     names = [n for spec in load_model_py(out).Model.WEIGHTS for n in spec[1]]

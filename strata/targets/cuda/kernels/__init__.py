@@ -9,6 +9,11 @@ that take torch tensors (rows are the blueprint's edges: 2-D, row-major, [rows, 
     moe          router, softmax + top-k, routed/shared expert GEMVs, weighted blend
     elementwise  residual add, SiLU-mul, sigmoid gate, q/gate split, embedding rows, argmax
 
+Sizes: no dim is assumed a power of two. Every tl.arange range is one (its launcher rounds the
+dim up with triton.next_power_of_2 and passes it as a constexpr), and the lanes past the dim are
+masked out of every load, store and reduction (a masked load gives 0 to a sum and -inf to a
+maximum, softmax or top-k). Tiles are chosen per dim and checked on sm_90 by aot.py.
+
 Numerics: every kernel loads its inputs, converts them to f32, computes in f32 and stores in
 the element type of the output tensor the caller passes (so a bf16 edge is a bf16 tensor).
 Where the blueprint rounds an intermediate edge of a fused group (a residual sum that is also

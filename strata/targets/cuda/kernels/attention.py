@@ -184,30 +184,48 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, bt_ptr, pos_ptr, n_q, pos, q_rs
              mask=m_ok[:, None] & d_ok[None, :])
 
 
+def attention_tiles(q_rows: int, head_dim: int, group: int, bf16: bool) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, warps) for `q_rows` (token, query head) rows: tiles that compile for
+    sm_90 without spills (aot.py) at every head dim up to 256 and every group, a power of two or not.
+    Rows come in blocks of 16, 32 or 64 (the smallest power of two holding them, at most 64).
+    Measured with the AOT build, where no alignment is known and every load is scalar (so a
+    thread holds an address per element): IEEE f32 products hold a thread's operand rows in
+    registers and fit only 16 x 16 tiles; bf16 up to a 128-wide head fits 16 x 16, 32 x 32 (8
+    warps) and 64 x 64 (8 warps); a 256-wide head block fits 64 x 32 (8 warps) only for a head of
+    256 shared by 2, 4, 8 or 16 query heads (64 rows then hold whole groups), else 16 x 16."""
+    bm = max(16, min(64, triton.next_power_of_2(q_rows)))
+    if not bf16 or bm == 16:
+        return 16, 16, 4
+    if max(16, triton.next_power_of_2(head_dim)) <= 128:
+        return (32, 32, 8) if bm == 32 else (64, 64, 8)
+    if bm == 64 and head_dim == 256 and group in (2, 4, 8, 16):
+        return 64, 32, 8
+    return 16, 16, 4
+
+
 def launch_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: int, scale: float, *,
                      head_dim: int, kv_heads: int, block_table: torch.Tensor | None = None, page: int = 16,
-                     out: torch.Tensor | None = None, block_m: int = 64, block_n: int | None = None) -> torch.Tensor:
+                     out: torch.Tensor | None = None, block_n: int | None = None) -> torch.Tensor:
     """`paged_attention` (paged_attention_* / contiguous_attention_*): q [n, q_heads*head_dim] at
     positions pos .. pos+n-1 against cache rows [0, pos+n) -> [n, q_heads*head_dim]. The k/v of
-    the new rows must be written first (launch_kv_write). Tiles as aot.SPECS checks them on sm_90:
-    key blocks of 32 rows for decode or head_dim > 128 (64 otherwise), 8 warps for 64-row blocks.
-    pos: an int, or an int32 [1] device tensor read by the kernel (for CUDA graphs; the key
-    block is then not narrowed to the context)."""
+    the new rows must be written first (launch_kv_write). Tiles: `attention_tiles`, whatever the
+    context (a key block past it is masked; a tile of its own would be one more kernel to compile
+    and check); block_n narrows the key blocks. pos: an int, or an int32 [1] device tensor read by
+    the kernel (for CUDA graphs)."""
     n, w = q.shape
     group = w // head_dim // kv_heads
     out = out if out is not None else torch.empty_like(q)
-    bm = max(16, min(block_m, triton.next_power_of_2(n * group)))
-    if block_n is None:
-        block_n = 32 if n * group <= 16 or head_dim > 128 else 64
+    dot_bf16 = q.dtype == torch.bfloat16
+    bm, bn, warps = attention_tiles(n * group, head_dim, group, dot_bf16)
+    bn = bn if block_n is None else max(16, min(bn, block_n))
     dev = torch.is_tensor(pos)
-    bn = max(16, block_n if dev else min(block_n, triton.next_power_of_2(pos + n)))
     grid = (triton.cdiv(n * group, bm), kv_heads)
     attention_kernel[grid](q, k_cache, v_cache, out, block_table if block_table is not None else q,
                            pos if dev else q, n, 0 if dev else pos,
                            q.stride(0), k_cache.stride(0), out.stride(0), float(scale), GROUP=group, HEAD_DIM=head_dim,
                            BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=bm, BLOCK_N=bn,
-                           PAGED=block_table is not None, PAGE=page, DOT_BF16=q.dtype == torch.bfloat16,
-                           POS_DEV=dev, num_warps=8 if bm >= 64 else 4)
+                           PAGED=block_table is not None, PAGE=page, DOT_BF16=dot_bf16,
+                           POS_DEV=dev, num_warps=warps)
     return out
 
 

@@ -88,7 +88,7 @@ def embed_kernel(ids_ptr, table_ptr, y_ptr, n_cols, t_rs, y_rs, BLOCK: tl.conste
 def launch_embed(ids: torch.Tensor, table: torch.Tensor, *, out: torch.Tensor | None = None,
                  out_dtype: torch.dtype | None = None):
     """`embed` (embed_row_copy): rows `ids` (int32, [n] or [n, 1]) of the table."""
-    ids = ids.reshape(-1)
+    ids = ids.reshape(-1).contiguous()  # the kernel reads id i at ids + i
     n, c = ids.shape[0], table.shape[1]
     out = out if out is not None else torch.empty((n, c), dtype=out_dtype or table.dtype, device=table.device)
     bl = min(1024, triton.next_power_of_2(c))
@@ -97,7 +97,7 @@ def launch_embed(ids: torch.Tensor, table: torch.Tensor, *, out: torch.Tensor | 
 
 
 @triton.jit
-def argmax_kernel(x_ptr, y_ptr, n_cols, x_rs, BLOCK: tl.constexpr):
+def argmax_kernel(x_ptr, y_ptr, n_cols, x_rs, y_rs, BLOCK: tl.constexpr):
     """Row max's first index (numpy's argmax), over the row in blocks of BLOCK."""
     row = tl.program_id(0).to(tl.int64)
     best = -float("inf")
@@ -110,11 +110,12 @@ def argmax_kernel(x_ptr, y_ptr, n_cols, x_rs, BLOCK: tl.constexpr):
         take = m > best
         best_i = tl.where(take, i, best_i)
         best = tl.where(take, m, best)
-    tl.store(y_ptr + row, best_i)
+    tl.store(y_ptr + row * y_rs, best_i)
 
 
 def launch_argmax(x: torch.Tensor, *, out: torch.Tensor | None = None, block: int = 4096):
     """`argmax` (argmax_host / argmax_device): int32 [n, 1], the first index of each row's maximum."""
     out = out if out is not None else torch.empty((x.shape[0], 1), dtype=torch.int32, device=x.device)
-    argmax_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), BLOCK=min(block, triton.next_power_of_2(x.shape[1])))
+    argmax_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), out.stride(0),
+                                 BLOCK=min(block, triton.next_power_of_2(x.shape[1])))
     return out

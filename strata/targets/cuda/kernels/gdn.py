@@ -24,6 +24,8 @@ from strata.targets.cuda.kernels.gemm import as_weight, load_weight_tile
 
 #: The op level's L2-norm epsilon without an `eps` (strata.semantics.module_hybrid.L2NORM_EPS).
 L2NORM_EPS = 1e-6
+#: Tokens per chunk of the chunked delta rule: a power of two (one tl.arange); the sequence's
+#: last chunk is partial, its rows past the sequence masked out (zero k, q and gates).
 CHUNK = 64
 #: The chunk kernels' products read operands this many columns at a time (tl.dot's smallest K).
 CHUNK_DOT_K = 16
@@ -73,16 +75,20 @@ def launch_gdn_gates(x: torch.Tensor, w_ba, a: torch.Tensor, dt_bias: torch.Tens
 
 @triton.jit
 def conv_l2_kernel(x_ptr, w_ptr, st_ptr, snap_ptr, y_ptr, n_rows, C, N_NORM, x_rs, y_rs, eps,
-                   KW: tl.constexpr, HAS_SNAP: tl.constexpr, DK: tl.constexpr, BLOCK_S: tl.constexpr):
-    """Channels [pid*DK, pid*DK + DK) (one q/k head when pid < N_NORM / DK): every row's conv +
-    SiLU (+ L2 norm of the head), then the state's new K-1 columns (and the snapshot)."""
-    c = tl.program_id(0) * DK + tl.arange(0, DK)
-    cm = c < C
+                   KW: tl.constexpr, HAS_SNAP: tl.constexpr, DK: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_S: tl.constexpr):
+    """Channels [pid*DK, pid*DK + DK) (one q/k head when pid < N_NORM / DK) in BLOCK_D lanes (DK
+    rounded up to a power of two; the lanes past DK are masked out of every load, store and the
+    norm's sum): every row's conv + SiLU (+ L2 norm of the head), then the state's new K-1 columns
+    (and the snapshot)."""
+    d = tl.arange(0, BLOCK_D)
+    c = tl.program_id(0) * DK + d
+    cm = (d < DK) & (c < C)
     norm = tl.program_id(0) * DK < N_NORM
     for t in range(0, n_rows):
-        acc = tl.zeros([DK], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_D], dtype=tl.float32)
         for j in tl.static_range(KW):
-            idx = t + j + tl.zeros([DK], dtype=tl.int32)  # column of full = [state | x^T]
+            idx = t + j + tl.zeros([BLOCK_D], dtype=tl.int32)  # column of full = [state | x^T]
             from_state = idx < KW - 1
             sv = tl.load(st_ptr + c * (KW - 1) + idx, mask=cm & from_state, other=0.0).to(tl.float32)
             xv = tl.load(x_ptr + (idx - (KW - 1)).to(tl.int64) * x_rs + c, mask=cm & (idx >= KW - 1),
@@ -90,7 +96,7 @@ def conv_l2_kernel(x_ptr, w_ptr, st_ptr, snap_ptr, y_ptr, n_rows, C, N_NORM, x_r
             acc += tl.load(w_ptr + c * KW + j, mask=cm, other=0.0).to(tl.float32) * tl.where(from_state, sv, xv)
         y = acc / (1.0 + tl.exp(-acc))
         if norm:
-            y = y / tl.sqrt(tl.sum(y * y, axis=0) + eps)
+            y = y / tl.sqrt(tl.sum(tl.where(cm, y * y, 0.0), axis=0) + eps)
         tl.store(y_ptr + t * y_rs + c, y, mask=cm)
     # new state column i = full[:, n_rows + i]: gathered before any store (the program owns c)
     i = tl.arange(0, BLOCK_S)
@@ -111,7 +117,7 @@ def launch_conv_l2(qkvz: torch.Tensor, conv_w: torch.Tensor, state: torch.Tensor
     columns of qkvz [n, >=C] through the conv (weight [C, K] or [C, 1, K]; state [C*(K-1)] any
     shape, updated in place; snapshot, if given, receives the updated state) -> [n, C] f32, the
     first 2*k_heads*k_dim columns L2-normalised per head. eps: the l2_norm node's `eps` (None: 1e-6)."""
-    w = conv_w.reshape(conv_w.shape[0], conv_w.shape[-1])
+    w = conv_w.reshape(conv_w.shape[0], conv_w.shape[-1]).contiguous()  # channel c's taps at c*K
     c, kw = w.shape
     n = qkvz.shape[0]
     out = out if out is not None else torch.empty((n, c), dtype=torch.float32, device=qkvz.device)
@@ -119,6 +125,7 @@ def launch_conv_l2(qkvz: torch.Tensor, conv_w: torch.Tensor, state: torch.Tensor
     conv_l2_kernel[(triton.cdiv(c, k_dim),)](qkvz, w, state, snapshot if snapshot is not None else state, out, n, c,
                                              2 * k_heads * k_dim, qkvz.stride(0), out.stride(0), eps_total, KW=kw,
                                              HAS_SNAP=snapshot is not None, DK=k_dim,
+                                             BLOCK_D=triton.next_power_of_2(k_dim),
                                              BLOCK_S=triton.next_power_of_2(max(kw - 1, 1)))
     return out
 
@@ -324,6 +331,7 @@ def launch_gdn_recurrence(qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
     chunked (default: n > 1) runs chunks of 64 tokens; else one step per token. fast_dot: the
     chunk's products in TF32 on tensor cores (else IEEE f32)."""
     n = qkv.shape[0]
+    g, beta = g.contiguous(), beta.contiguous()  # the kernels read row t's gates at t*Hv
     out = out if out is not None else torch.empty((n, v_heads * v_dim), dtype=torch.float32, device=qkv.device)
     chunked = n > 1 if chunked is None else chunked
     bk = triton.next_power_of_2(k_dim)
@@ -339,7 +347,7 @@ def launch_gdn_recurrence(qkv: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
         prec = "tf32" if fast_dot else "ieee"
         gdn_chunk_prep_kernel[(n_chunks, v_heads)](qkv, g, beta, w, u, qk, scr, n, n_pad, k_heads, v_heads,
                                                    qkv.stride(0), DK=k_dim, DV=v_dim, GROUPED=grouped, CH=CHUNK,
-                                                   SQUARINGS=CHUNK.bit_length() - 2, PREC=prec,
+                                                   SQUARINGS=(CHUNK - 1).bit_length() - 1, PREC=prec,
                                                    BLOCK_K=max(16, min(prep_block_k, triton.next_power_of_2(k_dim))),
                                                    BLOCK_V=bv, KS=CHUNK_DOT_K, num_warps=8, num_stages=1)
         gdn_chunk_state_kernel[(v_heads, triton.cdiv(v_dim, bv))](

@@ -135,6 +135,7 @@ def launch_blend(weights: torch.Tensor, expert_down: torch.Tensor, *, shared_dow
     weights [n, k], expert_down [n*k, H]; with the shared expert, shared_down [n, H], x [n, H']
     (the FFN input) and w_shared_gate [1, H'] (a dense f32/bf16 row)."""
     n, k = weights.shape
+    weights = weights.contiguous()  # the kernel reads row i's weights at weights + i*k
     h = expert_down.shape[1]
     shared = shared_down is not None
     out = out if out is not None else torch.empty((n, h), dtype=out_dtype or expert_down.dtype,

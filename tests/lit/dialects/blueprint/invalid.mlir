@@ -175,6 +175,33 @@ func.func @f(%a: !blueprint.edge<"n", "hidden", bf16>) {
 
 // -----
 
+// blueprint.sample: the key is one row of two i64.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.sample: the key must be one row of two i64
+func.func @f(%l: !blueprint.edge<"n", "vocab", f32>, %key: !blueprint.edge<"1", "2", i32>, %step: !blueprint.edge<"1", "1", i32>, %t: !blueprint.edge<"n", "1", f32>, %k: !blueprint.edge<"n", "1", i32>) {
+  %ids = blueprint.sample %l, %key, %step, %t, %k, %t, %t, %t, %t, %t : !blueprint.edge<"n", "vocab", f32>, !blueprint.edge<"1", "2", i32>, !blueprint.edge<"1", "1", i32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", i32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32> -> !blueprint.edge<"n", "1", i32>
+  func.return
+}
+
+// -----
+
+// blueprint.sample: a parameter is one value per row.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.sample: temperature must be one value per row (rows 'n' or '1')
+func.func @f(%l: !blueprint.edge<"n", "vocab", f32>, %key: !blueprint.edge<"1", "2", i64>, %step: !blueprint.edge<"1", "1", i32>, %t: !blueprint.edge<"n", "2", f32>, %k: !blueprint.edge<"n", "1", i32>) {
+  %ids = blueprint.sample %l, %key, %step, %t, %k, %t, %t, %t, %t, %t : !blueprint.edge<"n", "vocab", f32>, !blueprint.edge<"1", "2", i64>, !blueprint.edge<"1", "1", i32>, !blueprint.edge<"n", "2", f32>, !blueprint.edge<"n", "1", i32>, !blueprint.edge<"n", "2", f32>, !blueprint.edge<"n", "2", f32>, !blueprint.edge<"n", "2", f32>, !blueprint.edge<"n", "2", f32>, !blueprint.edge<"n", "2", f32> -> !blueprint.edge<"n", "1", i32>
+  func.return
+}
+
+// -----
+
+// blueprint.sample: one i32 per row.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.sample: the result must be one i32 per row
+func.func @f(%l: !blueprint.edge<"n", "vocab", f32>, %key: !blueprint.edge<"1", "2", i64>, %step: !blueprint.edge<"1", "1", i32>, %t: !blueprint.edge<"n", "1", f32>, %k: !blueprint.edge<"n", "1", i32>) {
+  %ids = blueprint.sample %l, %key, %step, %t, %k, %t, %t, %t, %t, %t : !blueprint.edge<"n", "vocab", f32>, !blueprint.edge<"1", "2", i64>, !blueprint.edge<"1", "1", i32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", i32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32> -> !blueprint.edge<"n", "1", f32>
+  func.return
+}
+
+// -----
+
 // blueprint.linear: the role is a name.
 // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.linear: role must be a name, got 'q-proj'
 func.func @f(%a: !blueprint.edge<"n", "hidden", bf16>) {

@@ -233,6 +233,18 @@ func.func @argmax(%logits: !blueprint.edge<"n", "vocab", bf16>) {
   func.return
 }
 
+// The sampler, without and with its counts, per-row and one-row parameters.
+// CHECK-LABEL: func.func @sample(
+// CHECK-NEXT:    %ids = blueprint.sample %l, %key, %step, %t, %k, %p, %m, %r, %pr, %fr : !blueprint.edge<"n", "vocab", f32>, !blueprint.edge<"1", "2", i64>, !blueprint.edge<"1", "1", i32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", i32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"1", "1", f32> -> !blueprint.edge<"n", "1", i32>
+// CHECK-NEXT:    %ids2 = blueprint.sample %l, %key, %step, %t, %k, %p, %m, %r, %pr, %fr counts %pc, %oc {node = "sampler.sample", placement = #blueprint.placement<device>} : !blueprint.edge<"n", "vocab", f32>, !blueprint.edge<"1", "2", i64>, !blueprint.edge<"1", "1", i32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", i32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"n", "vocab", i32>, !blueprint.edge<"n", "vocab", i32> -> !blueprint.edge<"n", "1", i32>
+// CHECK-NEXT:    func.return
+// CHECK-NEXT:  }
+func.func @sample(%l: !blueprint.edge<"n", "vocab", f32>, %key: !blueprint.edge<"1", "2", i64>, %step: !blueprint.edge<"1", "1", i32>, %t: !blueprint.edge<"n", "1", f32>, %k: !blueprint.edge<"n", "1", i32>, %p: !blueprint.edge<"1", "1", f32>, %m: !blueprint.edge<"1", "1", f32>, %r: !blueprint.edge<"n", "1", f32>, %pr: !blueprint.edge<"1", "1", f32>, %fr: !blueprint.edge<"1", "1", f32>, %pc: !blueprint.edge<"n", "vocab", i32>, %oc: !blueprint.edge<"n", "vocab", i32>) {
+  %ids = blueprint.sample %l, %key, %step, %t, %k, %p, %m, %r, %pr, %fr : !blueprint.edge<"n", "vocab", f32>, !blueprint.edge<"1", "2", i64>, !blueprint.edge<"1", "1", i32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", i32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"1", "1", f32> -> !blueprint.edge<"n", "1", i32>
+  %ids2 = blueprint.sample %l, %key, %step, %t, %k, %p, %m, %r, %pr, %fr counts %pc, %oc {node = "sampler.sample", placement = #blueprint.placement<device>} : !blueprint.edge<"n", "vocab", f32>, !blueprint.edge<"1", "2", i64>, !blueprint.edge<"1", "1", i32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", i32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"1", "1", f32>, !blueprint.edge<"n", "vocab", i32>, !blueprint.edge<"n", "vocab", i32> -> !blueprint.edge<"n", "1", i32>
+  func.return
+}
+
 // CHECK-LABEL: func.func @swiglu_ffn(
 // CHECK-NEXT:    %f = blueprint.swiglu_ffn %xn weights ["mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"] : !blueprint.edge<"n", "hidden", bf16> -> !blueprint.edge<"n", "hidden", bf16>
 // CHECK-NEXT:    func.return

@@ -74,7 +74,7 @@
 // -----
 
 // op.input: the kind is one of a fixed set.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.input: unknown kind 'token' (expected one of tokens, positions, kv_rows, kq_mask, out_ids, mrope_positions, state_copy)
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.input: unknown kind 'token' (expected one of tokens, positions, kv_rows, kq_mask, out_ids, mrope_positions, state_copy, kv_cells, token_seq, state_read, state_write, conv_window, conv_tail, targets, weights, start, eos, key, temperature)
 %i = op.input "token" : tensor<5xi32>
 
 // -----
@@ -98,7 +98,7 @@
 // -----
 
 // op.input: the mask has rank 2.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.input: a 'kq_mask' input must have rank 2, got 40
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.input: a 'kq_mask' input must have rank 2 or 3, got 40
 %i = op.input "kq_mask" : tensor<40xf32>
 
 // -----
@@ -544,6 +544,69 @@ func.func @f(%l: tensor<32xf32>) {
 // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.argmax: result must be tensor<1xi32>
 func.func @f(%l: tensor<1x32xf32>) {
   %i = op.argmax %l : tensor<1x32xf32> -> tensor<1xi64>
+  func.return
+}
+
+// -----
+
+// op.sample: the logits are [rows, vocab].
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.sample: logits must be [rows, vocab], got 48
+func.func @f(%l: tensor<48xf32>, %key: tensor<2xi64>, %s: tensor<1xi32>, %t: tensor<2xf32>, %k: tensor<1xi32>) {
+  %i = op.sample %l, %key, %s, %t, %k, %t, %t, %t, %t, %t : tensor<48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<2xf32>, tensor<1xi32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32> -> tensor<2xi32>
+  func.return
+}
+
+// -----
+
+// op.sample: the key is two int64 (seed 003's key: Tensor[2; i64]).
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.sample: key must be tensor<2xi64>
+func.func @f(%l: tensor<2x48xf32>, %key: tensor<2xi32>, %s: tensor<1xi32>, %t: tensor<2xf32>, %k: tensor<1xi32>) {
+  %i = op.sample %l, %key, %s, %t, %k, %t, %t, %t, %t, %t : tensor<2x48xf32>, tensor<2xi32>, tensor<1xi32>, tensor<2xf32>, tensor<1xi32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32> -> tensor<2xi32>
+  func.return
+}
+
+// -----
+
+// op.sample: the step is one integer.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.sample: step must be tensor<1xi32> or tensor<1xi64>
+func.func @f(%l: tensor<2x48xf32>, %key: tensor<2xi64>, %s: tensor<2xi32>, %t: tensor<2xf32>, %k: tensor<1xi32>) {
+  %i = op.sample %l, %key, %s, %t, %k, %t, %t, %t, %t, %t : tensor<2x48xf32>, tensor<2xi64>, tensor<2xi32>, tensor<2xf32>, tensor<1xi32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32> -> tensor<2xi32>
+  func.return
+}
+
+// -----
+
+// op.sample: a parameter is [1] or one value per row.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.sample: temperature must be [1] or one value per row [2], got 3
+func.func @f(%l: tensor<2x48xf32>, %key: tensor<2xi64>, %s: tensor<1xi32>, %t: tensor<3xf32>, %k: tensor<1xi32>) {
+  %i = op.sample %l, %key, %s, %t, %k, %t, %t, %t, %t, %t : tensor<2x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<3xf32>, tensor<1xi32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32> -> tensor<2xi32>
+  func.return
+}
+
+// -----
+
+// op.sample: top_k is i32.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.sample: top_k must be i32, got i64
+func.func @f(%l: tensor<2x48xf32>, %key: tensor<2xi64>, %s: tensor<1xi32>, %t: tensor<2xf32>, %k: tensor<1xi64>) {
+  %i = op.sample %l, %key, %s, %t, %k, %t, %t, %t, %t, %t : tensor<2x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<2xf32>, tensor<1xi64>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32> -> tensor<2xi32>
+  func.return
+}
+
+// -----
+
+// op.sample: the result is one i32 per row.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.sample: result must be tensor<2xi32>
+func.func @f(%l: tensor<2x48xf32>, %key: tensor<2xi64>, %s: tensor<1xi32>, %t: tensor<2xf32>, %k: tensor<1xi32>) {
+  %i = op.sample %l, %key, %s, %t, %k, %t, %t, %t, %t, %t : tensor<2x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<2xf32>, tensor<1xi32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32> -> tensor<1xi32>
+  func.return
+}
+
+// -----
+
+// op.sample: the counts are [rows, vocab] i32.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.sample: prompt_counts must be tensor<2x48xi32>, got tensor<2x47xi32>
+func.func @f(%l: tensor<2x48xf32>, %key: tensor<2xi64>, %s: tensor<1xi32>, %t: tensor<2xf32>, %k: tensor<1xi32>, %pc: tensor<2x47xi32>) {
+  %i = op.sample %l, %key, %s, %t, %k, %t, %t, %t, %t, %t counts %pc, %pc : tensor<2x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<2xf32>, tensor<1xi32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2x47xi32>, tensor<2x47xi32> -> tensor<2xi32>
   func.return
 }
 
@@ -1172,6 +1235,47 @@ func.func @f(%r: tensor<?x64xf32>) {
   %s = op.view %r {offset = 64 : i64, per_token = array<i64: -64>} : tensor<?x64xf32> -> tensor<64xf32>
   func.return
 }
+
+// -----
+
+// op.param: a split's parts sum to the piece's dim.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.param: split parts [8, 8] sum to 16, the result's dim 0 is 32
+%w = op.param "w" {split = array<i64: 0, 2, 8, 8>} : tensor<32x16xf32>
+
+// -----
+
+// op.param: a split's axis is a dim of the piece.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.param: split axis 2 is not a dim of 32x16
+%w = op.param "w" {split = array<i64: 2, 2>} : tensor<32x16xf32>
+
+// -----
+
+// op.all_reduce: the result is the operand's type.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.all_reduce: the result type must be the operand's
+%x = op.input "kq_mask" : tensor<5x16xf32>
+%r = op.all_reduce %x {group = "tp", ranks = 2 : i64} : tensor<5x16xf32> -> tensor<5x8xf32>
+
+// -----
+
+// op.all_reduce: the group is one the runtime knows.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.all_reduce: unknown group 'dp' (known: tp)
+%x = op.input "kq_mask" : tensor<5x16xf32>
+%r = op.all_reduce %x {group = "dp", ranks = 2 : i64} : tensor<5x16xf32> -> tensor<5x16xf32>
+
+// -----
+
+// op.all_gather: the ranks' pieces along the axis make the result.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.all_gather: 2 ranks of 5x16 along axis 1 give 5x32, got 5x48
+%x = op.input "kq_mask" : tensor<5x16xf32>
+%g = op.all_gather %x {group = "tp", ranks = 2 : i64, axis = 1 : i64} : tensor<5x16xf32> -> tensor<5x48xf32>
+
+// -----
+
+// op.get_rows_sharded: one row of the table per id.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.get_rows_sharded: result must be 5x16, got 4x16
+%w = op.param "w" : tensor<24x16xf32>
+%ids = op.input "tokens" : tensor<5xi32>
+%e = op.get_rows_sharded %w, %ids {group = "tp", ranks = 2 : i64} : tensor<24x16xf32>, tensor<5xi32> -> tensor<4x16xf32>
 
 // -----
 

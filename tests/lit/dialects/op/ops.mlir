@@ -488,6 +488,17 @@ func.func @rope_multi(%q: tensor<3x4x32xf32>, %pos: tensor<12xi32>) {
   func.return
 }
 
+// The sampler: one row with [1] parameters and no counts; four rows with per-row parameters and counts.
+// CHECK-LABEL: func.func @sample(
+// CHECK-NEXT:    %ids = op.sample %l, %key, %step, %t, %k, %p, %m, %r, %pr, %fr : tensor<1x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<1xf32>, tensor<1xi32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32> -> tensor<1xi32>
+// CHECK-NEXT:    %ids4 = op.sample %l4, %key, %step64, %t4, %k4, %p, %m, %r4, %pr, %fr counts %pc, %oc {name = "sampled"} : tensor<4x48xf32>, tensor<2xi64>, tensor<1xi64>, tensor<4xf32>, tensor<4xi32>, tensor<1xf32>, tensor<1xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>, tensor<4x48xi32>, tensor<4x48xi32> -> tensor<4xi32>
+// CHECK-NEXT:    func.return
+func.func @sample(%l: tensor<1x48xf32>, %key: tensor<2xi64>, %step: tensor<1xi32>, %t: tensor<1xf32>, %k: tensor<1xi32>, %p: tensor<1xf32>, %m: tensor<1xf32>, %r: tensor<1xf32>, %pr: tensor<1xf32>, %fr: tensor<1xf32>, %l4: tensor<4x48xf32>, %step64: tensor<1xi64>, %t4: tensor<4xf32>, %k4: tensor<4xi32>, %r4: tensor<4xf32>, %pc: tensor<4x48xi32>, %oc: tensor<4x48xi32>) {
+  %ids = op.sample %l, %key, %step, %t, %k, %p, %m, %r, %pr, %fr : tensor<1x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<1xf32>, tensor<1xi32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32> -> tensor<1xi32>
+  %ids4 = op.sample %l4, %key, %step64, %t4, %k4, %p, %m, %r4, %pr, %fr counts %pc, %oc {name = "sampled"} : tensor<4x48xf32>, tensor<2xi64>, tensor<1xi64>, tensor<4xf32>, tensor<4xi32>, tensor<1xf32>, tensor<1xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>, tensor<4x48xi32>, tensor<4x48xi32> -> tensor<4xi32>
+  func.return
+}
+
 // CHECK-LABEL: func.func @generic_form(
 // CHECK-NEXT:    %y = op.mul %x, %g {name = "attn_norm-0"} : tensor<5x16xf32>, tensor<16xf32> -> tensor<5x16xf32>
 // CHECK-NEXT:    %w = op.param "blk.0.attn_norm.weight" : tensor<16xf32>
@@ -495,5 +506,24 @@ func.func @rope_multi(%q: tensor<3x4x32xf32>, %pos: tensor<12xi32>) {
 func.func @generic_form(%x: tensor<5x16xf32>, %g: tensor<16xf32>) {
   %y = "op.mul"(%x, %g) {name = "attn_norm-0"} : (tensor<5x16xf32>, tensor<16xf32>) -> tensor<5x16xf32>
   %w = "op.param"() {tensor = "blk.0.attn_norm.weight"} : () -> tensor<16xf32>
+  func.return
+}
+
+// The collectives of a tensor-parallel entry, and a param that is one rank's piece.
+// CHECK-LABEL: func.func @collectives(
+// CHECK-NEXT:    %w = op.param "token_embd.weight" {split = array<i64: 0, 2>} : tensor<24x16xf32>
+// CHECK-NEXT:    %q = op.param "blk.0.attn_qkv.weight" {split = array<i64: 0, 2, 8, 8, 16>} : tensor<32x16xf32>
+// CHECK-NEXT:    %ids = op.input "tokens" : tensor<5xi32>
+// CHECK-NEXT:    %e = op.get_rows_sharded %w, %ids {group = "tp", ranks = 2 : i64} : tensor<24x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
+// CHECK-NEXT:    %s = op.all_reduce %e {group = "tp", ranks = 2 : i64, name = "embd"} : tensor<5x16xf32> -> tensor<5x16xf32>
+// CHECK-NEXT:    %g = op.all_gather %s {group = "tp", ranks = 2 : i64, axis = 1 : i64} : tensor<5x16xf32> -> tensor<5x32xf32>
+// CHECK-NEXT:    func.return
+func.func @collectives() {
+  %w = op.param "token_embd.weight" {split = array<i64: 0, 2>} : tensor<24x16xf32>
+  %q = op.param "blk.0.attn_qkv.weight" {split = array<i64: 0, 2, 8, 8, 16>} : tensor<32x16xf32>
+  %ids = op.input "tokens" : tensor<5xi32>
+  %e = op.get_rows_sharded %w, %ids {group = "tp", ranks = 2 : i64} : tensor<24x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
+  %s = op.all_reduce %e {group = "tp", ranks = 2 : i64, name = "embd"} : tensor<5x16xf32> -> tensor<5x16xf32>
+  %g = op.all_gather %s {group = "tp", ranks = 2 : i64, axis = 1 : i64} : tensor<5x16xf32> -> tensor<5x32xf32>
   func.return
 }

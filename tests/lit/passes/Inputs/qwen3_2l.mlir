@@ -9,8 +9,24 @@ builtin.module {
       module.fn @next_token : "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, Vocab; T]" {pub, entry}
       module.fn @decode : "(token: Tensor[Batch, 1; i32], pos: i32) -> Tensor[Batch, Vocab; T]" {pub, entry}
       module.fn @prefill : "<S: Dim>(tokens: Tensor[Batch, S; i32], pos: i32) -> Tensor[Batch, Vocab; T]" {pub, entry}
+      module.fn @decode_rows : "(tokens: Tensor[Batch, 1; i32], positions: Tensor[Batch; i32]) -> Tensor[Batch, Vocab; T]" {pub, entry}
+      module.fn @prefill_slots : "<M: Dim, S: Dim>(tokens: Tensor[M, S; i32], slots: Tensor[M; i32], lengths: Tensor[M; i32]) -> Tensor[M, Vocab; T]" {pub, entry}
+      module.fn @loss_packed : "<P: Dim>(tokens: Tensor[P; i32], positions: Tensor[P; i32], segments: Tensor[P; i32], targets: Tensor[P; i64], weights: Tensor[P; f32]) -> f32" {pub, entry}
+      module.fn @log_probs_packed : "<P: Dim>(tokens: Tensor[P; i32], positions: Tensor[P; i32], segments: Tensor[P; i32], targets: Tensor[P; i64]) -> Tensor[P; f32]" {pub, entry}
+      module.fn @hidden_packed : "<P: Dim>(tokens: Tensor[P; i32], positions: Tensor[P; i32], segments: Tensor[P; i32]) -> Tensor[P, H; T]" {pub, entry}
+      module.fn @packed_states : "<P: Dim>(tokens: Tensor[P; i32], positions: Tensor[P; i32], segments: Tensor[P; i32]) -> Tensor[P, H; T]"
+      module.fn @prefill_packed : "<P: Dim>(tokens: Tensor[P; i32], rows: Tensor[P; i32], positions: Tensor[P; i32], segments: Tensor[P; i32], last: Tensor[Batch; i32]) -> Tensor[Batch, Vocab; T]" {pub, entry}
+      module.fn @step_packed : "<P: Dim>(tokens: Tensor[P; i32], rows: Tensor[P; i32], positions: Tensor[P; i32], segments: Tensor[P; i32], last: Tensor[Batch; i32], step_tokens: Tensor[Batch, 1; i32], step_positions: Tensor[Batch; i32]) -> Tensor[2 * Batch, Vocab; T]" {pub, entry}
+      module.fn @decode_paged : "<Rows: Dim, Pages: Dim>(tokens: Tensor[Rows, 1; i32], positions: Tensor[Rows; i32], table: Tensor[Rows, Pages; i32]) -> Tensor[Rows, Vocab; T]" {pub, entry}
+      module.fn @prefill_paged : "<P: Dim, Rows: Dim, Pages: Dim>(tokens: Tensor[P; i32], positions: Tensor[P; i32], rows: Tensor[P; i32], slots: Tensor[P; i32], last: Tensor[Rows; i32], table: Tensor[Rows, Pages; i32]) -> Tensor[Rows, Vocab; T]" {pub, entry}
+      module.fn @step_paged : "<P: Dim, Rows: Dim, Pages: Dim>(tokens: Tensor[P; i32], positions: Tensor[P; i32], rows: Tensor[P; i32], slots: Tensor[P; i32], last: Tensor[Rows; i32], step_tokens: Tensor[Rows, 1; i32], step_positions: Tensor[Rows; i32], table: Tensor[Rows, Pages; i32]) -> Tensor[2 * Rows, Vocab; T]" {pub, entry}
+      module.fn @generate : "<Steps: Dim>(token: Tensor[Batch, 1; i32], pos: i32) -> Tensor[Batch, Steps; i32]" {pub, entry}
+      module.fn @sample : "<Steps: Dim>(token: Tensor[Batch, 1; i32], pos: i32, key: Tensor[2; i64], temperature: f32) -> Tensor[Batch, Steps; i32]" {pub, entry}
+      module.fn @generate_until : "<MaxNew: Dim>(token: Tensor[Batch, 1; i32], pos: i32, eos: i32) -> (Tensor[Batch, MaxNew; i32], i32)" {pub, entry}
+      module.fn @step : "(token: Tensor[Batch, 1; i32], pos: i32) -> Tensor[Batch, Vocab; T]"
       module.fn @logits : "<R: Dim>(x: Tensor[R, H; T]) -> Tensor[R, Vocab; T]"
       module.fn @hidden : "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, S, H; T]"
+      module.fn @hidden_states : "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, S, H; T]"
     }
     module.block @DecoderLayer ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Inner: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.layer.decoder"} {
       module.sub @attention_norm : "RmsNorm<H, T>" {ggml = "attn_norm", hf = "input_layernorm"}
@@ -20,6 +36,14 @@ builtin.module {
       module.fn @forward : "<B: Dim, S: Dim>(x: Tensor[B, S, H; T]) -> Tensor[B, S, H; T]" {pub}
       module.fn @decode : "(x: Tensor[Batch, 1, H; T], pos: i32) -> Tensor[Batch, 1, H; T]" {pub}
       module.fn @prefill : "<S: Dim>(x: Tensor[Batch, S, H; T], pos: i32) -> Tensor[Batch, S, H; T]" {pub}
+      module.fn @decode_rows : "(x: Tensor[Batch, 1, H; T], positions: Tensor[Batch; i32]) -> Tensor[Batch, 1, H; T]" {pub}
+      module.fn @prefill_slots : "<M: Dim, S: Dim>(x: Tensor[M, S, H; T], slots: Tensor[M; i32]) -> Tensor[M, S, H; T]" {pub}
+      module.fn @prefill_packed : "<P: Dim>(x: Tensor[1, P, H; T], rows: Tensor[P; i32], positions: Tensor[P; i32], segments: Tensor[P; i32]) -> Tensor[1, P, H; T]" {pub}
+      module.fn @packed : "<P: Dim>(x: Tensor[1, P, H; T], positions: Tensor[P; i32], segments: Tensor[P; i32]) -> Tensor[1, P, H; T]" {pub}
+      module.fn @step_packed : "<P: Dim>(x: Tensor[1, Batch + P, H; T], rows: Tensor[P; i32], positions: Tensor[P; i32], segments: Tensor[P; i32], step_positions: Tensor[Batch; i32]) -> Tensor[1, Batch + P, H; T]" {pub}
+      module.fn @decode_paged : "<Rows: Dim, Pages: Dim>(x: Tensor[Rows, 1, H; T], positions: Tensor[Rows; i32], table: Tensor[Rows, Pages; i32]) -> Tensor[Rows, 1, H; T]" {pub}
+      module.fn @prefill_paged : "<P: Dim, Rows: Dim, Pages: Dim>(x: Tensor[1, P, H; T], positions: Tensor[P; i32], rows: Tensor[P; i32], slots: Tensor[P; i32], table: Tensor[Rows, Pages; i32]) -> Tensor[1, P, H; T]" {pub}
+      module.fn @step_paged : "<P: Dim, Rows: Dim, Pages: Dim>(x: Tensor[1, P + Rows, H; T], positions: Tensor[P; i32], rows: Tensor[P; i32], slots: Tensor[P; i32], step_positions: Tensor[Rows; i32], table: Tensor[Rows, Pages; i32]) -> Tensor[1, P + Rows, H; T]" {pub}
     }
     module.block @GroupedQueryAttention ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float", "Shards: Dim = 1", "PageSize: Dim = 64"] attributes {path = "std.attn.grouped_query", rope_theta = 1.000000e+06 : f64} {
       module.sub @q_proj : "Linear<H, (Heads / Shards) * HeadDim, T>" {ggml = "attn_q", hf = "q_proj"}
@@ -33,6 +57,14 @@ builtin.module {
       module.fn @forward : "<B: Dim, S: Dim>(x: Tensor[B, S, H; T]) -> Tensor[B, S, H; T]" {pub}
       module.fn @decode : "(x: Tensor[Batch, 1, H; T], pos: i32) -> Tensor[Batch, 1, H; T]" {pub}
       module.fn @prefill : "<S: Dim>(x: Tensor[Batch, S, H; T], pos: i32) -> Tensor[Batch, S, H; T]" {pub}
+      module.fn @decode_rows : "(x: Tensor[Batch, 1, H; T], positions: Tensor[Batch; i32]) -> Tensor[Batch, 1, H; T]" {pub}
+      module.fn @prefill_slots : "<M: Dim, S: Dim>(x: Tensor[M, S, H; T], slots: Tensor[M; i32]) -> Tensor[M, S, H; T]" {pub}
+      module.fn @prefill_packed : "<P: Dim>(x: Tensor[1, P, H; T], rows: Tensor[P; i32], positions: Tensor[P; i32], segments: Tensor[P; i32]) -> Tensor[1, P, H; T]" {pub}
+      module.fn @packed : "<P: Dim>(x: Tensor[1, P, H; T], positions: Tensor[P; i32], segments: Tensor[P; i32]) -> Tensor[1, P, H; T]" {pub}
+      module.fn @step_packed : "<P: Dim>(x: Tensor[1, Batch + P, H; T], rows: Tensor[P; i32], positions: Tensor[P; i32], segments: Tensor[P; i32], step_positions: Tensor[Batch; i32]) -> Tensor[1, Batch + P, H; T]" {pub}
+      module.fn @decode_paged : "<Rows: Dim, Pages: Dim>(x: Tensor[Rows, 1, H; T], positions: Tensor[Rows; i32], table: Tensor[Rows, Pages; i32]) -> Tensor[Rows, 1, H; T]" {pub}
+      module.fn @prefill_paged : "<P: Dim, Rows: Dim, Pages: Dim>(x: Tensor[1, P, H; T], positions: Tensor[P; i32], rows: Tensor[P; i32], slots: Tensor[P; i32], table: Tensor[Rows, Pages; i32]) -> Tensor[1, P, H; T]" {pub}
+      module.fn @step_paged : "<P: Dim, Rows: Dim, Pages: Dim>(x: Tensor[1, P + Rows, H; T], positions: Tensor[P; i32], rows: Tensor[P; i32], slots: Tensor[P; i32], step_positions: Tensor[Rows; i32], table: Tensor[Rows, Pages; i32]) -> Tensor[1, P + Rows, H; T]" {pub}
     }
     module.block @SwiGlu ["H: Dim", "Inner: Dim", "T: Float = bf16"] attributes {path = "std.nn.mlp"} {
       module.sub @gate : "Linear<H, Inner, T>" {ggml = "ffn_gate", hf = "gate_proj"}

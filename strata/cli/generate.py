@@ -1,0 +1,48 @@
+"""`strata generate MODEL --prompt TEXT`: the reply streamed as text (timing on standard error),
+through the model's tokenizer, its chat template (`--chat`) and the program's sampler; with
+`--prompt-ids` it prints `ids=...` last, as `strata run`."""
+
+from __future__ import annotations
+
+import argparse
+
+from strata.cli.args import (
+    add_chat_prompt,
+    add_model,
+    add_prompt,
+    add_sampling,
+    add_target,
+    bounded_int,
+    knobs_of,
+    prompt_of,
+    sampling_of,
+)
+
+
+def add(sub) -> None:
+    p = sub.add_parser("generate", help="generate text from a prompt, streamed")
+    add_model(p)
+    add_prompt(p)
+    add_chat_prompt(p)
+    p.add_argument("--max-new-tokens", type=bounded_int(0), default=64,
+                   help="the most tokens to generate (default 64); it also stops at the end of a reply")
+    p.add_argument("--stop", action="append", default=[], metavar="S",
+                   help="stop before this text (repeatable); it is not printed")
+    p.add_argument("--verbose-prompt", action="store_true",
+                   help="print the prompt's token ids to standard error first")
+    add_sampling(p)
+    add_target(p, run=True)
+    p.add_argument("--cache-dir", metavar="DIR", default=None,
+                   help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
+    p.add_argument("--allow-nonfinite", action="store_true",
+                   help="run even if a weight holds NaN or infinity (warns instead of refusing)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from strata.runtime.textgen import generate_text
+
+    generate_text(args.model, prompt_of(args), args.max_new_tokens, sampling_of(args), stop=args.stop,
+                  target_name=args.target, knobs=knobs_of(args), interpret=getattr(args, "interpret", False),
+                  cache_dir=args.cache_dir, allow_nonfinite=args.allow_nonfinite, verbose_prompt=args.verbose_prompt)
+    return 0

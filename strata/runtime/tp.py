@@ -1,0 +1,325 @@
+"""Tensor-parallel programs: one process per rank on torch.distributed (gloo on CPUs, NCCL on
+GPUs), behind the one runtime protocol (`strata.runtime.program`).
+
+    program = launch("models/tiny", tp=2)             # this process is rank 0; ranks 1.. are spawned
+    out = generate(program, [1, 2, 3], 16)            # the one loop: every step runs on every rank
+    program.close()                                   # the followers stop and are waited for
+
+Rank 0 owns the request (the tokenizer, the scheduler, the output): its `Leader` is a Program
+whose every call (prefill, decode, reset, close) is first broadcast to the other ranks, which
+`follow` it with their own program over the same group; the collectives inside the compiled
+program meet across the processes. The launch is a library call for every command that runs a
+model (`strata run --tp N`; `generate` and `serve` call `launch` the same way); `torchrun
+--nproc-per-node N -m strata.runtime.worker MODEL ...` starts the same ranks on one or more
+nodes (`strata.runtime.worker`).
+
+A rank compiles nothing: rank 0 compiles (or reuses) the sharded program into the cache
+(`MODEL/.strata-cache/TARGET-tpN`) while the others wait at a barrier, then every rank loads it
+with its own pieces of the weights (the weight store reads only those).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from strata.errors import StrataError
+from strata.runtime.program import Program, Step
+
+#: How long a rank waits for the others (in a collective, at the start) before failing.
+TIMEOUT_S = 300
+#: The commands rank 0 broadcasts: a header [command, position, tokens], then the tokens.
+CLOSE, PREFILL, DECODE, RESET, MEMORY = 0, 1, 2, 3, 4
+
+
+class TensorParallelError(StrataError):
+    """Ranks that cannot be started or that stopped."""
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for the ranks' rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def backend_of(target_name: str) -> str:
+    return "nccl" if target_name == "cuda" else "gloo"
+
+
+def open_rank(model: Any, target_name: str, knobs: Mapping[str, Any] | None, tp: int, rank: int,
+              init_method: str, *, cache_dir: str | Path | None = None, timeout_s: float = TIMEOUT_S) -> Program:
+    """Join the group as `rank` of `tp` and open this rank's program: rank 0 compiles (or reuses)
+    it first, the others wait and load what it wrote."""
+    import torch.distributed as dist
+
+    from strata.pipeline import cached_compile
+    from strata.runtime.engine import cache_dir_of, open_program, resolved_knobs
+
+    dist.init_process_group(backend_of(target_name), init_method=init_method, rank=rank, world_size=tp,
+                            timeout=timedelta(seconds=timeout_s))
+    k = resolved_knobs(model, target_name, {**(knobs or {}), "tp": tp})
+    cache = Path(cache_dir) if cache_dir is not None else cache_dir_of(model, target_name, tp=tp)
+    store = model.open_weights(quiet=rank != 0)
+    if rank == 0:
+        from strata.errors import say
+
+        out, rebuilt = cached_compile(model, target_name, cache, k, store)
+        if rebuilt is not None:
+            say(f"compiled {model.root} for {target_name} on {tp} ranks into {out}")
+    dist.barrier()
+    program = open_program(model, target_name, k, store=store, cache_dir=cache, group=dist.group.WORLD,
+                           quiet=rank != 0)
+    program.weights_dir = model.root  # type: ignore[attr-defined]  (what resident_weight_bytes reads)
+    return program
+
+
+class Leader:
+    """Rank 0's program: each call is broadcast to the followers, then run here."""
+
+    def __init__(self, program: Program, followers: Sequence[subprocess.Popen] = ()):
+        self.program, self.followers = program, list(followers)
+        self.name, self.vocab, self.n_ctx = program.name, program.vocab, program.n_ctx
+        self.runtime = f"{program.runtime}, {self.size} ranks"
+        self.closed = False
+
+    @property
+    def size(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_world_size()
+
+    def _send(self, command: int, position: int = 0, tokens: Sequence[int] = ()) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self._check_followers()
+        dist.broadcast(torch.tensor([command, position, len(tokens)], dtype=torch.int64), src=0)
+        if tokens:
+            dist.broadcast(torch.tensor(list(tokens), dtype=torch.int64), src=0)
+
+    def _check_followers(self) -> None:
+        for p in self.followers:
+            if p.poll() is not None:
+                raise TensorParallelError(f"rank process {p.pid} stopped (exit status {p.returncode})")
+
+    def reset(self) -> None:
+        self._send(RESET)
+        self.program.reset()
+
+    def prefill(self, tokens: Sequence[int], start: int, sampling: Any = None) -> Step:
+        # rank 0 draws with its own sampler: the others follow the tokens it sends
+        self._send(PREFILL, start, tokens)
+        return self.program.prefill(tokens, start, sampling)
+
+    def decode(self, token: int, pos: int, sampling: Any = None) -> Step:
+        self._send(DECODE, pos, [int(token)])
+        return self.program.decode(token, pos, sampling)
+
+    def resident_weight_bytes(self) -> list[int]:
+        """Each rank's resident weight bytes, by rank (see `resident_weight_bytes`)."""
+        import torch
+        import torch.distributed as dist
+
+        self._send(MEMORY)
+        mine = torch.tensor([resident_weight_bytes(self.program, self.program.weights_dir)], dtype=torch.int64)
+        out = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size)]
+        dist.all_gather(out, mine)
+        return [int(t[0]) for t in out]
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if all(p.poll() is None for p in self.followers):
+                self._send(CLOSE)
+        finally:
+            self.program.close()
+            _leave()  # before waiting: leaving the group is collective
+            stop(self.followers)
+
+
+def follow(program: Program) -> None:
+    """A follower's loop: run each call rank 0 broadcasts until it closes."""
+    import torch
+    import torch.distributed as dist
+
+    try:
+        while True:
+            header = torch.zeros(3, dtype=torch.int64)
+            dist.broadcast(header, src=0)
+            command, position, n = (int(v) for v in header)
+            tokens = torch.zeros(n, dtype=torch.int64)
+            if n:
+                dist.broadcast(tokens, src=0)
+            ids = np.asarray(tokens.numpy(), dtype=np.int32)
+            if command == CLOSE:
+                return
+            if command == RESET:
+                program.reset()
+            elif command == PREFILL:
+                program.prefill(ids.tolist(), position)
+            elif command == DECODE:
+                program.decode(int(ids[0]), position)
+            elif command == MEMORY:
+                out = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
+                mine = resident_weight_bytes(program, program.weights_dir)  # type: ignore[attr-defined]
+                dist.all_gather(out, torch.tensor([mine], dtype=torch.int64))
+            else:
+                raise TensorParallelError(f"rank {dist.get_rank()}: unknown command {command} from rank 0")
+    finally:
+        program.close()
+        _leave()
+
+
+def resident_weight_bytes(program: Any, weights: str | Path) -> int:
+    """The weight bytes this process holds in memory: the resident pages of its mappings of the
+    checkpoint's files under `weights` (read from /proc/self/smaps: what the views of the memory
+    map have touched), plus the arrays that the program's `Model` owns (the copied pieces and
+    converted tensors), less its state buffers (the KV cache)."""
+    root = str(Path(weights).resolve())
+    mapped, current = 0, ""
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and len(fields) >= 5:  # a mapping's first line
+            current = fields[5] if len(fields) > 5 else ""
+        elif fields and fields[0] == "Rss:" and current.startswith(root):
+            mapped += int(fields[1]) * 1024
+    model = getattr(program, "model", None)
+    owned: dict[int, int] = {}
+    for value in vars(model).values() if model is not None else ():
+        base = value
+        while isinstance(base, np.ndarray) and not isinstance(base, np.memmap) and base.base is not None:
+            base = base.base
+        if isinstance(base, np.ndarray) and not isinstance(base, np.memmap):
+            owned[id(base)] = base.nbytes
+    state = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in getattr(model, "STATE", {}).values())
+    return mapped + sum(owned.values()) - state
+
+
+def _leave() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def stop(processes: Sequence[subprocess.Popen], wait_s: float = 30.0) -> None:
+    """Wait for the follower processes, killing any that do not stop in time."""
+    for p in processes:
+        try:
+            p.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def opener(tp: int):
+    """What `strata.runtime.engine.run_prompt` opens a program with to run on `tp` ranks."""
+    return lambda model_path, target_name, knobs, cache_dir: launch(model_path, tp, target_name, knobs,
+                                                                    cache_dir=cache_dir)
+
+
+def launch(model_path: str | Path, tp: int, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,
+           cache_dir: str | Path | None = None, threads: int | None = None, timeout_s: float = TIMEOUT_S) -> Leader:
+    """Start `tp` ranks on this machine: ranks 1.. as processes of this module (the worker's), this
+    process as rank 0, joined on 127.0.0.1 (gloo on the CPU). Returns rank 0's program, whose
+    calls every rank runs; `threads`: the math threads of each rank (OMP/BLAS)."""
+    from strata.pipeline import load_model
+
+    if tp < 2:
+        raise TensorParallelError(f"--tp takes 2 or more ranks, got {tp}")
+    if target_name != "cpu":
+        raise TensorParallelError(f"--tp runs --target cpu (gloo) here; --target {target_name} with NCCL needs "
+                                  "GPUs and is started by torchrun -m strata.runtime.worker")
+    model = load_model(model_path)
+    init = f"tcp://127.0.0.1:{free_port()}"
+    env = dict(os.environ)
+    if threads is not None:
+        env.update({v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
+    followers = [subprocess.Popen(
+        [sys.executable, "-m", "strata.runtime.tp", str(model_path), "--tp", str(tp), "--rank", str(r),
+         "--init-method", init, "--target", target_name, "--knobs", json.dumps(dict(knobs or {})),
+         "--timeout", str(timeout_s), *(["--cache-dir", str(cache_dir)] if cache_dir is not None else [])],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) for r in range(1, tp)]
+    try:
+        program = open_rank(model, target_name, knobs, tp, 0, init, cache_dir=cache_dir, timeout_s=timeout_s)
+    except BaseException:
+        for p in followers:
+            p.kill()
+        stop(followers)
+        _leave()
+        raise
+    return Leader(program, followers)
+
+
+# ---------------------------------------------------------------------------------------------
+# One rank as a process: `python -m strata.runtime.tp` (spawned by launch) or strata.runtime.worker (torchrun)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from strata.errors import run_tool
+
+    p = argparse.ArgumentParser(prog="strata rank", description="one rank of a tensor-parallel program")
+    p.add_argument("model", help="the model directory or GGUF file")
+    p.add_argument("--tp", type=int, default=None, help="the ranks (default: torchrun's WORLD_SIZE)")
+    p.add_argument("--rank", type=int, default=None, help="this process's rank (default: torchrun's RANK)")
+    p.add_argument("--init-method", default=None, help="the rendezvous (default: torchrun's env://)")
+    p.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--knobs", default="{}", help="the target's knobs, as JSON")
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--timeout", type=float, default=None, help="seconds a rank waits for the others")
+    p.add_argument("--prompt-ids", default=None, help="rank 0: the request's ids, e.g. 1,2,3")
+    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--dump-logits", default=None)
+    args = p.parse_args(argv)
+    return run_tool("strata rank", lambda: _run(args), owns_process=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from strata.errors import StrataError
+    from strata.pipeline import load_model
+
+    tp = args.tp if args.tp is not None else int(os.environ.get("WORLD_SIZE", "0"))
+    rank = args.rank if args.rank is not None else int(os.environ.get("RANK", "-1"))
+    if tp < 2 or not 0 <= rank < tp:
+        raise StrataError(f"strata.runtime.worker: needs --tp N >= 2 and --rank in 0..N-1 (or torchrun's "
+                          f"WORLD_SIZE and RANK), got tp={tp} rank={rank}")
+    try:
+        knobs = json.loads(args.knobs)
+    except ValueError as e:
+        raise StrataError(f"strata.runtime.worker: --knobs is not JSON ({e})") from None
+    model = load_model(args.model)
+    program = open_rank(model, args.target, knobs, tp, rank, args.init_method or "env://",
+                        cache_dir=args.cache_dir, timeout_s=args.timeout or TIMEOUT_S)
+    if rank != 0:
+        follow(program)
+        return 0
+    if args.prompt_ids is None:
+        raise StrataError("strata.runtime.worker: rank 0 needs --prompt-ids")
+    from strata.runtime.engine import generate_reported
+    from strata.runtime.request import check_request, parse_prompt_ids
+
+    leader = Leader(program)
+    try:
+        ids = check_request(parse_prompt_ids(args.prompt_ids), args.max_new_tokens, leader.vocab, leader.n_ctx)
+    except BaseException:
+        leader.close()
+        raise
+    generate_reported(leader, ids, args.max_new_tokens, args.dump_logits)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""A tiny model with a real vocabulary for the text commands: the default model's 512-token BPE
+and its ChatML template beside a tiny random llama of that vocabulary."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from strata.models.default_vocab import DATA_DIR, FILES, VOCAB_SIZE
+from support import tiny, write_checkpoint
+
+
+@pytest.fixture(scope="session")
+def text_model(tmp_path_factory):
+    d = write_checkpoint(tiny("llama", vocab_size=VOCAB_SIZE), tmp_path_factory.mktemp("text") / "tiny", std=0.5)
+    for name in FILES:
+        shutil.copyfile(DATA_DIR / name, d / name)
+    return d
