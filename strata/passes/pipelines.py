@@ -82,17 +82,19 @@ def generic_options(values: dict[str, Any]) -> dict[str, int]:
 
 
 def entry_pipeline(entry: str, *, tokens: int = 0, start: int = -1, ctx: int = 0, kv_pad: int = 256,
-                   flash_attn: bool = True, **generics: int) -> str:
+                   flash_attn: bool = True, kv_type: str = "", act_quant: bool = True, **generics: int) -> str:
     """The pass pipeline that lowers one entry (or several, comma-separated: what `strata ir
-    --level op` and `trace` run, and the targets); `generics` sets the options of
-    GENERIC_OPTIONS by their option names (batch=4), each given only where it is not its
-    default."""
+    --level op` and `trace` run, and the targets); `kv_type` the cache's element type ("": the
+    model's), `act_quant=False` keeps float activations for block-quantized weights (see
+    convert-module-to-op); `generics` sets the options of GENERIC_OPTIONS by their option names
+    (batch=4), each given only where it is not its default."""
     defaults = dict(GENERIC_OPTIONS.values())
     unknown = sorted(set(generics) - set(defaults))
     if unknown:
         raise PipelineError(f"convert-module-to-op has no option {unknown[0]!r}")
     flash = "true" if flash_attn else "false"
     extra = "".join(f" {k}={v}" for k, v in generics.items() if v is not None and v != defaults[k])
+    extra += (f" kv_type={kv_type}" if kv_type else "") + ("" if act_quant else " act_quant=false")
     return (f"convert-module-to-op{{entry={entry} tokens={tokens} start={start} ctx={ctx} kv_pad={kv_pad} "
             f"flash_attn={flash}{extra}}}")
 

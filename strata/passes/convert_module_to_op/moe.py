@@ -50,7 +50,8 @@ class SparseMoe:
                 op = O.MulMatIdShardedOp.create(operands=[w, b, selected], result_types=[tensor(shape)],
                                                 attributes=O.group_attrs(lo.ranks))
             else:
-                op = O.MulMatIdOp.create(operands=[w, b, selected], result_types=[tensor(shape)])
+                op = O.MulMatIdOp.create(operands=[w, b, selected], result_types=[tensor(shape)],
+                                         attributes=g.activation_quant(w))
             return g.add(op, label)
 
         up = experts("up_exps", rows, f"ffn_moe_up{sfx}")

@@ -35,7 +35,7 @@ import ast
 from collections.abc import Callable
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp
+from xdsl.dialects.builtin import DYNAMIC_INDEX, Float16Type, ModuleOp
 from xdsl.ir import Operation
 
 from strata.dialects import op as O
@@ -101,10 +101,10 @@ def _input(e: CpuEmitter, op: O.InputOp) -> None:
 
 #: Ops printed as `kernel(operands...)`, with no attributes: op class -> kernel name.
 PLAIN_KERNELS: dict[type[Operation], str] = {
-    O.GetRowsOp: "get_rows", O.MulOp: "mul", O.AddOp: "add", O.MulMatOp: "mul_mat", O.TransposeOp: "transpose",
+    O.GetRowsOp: "get_rows", O.MulOp: "mul", O.AddOp: "add", O.TransposeOp: "transpose",
     O.CpyOp: "cpy", O.ArgmaxOp: "argmax", O.SwigluOp: "swiglu",
     O.DivOp: "div", O.SiluOp: "silu", O.SigmoidOp: "sigmoid", O.SoftplusOp: "softplus", O.SumRowsOp: "sum_rows",
-    O.MulMatIdOp: "mul_mat_id", O.SsmConvOp: "ssm_conv", O.TargetLogProbsOp: "target_log_probs",
+    O.SsmConvOp: "ssm_conv", O.TargetLogProbsOp: "target_log_probs",
 }
 
 
@@ -213,10 +213,31 @@ def _rope(e: CpuEmitter, op: O.RopeOp) -> None:
     e.assign(op, "rope", *args)
 
 
+def _products(kernel: str) -> Callable[[CpuEmitter, Operation], None]:
+    """MUL_MAT / MUL_MAT_ID: plain, or with ggml-cpu's quantized activations (`act`)."""
+
+    def emit(e: CpuEmitter, op: Operation) -> None:
+        args = [e.ref(v) for v in op.operands]
+        quant = op.activation_quant  # type: ignore[attr-defined]
+        if quant is None:
+            e.assign(op, kernel, *args)
+            return
+        kind, order = quant
+        e.assign(op, f"{kernel}_quantized", *args, repr(kind), int_tuple(order) if order else "None")
+
+    return emit
+
+
+CPU_EMITTER.add(O.MulMatOp, _products("mul_mat"))
+CPU_EMITTER.add(O.MulMatIdOp, _products("mul_mat_id"))
+
+
 @CPU_EMITTER.register(O.FlashAttnExtOp)
 def _flash_attn_ext(e: CpuEmitter, op: O.FlashAttnExtOp) -> None:
-    e.assign(op, "flash_attn_ext", e.ref(op.q), e.ref(op.k), e.ref(op.v),
-                e.ref(op.mask), float_lit(op.scale.value.data))
+    # ggml-cpu computes attention over a float16 KV cache its own way (kernels_ggml's docstring)
+    f16 = all(isinstance(O.elem_of(v), Float16Type) for v in (op.k, op.v))
+    e.assign(op, "flash_attn_ext_f16" if f16 else "flash_attn_ext", e.ref(op.q), e.ref(op.k), e.ref(op.v),
+             e.ref(op.mask), float_lit(op.scale.value.data))
 
 
 @CPU_EMITTER.register(O.SampleOp)
