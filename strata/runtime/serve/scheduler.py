@@ -116,15 +116,7 @@ class Scheduler:
     def add(self, request: SeqRequest) -> Seq:
         """Queue a request (checked by the caller against the context: prompt + max_tokens - 1 <= n_ctx)."""
         prompt = [int(t) for t in request.prompt]
-        if not prompt:
-            raise SchedulerError("the prompt is empty")
-        if len(prompt) + max(request.max_tokens - 1, 0) > self.program.n_ctx:
-            raise SchedulerError(f"the prompt ({len(prompt)} tokens) plus {request.max_tokens} new tokens do not fit "
-                                 f"the context of {self.program.n_ctx}")
-        pages = -(-(len(prompt) + max(request.max_tokens - 1, 0)) // self.page_size)
-        if pages > self.pages.num_pages:
-            raise SchedulerError(f"the prompt ({len(prompt)} tokens) plus {request.max_tokens} new tokens need {pages} "
-                                 f"KV pages of {self.page_size}, more than the {self.pages.num_pages} there are")
+        self.check(len(prompt), request.max_tokens)
         sampling = None if request.sampling is None or request.sampling.greedy else request.sampling.resolved()
         counts = SequenceTokens(self.program.vocab) if needs_sampler(sampling) else None
         seq = Seq(next(self._ids), request, prompt, sampling, counts)
@@ -133,6 +125,27 @@ class Scheduler:
         else:
             self.waiting.append(seq)
         return seq
+
+    def check(self, prompt_len: int, max_tokens: int) -> None:
+        """Refuse a request that can never run: empty, past the context, or more pages than there are."""
+        if prompt_len < 1:
+            raise SchedulerError("the prompt is empty")
+        # The last new token is returned, never fed back: it needs no cache cell.
+        need = prompt_len + max(max_tokens - 1, 0)
+        if need > self.program.n_ctx:
+            raise SchedulerError(f"the prompt ({prompt_len} tokens) plus {max_tokens} new tokens need {need} "
+                                 f"positions, more than the context of {self.program.n_ctx} tokens")
+        pages = -(-need // self.page_size)
+        if pages > self.pages.num_pages:
+            raise SchedulerError(f"the prompt ({prompt_len} tokens) plus {max_tokens} new tokens need {pages} "
+                                 f"KV pages of {self.page_size}, more than the {self.pages.num_pages} there are")
+
+    def abort_all(self) -> None:
+        """End every sequence now (cancelled), its pages freed, without telling its caller."""
+        for seq in list(self.running) + list(self.waiting):
+            seq.request.on_finish = None
+            seq.cancelled = True
+        self._drop_cancelled()
 
     def cancel(self, seq: Seq) -> None:
         """End `seq` at the next step (thread-safe: only a flag), its pages freed."""
