@@ -28,9 +28,10 @@ lit: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
+# Two pytest workers, a test file each at a time (a file's fixtures are built once).
 test: $(STAMP)
 	$(BIN)/lit -s tests/lit
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 
 bench: $(STAMP)
 	$(BIN)/python bench/compile_speed.py

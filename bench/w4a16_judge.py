@@ -1,4 +1,4 @@
-"""The w4a16 judge on a small random Llama (issue 10 item 1): calibrate -> smoothquant ->
+"""The w4a16 judge on a small random Llama: calibrate -> smoothquant ->
 quantize-w4a16 (block 128) -> ONNX Runtime on the int4 graph (MatMulNBits for every projection
 and the head), against the blueprint level under the w4a16 recipe and the f32 op level.
 

@@ -1,4 +1,4 @@
-"""The blueprint interpreter (issue 8 item 5): each node against numpy/torch references in f32,
+"""The blueprint interpreter: each node against numpy/torch references in f32,
 its precision emulation (bf16, fp8 block weights, int4 asymmetric weights), groups, and one
 decode step of a tiny Gated DeltaNet (linear attention) layer + MoE under f32 and fp8 weights."""
 

@@ -1,4 +1,4 @@
-"""The blueprint level's precision against the op level in f32 (issue 8 item 5): the f32 recipe
+"""The blueprint level's precision against the op level in f32: the f32 recipe
 generates the op level's 32 greedy tokens for every family; fp8-bf16head's top-1 agrees on at
 least 30 of 32 steps (teacher-forced) for the dense families; the per-node error report shows each format's own rounding where the
 error enters (bf16 embedding rows, fp8 block weights of the first projection)."""

@@ -1,4 +1,4 @@
-"""Ahead-of-time compilation of every CUDA kernel for Hopper (sm_90a) without a GPU (issue 9):
+"""Ahead-of-time compilation of every CUDA kernel for Hopper (sm_90a) without a GPU:
 `python -m strata.targets.cuda.aot` compiles each spec of `aot.SPECS` (the kernels at Qwen3-8B's
 and Qwen3.6-35B-A3B's sizes) with triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))
 and reads registers, shared and local memory from the cubin. It runs in a subprocess without

@@ -1,4 +1,4 @@
-"""The CUDA kernel table (issue 9): every group rule a blueprint can carry has launchers, and
+"""The CUDA kernel table: every group rule a blueprint can carry has launchers, and
 they exist."""
 
 from __future__ import annotations

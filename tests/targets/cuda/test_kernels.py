@@ -1,4 +1,4 @@
-"""The CUDA target's Triton kernels (issue 9) against the numpy reference of their groups'
+"""The CUDA target's Triton kernels against the numpy reference of their groups'
 nodes, run by the Triton interpreter on the CPU (TRITON_INTERPRET=1, torch CPU tensors).
 
 The interpreter gets bf16 arithmetic and f32 -> fp8 downcasts wrong, so every test runs in f32:

@@ -1,4 +1,4 @@
-"""The CUDA target (issue 9): `strata compile --target cuda` writes kernels.py and model.py; run
+"""The CUDA target: `strata compile --target cuda` writes kernels.py and model.py; run
 under Triton's interpreter on the CPU (TRITON_INTERPRET=1, set by tests/conftest.py) the
 generated code decodes greedily as the CPU target does.
 
