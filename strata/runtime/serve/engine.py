@@ -4,7 +4,7 @@
     engine = ServeEngine(program, tokenizer, page_size=16, num_pages=64, prefix_cache=prefix_cache)
     engine.start()
     handle = engine.submit(prompt_ids, max_tokens=32, sampling=params, stop=["\\n\\n"], emit=events.append)
-    # emit gets ("text", text, ids) pieces, then ("done", finish_reason) once, on the engine's thread
+    # emit gets ("text", text, ids, logprobs) pieces, then ("done", finish_reason) once, on the engine's thread
     engine.cancel(handle)                  # a client gone: its pages are freed at the next step
     engine.drain(timeout=5); engine.close()
 
@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from strata.errors import StrataError, warn
 from strata.runtime.sampling import SamplingParams
@@ -83,6 +85,18 @@ class Handle:
     last_token_at: float | None = None
     finish_reason: str | None = None
     completion_tokens: int = 0
+    #: None: no log-probabilities; k >= 0: each token's, with the k most likely beside it.
+    logprobs: int | None = None
+
+
+def token_logprobs(logits: np.ndarray, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
+    """The log-probability of `token` under the model's distribution (a log-softmax of its
+    logits, in float64, before any sampling parameter) and the `top` most likely (id, logprob)."""
+    z = np.asarray(logits, np.float64)
+    z = z - z.max()
+    lp = z - np.log(np.exp(z).sum())
+    best = np.argsort(-lp, kind="stable")[:top] if top else []
+    return float(lp[token]), [(int(i), float(lp[i])) for i in best]
 
 
 class Observer:
@@ -105,9 +119,12 @@ class _Text:
         self.detok = tokenizer.detokenizer(skip_special=True, context=handle.prompt)
         self.stops = StopStrings(handle.stop)
         self.pending: list[int] = []
+        self.pending_logprobs: list[tuple[float, list[tuple[int, float]]]] = []
 
-    def on_token(self, token: int) -> str | None:
+    def on_token(self, token: int, logits: np.ndarray | None = None) -> str | None:
         self.pending.append(token)
+        if self.handle.logprobs is not None and logits is not None:
+            self.pending_logprobs.append(token_logprobs(logits, token, self.handle.logprobs))
         if token in self.end_ids:  # the sequence ends on it; an end-of-turn token is not text
             return None
         shown = self.stops.push(self.detok.push(token))
@@ -129,7 +146,8 @@ class _Text:
 
     def _piece(self, text: str) -> None:
         ids, self.pending = self.pending, []
-        self.handle.emit(("text", text, ids))
+        lps, self.pending_logprobs = self.pending_logprobs, []
+        self.handle.emit(("text", text, ids, lps))
 
 
 class ServeEngine:
@@ -159,12 +177,12 @@ class ServeEngine:
         self.scheduler.check(len(prompt), max_tokens)
 
     def submit(self, prompt: Sequence[int], max_tokens: int, *, sampling: SamplingParams | None = None,
-               stop: Iterable[str] = (), emit: Callable[[tuple], None]) -> Handle:
+               stop: Iterable[str] = (), emit: Callable[[tuple], None], logprobs: int | None = None) -> Handle:
         from strata.runtime.text import StopStrings
 
         stop = tuple(stop)
         StopStrings(stop)  # a bad stop string is refused here, not on the engine's thread
-        handle = Handle([int(t) for t in prompt], int(max_tokens), sampling, stop, emit)
+        handle = Handle([int(t) for t in prompt], int(max_tokens), sampling, stop, emit, logprobs=logprobs)
         self.check(handle.prompt, handle.max_tokens)
         with self._wake:
             if self.draining or self._closed:
@@ -245,7 +263,7 @@ class ServeEngine:
                 self.observer.inter_token(now - handle.last_token_at)
             handle.last_token_at = now
             handle.completion_tokens += 1
-            return text.on_token(token)
+            return text.on_token(token, seq.logits)
 
         def on_finish(seq: Seq) -> None:
             handle.finish_reason = seq.finish_reason

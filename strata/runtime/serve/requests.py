@@ -6,8 +6,10 @@
 A field of the wrong type or out of range is an `ApiError` (400) naming it; unknown fields are
 ignored, as OpenAI's API ignores them. The sampling defaults are OpenAI's (temperature 1,
 top_p 1); choice i of `n` draws with seed + i (choice 0 with the seed itself, as `strata
-generate --seed` draws), or with a random seed of its own when none is given. `logprobs`,
-`top_logprobs` and `echo` are refused (400): the server does not compute log-probabilities.
+generate --seed` draws), or with a random seed of its own when none is given. Log-probabilities
+(`logprobs` of a completion: the top count; of a chat, `logprobs: true` and `top_logprobs`)
+are the model's own, a log-softmax of the logits that chose the token, before temperature and
+penalties (as vLLM returns them); `echo` is refused.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from typing import Any
 
 from strata.runtime.sampling import SamplingError, SamplingParams
 
-#: The most choices one request may ask for, and the most stop strings (OpenAI's limit).
-MAX_N, MAX_STOPS = 16, 4
+#: The most choices one request may ask for, the most stop strings and top log-probs (OpenAI's limits).
+MAX_N, MAX_STOPS, MAX_LOGPROBS = 16, 4, 20
 
 
 class ApiError(Exception):
@@ -38,6 +40,8 @@ class Parsed:
     n: int
     stream: bool
     include_usage: bool
+    #: None: no log-probabilities; k: each token's, and the k most likely.
+    logprobs: int | None = None
 
     def choice_sampling(self, i: int) -> SamplingParams:
         if self.sampling.seed is None or i == 0:
@@ -79,9 +83,9 @@ def _common(body: Any, engine: Any, model_name: str, prompt: list[int], max_toke
             raise ApiError(f"'model' must be a string, got {_shown(model)}", "model")
         raise ApiError(f"the model '{model[:80]}' does not exist; this server serves '{model_name}'", "model",
                        404, "model_not_found")
-    for name in ("logprobs", "top_logprobs", "echo"):
-        if body.get(name) not in (None, False, 0):
-            raise ApiError(f"'{name}' is not supported by this server (it computes no log-probabilities)", name)
+    if body.get("echo") not in (None, False):
+        raise ApiError("'echo' is not supported by this server", "echo")
+    logprobs = _logprobs(body, chat=max_tokens_field != "max_tokens")
     if body.get("best_of") not in (None, 1):
         raise ApiError("'best_of' is not supported (use n)", "best_of")
     if body.get("suffix") not in (None, ""):
@@ -144,7 +148,24 @@ def _common(body: Any, engine: Any, model_name: str, prompt: list[int], max_toke
         if not stream:
             raise ApiError("'stream_options' is only allowed when 'stream' is true", "stream_options")
         include_usage = bool(options.get("include_usage", False))
-    return Parsed(prompt, max_tokens, sampling, stops, n, bool(stream), include_usage)
+    return Parsed(prompt, max_tokens, sampling, stops, n, bool(stream), include_usage, logprobs)
+
+
+def _logprobs(body: Mapping[str, Any], chat: bool) -> int | None:
+    if not chat:  # completions: logprobs is the number of top log-probs (0: the chosen token's only)
+        k = _integer(body, "logprobs", None, 0)
+    else:  # chat: logprobs true, top_logprobs the number
+        wanted = body.get("logprobs")
+        if wanted is not None and not isinstance(wanted, bool):
+            raise ApiError(f"'logprobs' must be a boolean, got {_shown(wanted)}", "logprobs")
+        k = _integer(body, "top_logprobs", None, 0)
+        if k is not None and not wanted:
+            raise ApiError("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        k = (k or 0) if wanted else None
+    if k is not None and k > MAX_LOGPROBS:
+        raise ApiError(f"'{'top_logprobs' if chat else 'logprobs'}' must be at most {MAX_LOGPROBS}, got {k}",
+                       "top_logprobs" if chat else "logprobs")
+    return k
 
 
 def _body(body: Any) -> Mapping[str, Any]:

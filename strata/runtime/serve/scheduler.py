@@ -83,6 +83,8 @@ class Seq:
     stopped_by: int | str | None = None
     cancelled: bool = False
     preemptions: int = 0
+    #: The logits [vocab] that chose the newest output token (for log-probabilities), the model's own.
+    logits: np.ndarray | None = None
 
 
 class Scheduler:
@@ -237,6 +239,7 @@ class Scheduler:
             return  # a prompt chunk (or a recompute) not yet at its end
         row = logits[self.rows + seq.row if seq.id in self._step_rows else seq.row]
         token = self._choose(seq, row)
+        seq.logits = row
         seq.outputs.append(token)
         seq.tokens.append(token)
         self.generated_tokens += 1

@@ -22,6 +22,7 @@ import time
 import uuid
 from typing import Any
 
+import numpy as np
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -143,7 +144,7 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None)
         try:
             for i, q in enumerate(queues):
                 handles.append(engine.submit(parsed.prompt, parsed.max_tokens, sampling=parsed.choice_sampling(i),
-                                             stop=parsed.stop, emit=_bridge(loop, q)))
+                                             stop=parsed.stop, emit=_bridge(loop, q), logprobs=parsed.logprobs))
         except QueueFull as e:
             _cancel(engine, handles)
             return error_response(429, f"{e}; retry later", "rate_limit_error", code="queue_full",
@@ -155,7 +156,7 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None)
         except SchedulerError as e:
             return error_response(400, str(e), param="max_tokens", code="context_length_exceeded")
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        reply = _Reply(rid, model_name, chat, parsed, handles, queues)
+        reply = _Reply(rid, model_name, chat, parsed, handles, queues, engine.tokenizer)
         if parsed.stream:
             return StreamingResponse(reply.events(engine), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
@@ -185,8 +186,8 @@ class _Reply:
     """One request's answer, whole or as server-sent events, from its choices' event queues."""
 
     def __init__(self, rid: str, model: str, chat: bool, parsed: Parsed, handles: list[Handle],
-                 queues: list[asyncio.Queue]):
-        self.rid, self.model, self.chat, self.parsed = rid, model, chat, parsed
+                 queues: list[asyncio.Queue], tokenizer: Any):
+        self.rid, self.model, self.chat, self.parsed, self.tokenizer = rid, model, chat, parsed, tokenizer
         self.handles, self.queues = handles, queues
         self.created = int(time.time())
         self.object = ("chat.completion" if chat else "text_completion")
@@ -199,6 +200,7 @@ class _Reply:
     async def whole(self, engine: ServeEngine, request: Request):
         texts = [""] * len(self.queues)
         reasons: list[str | None] = [None] * len(self.queues)
+        pieces: list[list[tuple[list[int], list]]] = [[] for _ in self.queues]
         try:
             for i, q in enumerate(self.queues):
                 while reasons[i] is None:
@@ -210,6 +212,7 @@ class _Reply:
                         continue
                     if event[0] == "text":
                         texts[i] += event[1]
+                        pieces[i].append((event[2], event[3]))
                     elif event[0] == "done":
                         reasons[i] = FINISH.get(event[1], event[1])
                     else:
@@ -218,11 +221,14 @@ class _Reply:
             _cancel(engine, [h for h in self.handles if h.finish_reason is None])
         choices = []
         for i, (text, reason) in enumerate(zip(texts, reasons)):
+            ids = [t for p, _ in pieces[i] for t in p]
+            lps = [x for _, lp in pieces[i] for x in lp]
+            logprobs = self._logprobs(ids, lps, 0)
             if self.chat:
-                choices.append({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                choices.append({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
                                 "finish_reason": reason})
             else:
-                choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": reason})
+                choices.append({"index": i, "text": text, "logprobs": logprobs, "finish_reason": reason})
         return {"id": self.rid, "object": self.object, "created": self.created, "model": self.model,
                 "choices": choices, "usage": self.usage()}
 
@@ -233,13 +239,28 @@ class _Reply:
             body["usage"] = usage
         return f"data: {json.dumps(body)}\n\n"
 
-    def _choice(self, i: int, text: str | None, reason: str | None, first: bool = False) -> dict:
+    def _logprobs(self, ids: list[int], lps: list, offset: int) -> dict | None:
+        """OpenAI's logprobs object of these tokens (`offset`: where their text starts in the reply)."""
+        if self.parsed.logprobs is None:
+            return None
+        text = [self.tokenizer.decode([t]) for t in ids]
+        if self.chat:
+            def entry(t: str, lp: float) -> dict:
+                return {"token": t, "logprob": lp, "bytes": list(t.encode("utf-8"))}
+            return {"content": [{**entry(s, lp), "top_logprobs": [entry(self.tokenizer.decode([j]), v) for j, v in top]}
+                                for s, (lp, top) in zip(text, lps)]}
+        offsets = list(np.cumsum([offset] + [len(s) for s in text])[:-1].tolist()) if text else []
+        return {"tokens": text, "token_logprobs": [lp for lp, _ in lps], "text_offset": offsets,
+                "top_logprobs": [{self.tokenizer.decode([j]): v for j, v in top} for _, top in lps]}
+
+    def _choice(self, i: int, text: str | None, reason: str | None, first: bool = False,
+                logprobs: dict | None = None) -> dict:
         if not self.chat:
-            return {"index": i, "text": text or "", "logprobs": None, "finish_reason": reason}
+            return {"index": i, "text": text or "", "logprobs": logprobs, "finish_reason": reason}
         delta: dict[str, str] = {"role": "assistant", "content": ""} if first else {}
         if text:
             delta["content"] = text
-        return {"index": i, "delta": delta, "logprobs": None, "finish_reason": reason}
+        return {"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
 
     async def events(self, engine: ServeEngine):
         # The choices' events are merged as they come: one task per choice feeds one queue.
@@ -250,11 +271,14 @@ class _Reply:
             if self.chat:
                 for i in range(len(self.queues)):
                     yield self._chunk([self._choice(i, None, None, first=True)])
+            offsets = [0] * len(self.queues)
             while open_choices:
                 i, event = await merged.get()
                 if event[0] == "text":
-                    if event[1]:
-                        yield self._chunk([self._choice(i, event[1], None)])
+                    if event[1] or (event[2] and self.parsed.logprobs is not None):
+                        logprobs = self._logprobs(event[2], event[3], offsets[i])
+                        offsets[i] += len(event[1])
+                        yield self._chunk([self._choice(i, event[1], None, logprobs=logprobs)])
                 elif event[0] == "done":
                     open_choices -= 1
                     yield self._chunk([self._choice(i, None, FINISH.get(event[1], event[1]))])

@@ -182,7 +182,10 @@ def test_faults_are_errors_and_leak_nothing(server):
     zero = _post(server, "/v1/completions", {"prompt": "Hi", "max_tokens": 0})
     assert zero.status_code == 200 and zero.json()["choices"][0]["text"] == ""
     assert zero.json()["usage"]["completion_tokens"] == 0
-    assert _error(_post(server, "/v1/completions", {"prompt": "Hi", "logprobs": 2}), 400)["param"] == "logprobs"
+    assert _error(_post(server, "/v1/completions", {"prompt": "Hi", "logprobs": 50}), 400)["param"] == "logprobs"
+    assert _error(_post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                         "top_logprobs": 2}), 400)["param"] == "top_logprobs"
+    assert _error(_post(server, "/v1/completions", {"prompt": "Hi", "echo": True}), 400)["param"] == "echo"
     assert _error(_post(server, "/v1/completions", {"prompt": "Hi"}, headers={"Authorization": "Bearer nope"}),
                   401)["code"] == "invalid_api_key"
     _error(_post(server, "/v1/completions", {"prompt": "Hi"}, headers={}), 401)
@@ -232,3 +235,31 @@ def test_queue_full_then_sigterm_drains_and_exits_0(serve_model, tmp_path):
         assert rest[-1] == "data: [DONE]" and events[-1]["choices"][0]["finish_reason"] == "length"
         assert s.proc.wait(timeout=30) == 0, s.stderr()
         assert "Traceback" not in s.stderr()
+
+
+def test_logprobs_are_the_log_probs_entrys(server, serve_model, alone, tmp_path):
+    """The log-probabilities of the tokens served are what the program's log_probs_packed entry
+    computes for the same sequence; the top ones are sorted and hold the greedy choice first."""
+    import numpy as np
+
+    client = _client(server)
+    got = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=6, temperature=0, logprobs=3)
+    _, generation = _text(alone, "Once upon a time", SamplingParams(), 6)
+    seq = generation.prompt + generation.ids
+    program = open_program(load_model(serve_model), "cpu", {"ctx": CTX, "entries": "log_probs_packed"},
+                           cache_dir=tmp_path / "lp", quiet=True)
+    n = len(seq) - 1
+    (want,) = program.call("log_probs_packed", tokens=seq[:-1], positions=list(range(n)), segments=[0] * n,
+                           targets=seq[1:])
+    lp = got.choices[0].logprobs
+    np.testing.assert_allclose(lp.token_logprobs, want[len(generation.prompt) - 1:], atol=1e-4)
+    for chosen, top in zip(lp.token_logprobs, lp.top_logprobs):
+        # keyed by text, as OpenAI's legacy format is: byte pieces that decode alike share a key
+        assert 1 <= len(top) <= 3 and max(top.values()) <= chosen + 1e-9  # greedy: the chosen is the likeliest
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
+                                          temperature=0, logprobs=True, top_logprobs=2, stream=True)
+    entries = [e for c in chat if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert 1 <= len(entries) <= 4
+    for e in entries:
+        tops = [t.logprob for t in e.top_logprobs]
+        assert len(tops) == 2 and tops == sorted(tops, reverse=True) and abs(tops[0] - e.logprob) < 1e-9
