@@ -105,3 +105,26 @@ def test_page_allocator_shares_and_evicts():
     got = [pages.allocate() for _ in range(3)]  # the fresh page first, then the cached ones (evicted)
     assert None not in got and pages.allocate() is None
     assert pages.lookup([1, 2, 3, 4], 2) == []  # evicted
+
+
+def test_hybrid_family_batched_is_alone(tmp_path):
+    """Gated DeltaNet layers keep their state in the row's slot: chunked prompts and decode rows
+    of several sequences in one call still give each its own ids; no prefix cache."""
+    from strata.runtime.serve.engine import is_recurrent, serving_knobs
+    from support import TINY
+
+    model = load_model(write_checkpoint(TINY["qwen3.5-moe"], tmp_path / "hybrid", std=0.5))
+    assert is_recurrent(model)
+    knobs, page, pages = serving_knobs(model, "cpu", {"ctx": CTX, "PageSize": PAGE}, kv_pages=12, max_num_seqs=ROWS)
+    assert knobs["Batch"] >= ROWS  # a state slot per row
+    serving = open_program(model, "cpu", knobs, cache_dir=tmp_path / "serve", quiet=True)
+    alone = open_program(model, "cpu", {"ctx": CTX}, cache_dir=tmp_path / "alone", quiet=True)
+    scheduler = Scheduler(serving, page_size=page, num_pages=pages, max_num_seqs=ROWS, max_batched_tokens=5,
+                          prefix_cache=False)
+    requests = _requests(8)
+    seqs = [scheduler.add(SeqRequest(p, n, sampling=s)) for p, n, s in requests]
+    while scheduler.has_work():
+        scheduler.step()
+    for (prompt, n, sampling), seq in zip(requests, seqs):
+        assert seq.outputs == generate(alone, prompt, n, sampling=sampling).ids
+    assert scheduler.pages.used == 0 and scheduler.pages.hits == 0
