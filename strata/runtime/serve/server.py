@@ -44,6 +44,29 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+#: The window of the tokens/s gauge, in seconds.
+RATE_WINDOW = 10.0
+
+
+class _SchedulerTotals:
+    """The scheduler's own running totals as Prometheus counters, read at each scrape."""
+
+    def __init__(self, scheduler: Any):
+        self.scheduler = scheduler
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        s = self.scheduler
+        for name, doc, value in (("strata_prefix_cache_hits", "KV pages found in the prefix cache", s.pages.hits),
+                                 ("strata_preemptions", "Sequences preempted for pages (recomputed later)",
+                                  s.preemptions),
+                                 ("strata_steps", "Calls of the paged entry", s.steps),
+                                 ("strata_computed_tokens", "Tokens run through the model (prompts, recomputes, "
+                                  "decode rows)", s.computed_tokens)):
+            yield CounterMetricFamily(name, doc, value=value)
+
+
 class Metrics(Observer):
     """The server's Prometheus metrics, in a registry of its own."""
 
@@ -56,10 +79,10 @@ class Metrics(Observer):
         Gauge("strata_kv_pages_used", "KV pages held by a sequence", registry=r).set_function(lambda: sched.pages.used)
         Gauge("strata_kv_pages_free", "KV pages a sequence could be given", registry=r).set_function(
             lambda: sched.pages.free)
-        Gauge("strata_prefix_cache_hit_pages", "KV pages found in the prefix cache (total)", registry=r).set_function(
-            lambda: sched.pages.hits)
-        Gauge("strata_preemptions", "Sequences preempted for pages (total)", registry=r).set_function(
-            lambda: sched.preemptions)
+        r.register(_SchedulerTotals(sched))
+        self._recent: list[tuple[float, int]] = []  # (time, tokens made by then), the last RATE_WINDOW s
+        Gauge("strata_generation_tokens_per_second", f"Tokens generated per second over the last {RATE_WINDOW:g} s",
+              registry=r).set_function(self._rate)
         self.prompt_tokens = Counter("strata_prompt_tokens", "Prompt tokens of finished requests", registry=r)
         self.generation_tokens = Counter("strata_generation_tokens", "Tokens generated", registry=r)
         self.requests = Counter("strata_requests_finished", "Requests finished", ["finish_reason"], registry=r)
@@ -69,11 +92,28 @@ class Metrics(Observer):
 
     def first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)
-        self.generation_tokens.inc()
+        self._made()
 
     def inter_token(self, seconds: float) -> None:
         self.itl.observe(seconds)
+        self._made()
+
+    def _made(self) -> None:
         self.generation_tokens.inc()
+        now = time.monotonic()
+        total = (self._recent[-1][1] if self._recent else 0) + 1
+        self._recent.append((now, total))
+        while self._recent and self._recent[0][0] < now - RATE_WINDOW:
+            self._recent.pop(0)
+
+    def _rate(self) -> float:
+        recent = list(self._recent)
+        if len(recent) < 2:
+            return 0.0
+        now = time.monotonic()
+        if recent[-1][0] < now - RATE_WINDOW:
+            return 0.0
+        return (recent[-1][1] - recent[0][1]) / RATE_WINDOW
 
     def finished(self, handle: Handle) -> None:
         self.prompt_tokens.inc(len(handle.prompt))

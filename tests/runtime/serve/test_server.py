@@ -115,7 +115,7 @@ def test_openai_client_gets_strata_generates_text(server, serve_model, alone, tm
 def test_concurrent_streams_each_get_their_own_reply(server, alone):
     client = _client(server)
     requests = []
-    for i in range(36):
+    for i in range(48):
         n = 1 + (i * 7) % 16
         if i % 3 == 2:
             requests.append(("completion", f"Story {i}: once upon a time there was" + " a" * (i % 5), n))
@@ -143,7 +143,7 @@ def test_concurrent_streams_each_get_their_own_reply(server, alone):
         except BaseException as e:  # reported below, with the test's thread
             errors.append(e)
 
-    threads = [threading.Thread(target=worker, args=(range(k, len(requests), 12),)) for k in range(12)]
+    threads = [threading.Thread(target=worker, args=(range(k, len(requests), 16),)) for k in range(16)]
     for t in threads:
         t.start()
     for t in threads:
@@ -153,8 +153,8 @@ def test_concurrent_streams_each_get_their_own_reply(server, alone):
         assert got[i] == _text(alone, prompt, SamplingParams(), n)[0], i
     m = _idle(server)
     assert m["strata_kv_pages_used"] == 0 and m["strata_kv_pages_free"] == 48
-    assert m["strata_prefix_cache_hit_pages"] > 0  # the shared system prompt's pages were reused
-    assert m["strata_time_to_first_token_seconds_count"] >= 36
+    assert m["strata_prefix_cache_hits_total"] > 0  # the shared system prompt's pages were reused
+    assert m["strata_time_to_first_token_seconds_count"] >= 48
 
 
 def _post(server, path, body, headers=AUTH, raw=None):
