@@ -11,7 +11,8 @@ greedy /v1/completions requests in all (prompts of --prompt random ids, up to --
 each; the tokens counted are those streamed, should a reply end early).
 Each count is run --reps times, alternating, and the best throughput counts (the machine's
 vCPUs slow down at random for seconds). It prints, per count, output tokens/s and p50/p99 of
-time to first token and inter-token latency; the last line is the ratio to 1 client:
+time to first token and inter-token latency, the server's RSS after warm-up and after the load;
+the last line is the ratio to 1 client:
 
     serve_ratio_8=<tok/s at 8 / tok/s at 1> serve_ratio_32=<tok/s at 32 / tok/s at 1>
 
@@ -68,6 +69,14 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def _percentile(xs: list[float], q: float) -> float:
@@ -167,6 +176,7 @@ def main() -> None:
         best: dict[int, dict] = {}
         subprocess.run([sys.executable, __file__, "--client", url, "1", "2", str(args.prompt), "4", str(vocab)],
                        check=True, capture_output=True)  # warm-up
+        rss_warm = _rss_mib(server.pid)
         for _ in range(args.reps):
             for n in counts:  # alternating counts: each meets the same slow spells
                 out = subprocess.run([sys.executable, __file__, "--client", url, str(n), str(args.requests),
@@ -181,6 +191,9 @@ def main() -> None:
             r = best[n]
             print(f"clients={n:3d}  {r['tok_s']:8.1f} output tok/s  TTFT p50 {r['ttft_p50'] * 1e3:7.1f} ms "
                   f"p99 {r['ttft_p99'] * 1e3:7.1f} ms  ITL p50 {r['itl_p50'] * 1e3:6.1f} ms p99 {r['itl_p99'] * 1e3:6.1f} ms")
+        rss = _rss_mib(server.pid)
+        print(f"server RSS {rss_warm:.0f} MiB after warm-up, {rss:.0f} MiB after the load "
+              f"({(rss / rss_warm - 1) * 100:+.1f}%)")
         base = best[counts[0]]["tok_s"] if counts[0] == 1 else float("nan")
         print(" ".join(f"serve_ratio_{n}={best[n]['tok_s'] / base:.2f}" for n in counts if n != 1))
     finally:

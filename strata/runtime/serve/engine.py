@@ -90,6 +90,8 @@ class Handle:
     completion_tokens: int = 0
     #: None: no log-probabilities; k >= 0: each token's, with the k most likely beside it.
     logprobs: int | None = None
+    #: The request's id in the API (for the log line).
+    request_id: str = ""
 
 
 def token_logprobs(logits: np.ndarray, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
@@ -180,12 +182,14 @@ class ServeEngine:
         self.scheduler.check(len(prompt), max_tokens)
 
     def submit(self, prompt: Sequence[int], max_tokens: int, *, sampling: SamplingParams | None = None,
-               stop: Iterable[str] = (), emit: Callable[[tuple], None], logprobs: int | None = None) -> Handle:
+               stop: Iterable[str] = (), emit: Callable[[tuple], None], logprobs: int | None = None,
+               request_id: str = "") -> Handle:
         from strata.runtime.text import StopStrings
 
         stop = tuple(stop)
         StopStrings(stop)  # a bad stop string is refused here, not on the engine's thread
-        handle = Handle([int(t) for t in prompt], int(max_tokens), sampling, stop, emit, logprobs=logprobs)
+        handle = Handle([int(t) for t in prompt], int(max_tokens), sampling, stop, emit, logprobs=logprobs,
+                        request_id=request_id)
         self.check(handle.prompt, handle.max_tokens)
         with self._wake:
             if self.draining or self._closed:

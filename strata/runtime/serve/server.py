@@ -119,7 +119,7 @@ class Metrics(Observer):
         self.prompt_tokens.inc(len(handle.prompt))
         self.requests.labels(handle.finish_reason or "error").inc()
         ttft = f"{handle.first_token_at - handle.arrived:.3f}s" if handle.first_token_at else "-"
-        say(f"request {id(handle):x}: {len(handle.prompt)} prompt + {handle.completion_tokens} completion tokens, "
+        say(f"request {handle.request_id or hex(id(handle))}: {len(handle.prompt)} prompt + {handle.completion_tokens} completion tokens, "
             f"first token {ttft}, total {time.perf_counter() - handle.arrived:.3f}s, {handle.finish_reason}")
 
 
@@ -179,12 +179,14 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None)
         except StrataError as e:  # a chat template or a text the tokenizer refuses
             return error_response(400, str(e))
         loop = asyncio.get_running_loop()
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         queues: list[asyncio.Queue] = [asyncio.Queue() for _ in range(parsed.n)]
         handles: list[Handle] = []
         try:
             for i, q in enumerate(queues):
                 handles.append(engine.submit(parsed.prompt, parsed.max_tokens, sampling=parsed.choice_sampling(i),
-                                             stop=parsed.stop, emit=_bridge(loop, q), logprobs=parsed.logprobs))
+                                             stop=parsed.stop, emit=_bridge(loop, q), logprobs=parsed.logprobs,
+                                             request_id=rid if parsed.n == 1 else f"{rid}/{i}"))
         except QueueFull as e:
             _cancel(engine, handles)
             return error_response(429, f"{e}; retry later", "rate_limit_error", code="queue_full",
@@ -195,7 +197,6 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None)
                                   headers={"Retry-After": RETRY_AFTER})
         except SchedulerError as e:
             return error_response(400, str(e), param="max_tokens", code="context_length_exceeded")
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         reply = _Reply(rid, model_name, chat, parsed, handles, queues, engine.tokenizer)
         if parsed.stream:
             return StreamingResponse(reply.events(engine), media_type="text/event-stream",
