@@ -23,13 +23,15 @@ class GeneratedModuleError(StrataError):
     """A generated module that is missing or cannot be imported."""
 
 
-def import_generated(path: str | Path, requires: Sequence[str] = (), what: str = "the model") -> ModuleType:
-    """Import the generated file `path`; `requires`: sibling files that must exist beside it."""
+def import_generated(path: str | Path, requires: Sequence[str] = (), what: str = "the model",
+                     tag: str = "generated") -> ModuleType:
+    """Import the generated file `path`; `requires`: sibling files that must exist beside it; `tag`
+    keeps a second import of the same file (another use of it) from replacing the first's module."""
     path = Path(path)
     missing = [name for name in (path.name, *requires) if not (path.parent / name).is_file()]
     if missing:
         raise GeneratedModuleError(f"{path.parent}: no {' and '.join(missing)}; compile {what} first")
-    name = "strata_generated_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    name = f"strata_{tag}_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise GeneratedModuleError(f"{path}: cannot be imported")

@@ -59,13 +59,47 @@ def add_blueprint(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipe", choices=recipe_names(), default="fp8-bf16head",
                    help="the precision recipe (default fp8-bf16head)")
     p.add_argument("--kv", choices=["paged", "contiguous"], default="paged", help="the KV cache layout (default paged)")
+    p.add_argument("--tp", type=bounded_int(1), default=1,
+                   help="one rank's blueprint of this many tensor-parallel ranks, with its collectives and what "
+                        "each rank sends (default 1)")
+    p.add_argument("--ep", type=bounded_int(1), default=1,
+                   help="with --tp: 1 (each expert split over the ranks, the default) or the ranks (whole experts "
+                        "per rank)")
 
 
 def blueprint_of(args: argparse.Namespace):
-    """The `Blueprint` that --mode/--rows/--recipe/--kv ask for."""
+    """The `Blueprint` that --mode/--rows/--recipe/--kv/--tp/--ep ask for."""
+    from strata.errors import StrataError
     from strata.pipeline.views import Blueprint
 
-    return Blueprint(args.mode, args.rows, args.recipe, args.kv)
+    if args.ep not in (1, args.tp):
+        raise StrataError(f"--ep is 1 or the ranks of --tp ({args.tp}), got {args.ep}")
+    return Blueprint(args.mode, args.rows, args.recipe, args.kv, args.tp, args.ep)
+
+
+def add_ranks(p: argparse.ArgumentParser) -> None:
+    """--tp and --ep of the commands that run a model (`ranks_of` reads them)."""
+    p.add_argument("--tp", type=bounded_int(1), default=1,
+                   help="run on this many ranks, one process each, tensor-parallel on torch.distributed "
+                        "(--target cpu: gloo on this machine; default 1)")
+    p.add_argument("--ep", type=bounded_int(1), default=1,
+                   help="expert parallelism: 1 (each expert split over the --tp ranks, the default) or the ranks "
+                        "(whole experts per rank)")
+
+
+def ranks_of(args: argparse.Namespace, knobs: dict):
+    """The opener of a program on --tp ranks (None: this process alone); --ep goes into `knobs`."""
+    from strata.errors import StrataError
+
+    if args.ep not in (1, args.tp):
+        raise StrataError(f"--ep is 1 or the ranks of --tp ({args.tp}), got {args.ep}")
+    if args.ep > 1:
+        knobs["ep"] = args.ep
+    if args.tp == 1:
+        return None
+    from strata.runtime.tp import opener
+
+    return opener(args.tp)
 
 
 def add_target(p: argparse.ArgumentParser, run: bool) -> None:
@@ -79,9 +113,10 @@ def add_target(p: argparse.ArgumentParser, run: bool) -> None:
                         "(default: min(max_position_embeddings, 4096); epu: 256)")
     p.add_argument("--no-flash-attn", action="store_true", help="--target cpu: unfused MUL_MAT/SOFT_MAX attention")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="a knob of the target (cpu: kv_pad, entries (comma-separated or all) and seed 003's generics "
-                        "Batch, MaxSeq, PageSize, Rows, Pages, M, S, P, Steps, MaxNew; cuda: kv, sample (device or "
-                        "host); epu: alpha, headroom, block, calib_prompts, calib_len, calib_seed; all: ctx)")
+                   help="a knob of the target (cpu: kv_pad, kv_type (f16: llama.cpp's KV cache), entries "
+                        "(comma-separated or all) and seed 003's generics Batch, MaxSeq, PageSize, Rows, Pages, M, "
+                        "S, P, Steps, MaxNew; cuda: kv, sample (device or host); epu: alpha, headroom, block, "
+                        "calib_prompts, calib_len, calib_seed; all: ctx)")
     p.add_argument("--recipe", choices=recipe_names(), default=None,
                    help="--target cuda: the precision recipe (default bf16; f32 with --interpret)")
     if run:

@@ -10,11 +10,13 @@ from strata.cli.args import (
     add_chat_prompt,
     add_model,
     add_prompt,
+    add_ranks,
     add_sampling,
     add_target,
     bounded_int,
     knobs_of,
     prompt_of,
+    ranks_of,
     sampling_of,
 )
 
@@ -36,13 +38,17 @@ def add(sub) -> None:
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
     p.add_argument("--allow-nonfinite", action="store_true",
                    help="run even if a weight holds NaN or infinity (warns instead of refusing)")
+    add_ranks(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from strata.runtime.textgen import generate_text
 
+    knobs = knobs_of(args)
+    opener = ranks_of(args, knobs)
     generate_text(args.model, prompt_of(args), args.max_new_tokens, sampling_of(args), stop=args.stop,
-                  target_name=args.target, knobs=knobs_of(args), interpret=getattr(args, "interpret", False),
-                  cache_dir=args.cache_dir, allow_nonfinite=args.allow_nonfinite, verbose_prompt=args.verbose_prompt)
+                  target_name=args.target, knobs=knobs, interpret=getattr(args, "interpret", False),
+                  cache_dir=args.cache_dir, allow_nonfinite=args.allow_nonfinite, verbose_prompt=args.verbose_prompt,
+                  opener=opener)
     return 0

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_model, add_prompt, add_sampling, add_target, bounded_int, knobs_of, prompt_of, sampling_of
+from strata.cli.args import (add_model, add_prompt, add_ranks, add_sampling, add_target, bounded_int, knobs_of, prompt_of,
+                             ranks_of, sampling_of)
 
 
 def add(sub) -> None:
@@ -22,22 +23,11 @@ def add(sub) -> None:
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
     p.add_argument("--allow-nonfinite", action="store_true",
                    help="run even if a weight holds NaN or infinity (warns instead of refusing)")
-    p.add_argument("--tp", type=bounded_int(1), default=1,
-                   help="run on this many ranks, one process each, tensor-parallel on torch.distributed "
-                        "(--target cpu: gloo on this machine; default 1)")
+    add_ranks(p)
     p.add_argument("--via", choices=["onnxruntime"], default=None,
                    help="generate through this runtime instead of the compiled target (exports to ONNX first)")
     add_sampling(p)
     p.set_defaults(func=run)
-
-
-def _ranks(tp: int):
-    """The opener of a program on `tp` ranks (None: this process alone)."""
-    if tp == 1:
-        return None
-    from strata.runtime.tp import opener
-
-    return opener(tp)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,8 +36,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.via is not None and args.target != "cpu":
         raise StrataError(f"--via {args.via} runs the op level exported to ONNX; it takes no --target {args.target}")
-    run_prompt(args.model, prompt_of(args), args.max_new_tokens, target_name=args.target, knobs=knobs_of(args),
+    knobs = knobs_of(args)
+    opener = ranks_of(args, knobs)
+    run_prompt(args.model, prompt_of(args), args.max_new_tokens, target_name=args.target, knobs=knobs,
                via=args.via, interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir,
                dump_logits=args.dump_logits, allow_nonfinite=args.allow_nonfinite, sampling=sampling_of(args),
-               opener=_ranks(args.tp))
+               opener=opener)
     return 0

@@ -12,6 +12,11 @@ An edge is `fused` when its value never leaves its group (all its uses are nodes
 
 The function's attributes give the rest: `blueprint.mode`, `blueprint.rows`, `blueprint.layers`
 (each layer's kind), `blueprint.dims`, `blueprint.model`, `blueprint.recipe`.
+
+A tensor-parallel blueprint (`blueprint.ranks`) adds to the seed's fields: each rank-dependent
+node's row gets `ranks`, and each collective's `collective` ({kind, group, ranks, bytes_per_row,
+bytes_per_call: the bytes one rank sends per call, null when the rows are not fixed});
+`tensor_parallel` sums them (`tensor_parallel_summary`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, StringAttr, UnitAttr
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from strata.dialects.blueprint import EdgeType, FormatAttr, GroupOp, LinearOp, NodeOp, YieldOp
+from strata.dialects.blueprint import COLLECTIVE_NODES, EdgeType, FormatAttr, GroupOp, LinearOp, NodeOp, YieldOp, rank_sharded
 from strata.dialects.blueprint.attrs import format_text
 from strata.dialects.blueprint_templates import layer_of
 from strata.errors import StrataError
@@ -136,7 +141,42 @@ def _node_row(op: NodeOp, order: int, group: int, g: GroupOp | None, kinds: list
         "compute": gs["compute"], "numerics": gs["numerics"], "where": where,
         "state": ",".join(f"{e.state.data}:{e.effect.data}" for e in op.effects.data) if op.effects else None,
     }
-    return {k: row[k] for k in NODE_FIELDS}
+    out = {k: row[k] for k in NODE_FIELDS}
+    ranks = rank_sharded(op)
+    if ranks is not None:
+        out["ranks"] = ranks
+    if isinstance(op, COLLECTIVE_NODES):
+        out["collective"] = collective_row(op)
+    return out
+
+
+def collective_row(op: NodeOp) -> dict[str, Any]:
+    """A collective's kind, group, ranks and cost (bytes one rank sends per row and per call)."""
+    per_row = op.attributes.get("bytes_per_row")
+    per_row = int(per_row.value.data) if isinstance(per_row, IntegerAttr) else None
+    fn = op.parent_op()
+    while fn is not None and not isinstance(fn, func.FuncOp):
+        fn = fn.parent_op()
+    rows = fn.attributes.get("blueprint.rows") if fn is not None else None
+    rows = int(rows.value.data) if isinstance(rows, IntegerAttr) else 0
+    group = op.attributes["group"]
+    return {"kind": op.name.removeprefix("blueprint."), "group": group.data if isinstance(group, StringAttr) else None,
+            "ranks": rank_sharded(op), "bytes_per_row": per_row,
+            "bytes_per_call": per_row * rows if per_row is not None and rows > 0 else None}
+
+
+def tensor_parallel_summary(graph: Graph) -> dict[str, Any] | None:
+    """The ranks of a tensor-parallel blueprint and its collectives' cost per row and per call
+    (None for a blueprint of one rank)."""
+    ranks = graph.fn.attributes.get("blueprint.ranks")
+    if not isinstance(ranks, IntegerAttr):
+        return None
+    rows = [n["collective"] for n in graph.nodes if "collective" in n]
+    per_call = [c["bytes_per_call"] for c in rows]
+    return {"group": "tp", "ranks": int(ranks.value.data), "collectives": len(rows),
+            "kinds": {k: sum(c["kind"] == k for c in rows) for k in sorted({c["kind"] for c in rows})},
+            "bytes_per_row": sum(c["bytes_per_row"] or 0 for c in rows),
+            "bytes_per_call": sum(per_call) if rows and all(b is not None for b in per_call) else None}
 
 
 def read_graph(fn: func.FuncOp) -> Graph:

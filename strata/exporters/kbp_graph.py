@@ -14,6 +14,10 @@ the two must agree). The identities:
   derived from: model config hash, recipe, mode, rows, Strata version);
 - `arm.digest`: sha256 of the canonical JSON of `{"nodes", "edges", "groups"}`.
 
+A tensor-parallel blueprint (one rank's program of N) adds `tensor_parallel` before
+`provenance`: the ranks, the collectives by kind and the bytes one rank sends per row and per
+call (its collective nodes' rows carry each one's, see `strata.dialects.blueprint_graph`).
+
 Canonical JSON is `json.dumps(x, sort_keys=True, separators=(",", ":"))`. The document is
 written compact, in the seed's key order (`kbp_graph_json`): the same IR gives the same bytes.
 """
@@ -28,7 +32,8 @@ from typing import Any
 from xdsl.dialects import func
 from xdsl.printer import Printer
 
-from strata.dialects.blueprint_graph import check_collapsed, fn_int, fn_string, layer_kinds, read_graph
+from strata.dialects.blueprint_graph import (check_collapsed, fn_int, fn_string, layer_kinds, read_graph,
+                                            tensor_parallel_summary)
 from strata.dialects.blueprint_templates import collapse, layer_rows
 from strata.errors import StrataError
 
@@ -60,7 +65,7 @@ def export_kbp_graph(fn: func.FuncOp, *, provenance: dict[str, Any]) -> dict[str
         lineage = sha256_text(canonical_json(provenance))
     except TypeError as e:
         raise StrataError(f"kbp-graph: provenance must be plain JSON data ({e})") from None
-    return {
+    doc = {
         "schema": SCHEMA,
         "blueprint_id": "strata:" + sha256_text(printed_ir(fn)),
         "lineage": "sha256:" + lineage,
@@ -74,6 +79,11 @@ def export_kbp_graph(fn: func.FuncOp, *, provenance: dict[str, Any]) -> dict[str
         "collapsed": collapsed,
         "provenance": provenance,
     }
+    tp = tensor_parallel_summary(graph)
+    if tp is not None:  # one rank's program of N: its collectives and what they move
+        doc = {**{k: v for k, v in doc.items() if k != "provenance"}, "tensor_parallel": tp,
+               "provenance": provenance}
+    return doc
 
 
 def kbp_graph_json(doc: dict[str, Any]) -> str:

@@ -73,6 +73,7 @@ for _cls, _ggml in [(O.GetRowsOp, "GET_ROWS"), (O.RmsNormOp, "RMS_NORM"), (O.Mul
                     (O.SsmConvOp, "SSM_CONV"), (O.GatedDeltaNetOp, "GATED_DELTA_NET"),
                     # A tensor-parallel entry's: ggml has no collectives; the table names them so.
                     (O.AllReduceOp, "ALL_REDUCE"), (O.AllGatherOp, "ALL_GATHER"), (O.GetRowsShardedOp, "GET_ROWS"),
+                    (O.MulMatIdShardedOp, "MUL_MAT_ID"),
                     # ggml's GATED_DELTA_NET runs several sequences too; the others have no ggml op
                     # and show the op level's own name.
                     (O.GatedDeltaNetSeqOp, "GATED_DELTA_NET"), (O.TargetLogProbsOp, "TARGET_LOG_PROBS"),

@@ -32,10 +32,11 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
 from xdsl.ir import Operation, SSAValue
 
-from strata.dialects.blueprint_graph import read_graph
+from strata.dialects.blueprint_graph import read_graph, tensor_parallel_summary
 from strata.dialects.blueprint_templates import collapse, layer_of
 from strata.dialects.instances import BlockInstance, find_model, instantiate
-from strata.exporters.blueprint_dot import precision_text, quote
+from strata.exporters.blueprint_dot import node_label, node_shape, quote
+from strata.exporters.blueprint_table import tensor_parallel_line
 
 
 @dataclass
@@ -70,6 +71,8 @@ class ViewGraph:
     nodes: dict[str, Node] = field(default_factory=dict)
     clusters: dict[str, Cluster] = field(default_factory=dict)
     edges: list[Edge] = field(default_factory=list)
+    #: The picture's caption (a tensor-parallel blueprint's collectives and their cost), or None.
+    label: str | None = None
 
     def node(self, nid: str, label: str, **kw) -> str:
         self.nodes[nid] = Node(nid, label, **kw)
@@ -294,7 +297,8 @@ def op_graph(module: ModuleOp) -> ViewGraph:
 def blueprint_graph(fn: func.FuncOp) -> tuple[ViewGraph, dict[int, str]]:
     """The blueprint's picture and each layer's template (seed 001's `collapsed.layout`)."""
     graph = read_graph(fn)
-    g = ViewGraph(fn.sym_name.data)
+    tp = tensor_parallel_summary(graph)
+    g = ViewGraph(fn.sym_name.data, label=tensor_parallel_line(tp) if tp is not None else None)
     for grp in graph.groups:
         layers = {graph.nodes[i]["layer"] for i in grp["nodes"]}
         layer = layers.pop() if len(layers) == 1 else None
@@ -302,9 +306,7 @@ def blueprint_graph(fn: func.FuncOp) -> tuple[ViewGraph, dict[int, str]]:
         g.clusters[cid] = Cluster(cid, f"#{grp['id']} {grp['rule']}", None, layer)
         for i in grp["nodes"]:
             n = graph.nodes[i]
-            label = "\n".join(x for x in (n["id"], n["op"], precision_text(n["precision"])) if x)
-            g.node(f"n{i}", label, shape="box" if n["where"] == "host" else "ellipse", cluster=cid,
-                   layer=layer_of(n["id"]))
+            g.node(f"n{i}", node_label(n), shape=node_shape(n), cluster=cid, layer=layer_of(n["id"]))
     for e in graph.edges:
         g.edge(f"n{e['from']}", f"n{e['to']}", f"{e['format']} {e['rows']} x {e['dim']}", "bold" if e["fused"] else None)
     collapsed = collapse(graph.nodes, graph.edges)
@@ -348,7 +350,7 @@ def collapse_layers(g: ViewGraph, keys: dict[int, object]) -> ViewGraph:
             first[k] = layer
     if not same:
         return g
-    out = ViewGraph(g.name)
+    out = ViewGraph(g.name, label=g.label)
     out.clusters = {c.id: c for c in g.clusters.values() if c.layer not in same}
     rep: dict[str, str] = {}
     for n in g.nodes.values():
@@ -379,7 +381,7 @@ def collapse_layers(g: ViewGraph, keys: dict[int, object]) -> ViewGraph:
 def to_dot(g: ViewGraph) -> str:
     """Graphviz text: clusters nest as the graph's clusters do; ids and labels quoted."""
     lines = [f"digraph {quote(g.name)} {{", "  compound=true;", "  rankdir=TB;", "  node [fontsize=10];",
-             "  edge [fontsize=9];"]
+             "  edge [fontsize=9];"] + ([f"  label={quote(g.label)};"] if g.label else [])
     children: dict[str | None, list[str]] = {}
     for c in g.clusters.values():
         children.setdefault(c.parent if c.parent in g.clusters else None, []).append(c.id)

@@ -1,19 +1,23 @@
 """Read llama.cpp's GGUF files: the metadata gives the config, the tensors give the weights.
 
     g = GgufFile("tiny.gguf")
-    fields = hf_config_dict(g)                      # the metadata as the HF config fields it stands for
+    fields = hf_config_dict(g)                      # strata.frontends.gguf_config: the metadata as HF config fields
     store = GgufWeights(g, config, params, ...)     # what `Model.open_weights` returns for a GGUF
 
 The pipeline reads `fields` by the family they name (`strata.pipeline.model.gguf_config`).
 
 The file is parsed by the `gguf` package's `GGUFReader` and quantized tensors are dequantized by
 `gguf.quants.dequantize` (an optional dependency, imported only here). Types read: F32, F16 and
-BF16 (zero-copy views), Q8_0, Q4_0 and Q6_K (dequantized once to f32 on first use and kept,
-for the op level and the CPU target). At the blueprint level Q8_0 and Q4_0 are weight formats
-(`int8/block32`, `int4/block32`; the recipes `q8_0`, `q4_0`), which round a GGUF of that type
-to itself (`strata.ir.ggml_blocks`).
+BF16 (zero-copy views) and every block type the gguf package dequantizes (Q4_0 ... Q8_0, the
+K-quants Q2_K ... Q6_K, IQ4_NL, IQ4_XS and the other IQ types, TQ1_0, TQ2_0, MXFP4), each
+dequantized to f32 once on first use and kept (what the op level and the CPU target compute
+with). `block_formats()` gives each block-quantized tensor's ggml type, which the module level
+records (`ggml_formats`) so that the op level knows what llama.cpp multiplies (`op.param`'s
+`format`, ggml-cpu's quantized activations). At the blueprint level Q8_0 and Q4_0 are weight
+formats (`int8/block32`, `int4/block32`; the recipes `q8_0`, `q4_0`), which round a GGUF of that
+type to itself (`strata.ir.ggml_blocks`).
 
-**The metadata.** `general.architecture` names the family (`ARCHITECTURES`); its keys
+**The metadata** (`strata.frontends.gguf_config`). `general.architecture` names the family (`ARCHITECTURES`); its keys
 (`{arch}.block_count`, `embedding_length`, `attention.head_count`, ...) are mapped to an HF
 `config.json` dict, which the family's own config reader reads, so a GGUF model is checked as
 strictly as a checkpoint directory. What GGUF does not carry is what llama.cpp assumes:
@@ -55,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from strata.errors import StrataError
+from strata.ir.ggml_types import gguf_type_name
 from strata.ir.split import split_piece
 
 MAGIC = b"GGUF"
@@ -72,9 +77,8 @@ HYBRID = ("qwen35", "qwen35moe", "qwen3next")
 MOE = ("qwen3moe", "qwen35moe", "qwen3next")
 #: The architectures llama.cpp ropes with IMROPE (interleaved M-RoPE sections).
 IMROPE_ARCHS = ("qwen35", "qwen35moe")
-#: The tensor types read (ggml type names). Q6_K is what llama-quantize gives the output tensor
-#: (or tied embedding) of a Q4_0 file whose rows split into its 256-blocks.
-TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q6_K")
+#: The float tensor types read as views; block types are read when the gguf package dequantizes them.
+FLOAT_TYPES = ("F32", "F16", "BF16")
 #: general.file_type -> the model's element type (quantized files compute in f32).
 _FILE_DTYPES = {0: "float32", 1: "float16", 32: "bfloat16"}
 
@@ -134,10 +138,16 @@ class GgufFile:
                             f"{_first_line(e)})") from None
         self.reader = reader
         self.tensors = {t.name: t for t in reader.tensors}
+        readable: dict[Any, bool] = {}
         for t in reader.tensors:
-            if t.tensor_type.name not in TYPES:
-                raise GgufError(f"{self.path}: tensor '{t.name}' has type {t.tensor_type.name}; "
-                                f"strata reads {', '.join(TYPES)}")
+            kind = t.tensor_type
+            if kind.name in FLOAT_TYPES:
+                continue
+            if kind not in readable:
+                readable[kind] = _dequantizes(gguf, kind)
+            if not readable[kind]:
+                raise GgufError(f"{self.path}: tensor '{t.name}' has type {kind.name}, which the gguf package "
+                                f"cannot dequantize (strata reads {', '.join(FLOAT_TYPES)} and {readable_types()})")
         self.arch = self.text("general.architecture")
         #: The indices of the multi-token-prediction layers (set as the config is read).
         self.mtp_layers: range = range(0)
@@ -193,13 +203,18 @@ class GgufFile:
         return tuple(int(d) for d in reversed(self.tensors[name].shape.tolist()))
 
     def dtype_name(self, name: str) -> str:
-        """The element type the store gives tensor `name` in (f32 for the quantized types)."""
+        """The element type the store gives tensor `name` in (f32 for the block types)."""
         return {"F16": "f16", "BF16": "bf16"}.get(self.tensors[name].tensor_type.name, "f32")
 
+    def format_name(self, name: str) -> str | None:
+        """The ggml block type tensor `name` is stored in (`q4_K`), or None for a float tensor."""
+        kind = self.tensors[name].tensor_type.name
+        return None if kind in FLOAT_TYPES else gguf_type_name(kind)
+
     def load(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
-        """Tensor `name`: a view of the file for F32, F16 and BF16, else dequantized to f32;
-        `rows` (lo, hi): only those indices of its first (row-major) dim, of which a block format
-        dequantizes nothing else (its blocks lie within a row)."""
+        """Tensor `name`: a view of the file for F32, F16 and BF16, else dequantized to f32 (a
+        block of rows at a time); `rows` (lo, hi): only those indices of its first (row-major)
+        dim, of which a block format dequantizes nothing else (its blocks lie within a row)."""
         t = self.tensors[name]
         kind, shape = t.tensor_type.name, self.shape(name)
         lo, hi = rows if rows is not None else (0, shape[0])
@@ -210,13 +225,42 @@ class GgufFile:
                 import ml_dtypes
 
                 return t.data.view(ml_dtypes.bfloat16).reshape(shape)[lo:hi]
-            data = t.data.reshape(shape[0], -1)[lo:hi]  # the rows' blocks
-            out = _gguf().quants.dequantize(data, t.tensor_type).reshape((hi - lo, *shape[1:]))
+            out = _dequantize(t, shape, lo, hi)
         except Exception as e:  # noqa: BLE001 - a truncated tensor fails in numpy or the dequantizer
             raise GgufError(f"{self.path}: tensor '{name}' ({kind}) cannot be read ({_first_line(e)})") from None
-        out = np.ascontiguousarray(out, dtype=np.float32)
         out.flags.writeable = False
         return out
+
+
+def _dequantize(t: Any, shape: tuple[int, ...], lo: int, hi: int) -> np.ndarray:
+    """Rows lo..hi-1 of the first dim of block tensor `t`, dequantized to f32 a few MiB at a
+    time (the gguf package's dequantizer makes several temporaries the size of its input)."""
+    data = t.data.reshape(shape[0], -1)[lo:hi]  # the rows' blocks (they lie within a row)
+    per_row = int(np.prod(shape[1:], dtype=np.int64))
+    out = np.empty((hi - lo, per_row), np.float32)
+    step = max(1, (1 << 22) // max(per_row, 1))  # about 16 MiB of f32 at a time
+    for i in range(0, hi - lo, step):
+        out[i:i + step] = _gguf().quants.dequantize(data[i:i + step], t.tensor_type).reshape(-1, per_row)
+    return out.reshape((hi - lo, *shape[1:]))
+
+
+def _dequantizes(gguf: Any, kind: Any) -> bool:
+    """Whether the gguf package dequantizes tensors of type `kind` (tried on one zero block)."""
+    size = gguf.GGML_QUANT_SIZES.get(kind)
+    if size is None:
+        return False
+    try:
+        gguf.quants.dequantize(np.zeros(size[1], np.uint8), kind)
+    except Exception:  # noqa: BLE001 - NotImplementedError, or whatever a partial port raises
+        return False
+    return True
+
+
+def readable_types() -> str:
+    """The block types this installation reads (those the gguf package dequantizes), as text."""
+    gguf = _gguf()
+    return ", ".join(k.name for k in gguf.GGMLQuantizationType
+                     if k.name not in FLOAT_TYPES and gguf.GGML_QUANT_SIZES.get(k, (1, 0))[0] > 1 and _dequantizes(gguf, k))
 
 
 def _first_line(e: BaseException) -> str:
@@ -227,169 +271,6 @@ def _first_line(e: BaseException) -> str:
 def _show(v: Any) -> str:
     text = repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-# ---------------------------------------------------------------------------------------------
-# The metadata as a config
-
-
-def hf_config_dict(g: GgufFile) -> dict[str, Any]:
-    """The HF config.json that the GGUF's metadata describes (see the module docstring)."""
-    arch = g.arch
-    if arch not in ARCHITECTURES:
-        raise GgufError(f"{g.path}: unknown GGUF architecture {arch!r} (strata reads: {', '.join(ARCHITECTURES)})")
-    k = lambda key: f"{arch}.{key}"  # noqa: E731
-    if g.value(k("rope.scaling.type"), "none") not in ("none", None):
-        raise GgufError(f"{g.path}: metadata key '{k('rope.scaling.type')}' is "
-                        f"{_show(g.value(k('rope.scaling.type')))}; strata reads llama3 scaling (rope_freqs) only")
-    if "rope_freqs.weight" in g.tensors and arch != "llama":
-        raise GgufError(f"{g.path}: tensor 'rope_freqs.weight' (RoPE scaling) is read for llama only, not {arch}")
-    if "token_embd.weight" not in g.tensors:
-        raise GgufError(f"{g.path}: tensor 'token_embd.weight' is missing")
-    hidden, heads = g.integer(k("embedding_length")), g.integer(k("attention.head_count"))
-    # block_count counts the multi-token-prediction layers too (the hybrids' converter appends them)
-    mtp = g.integer(k("nextn_predict_layers"), 0)
-    layers = g.integer(k("block_count")) - mtp
-    g.mtp_layers = range(layers, layers + mtp)
-    if not heads or not hidden or layers <= 0:
-        raise GgufError(f"{g.path}: metadata keys '{k('embedding_length')}', '{k('attention.head_count')}' and "
-                        f"'{k('block_count')}' (less '{k('nextn_predict_layers')}') must be positive")
-    head_dim = g.integer(k("attention.key_length"), hidden // heads)
-    file_type = g.integer("general.file_type", 0)
-    d: dict[str, Any] = {
-        "architectures": [ARCHITECTURES[arch]],
-        "vocab_size": g.integer(k("vocab_size"), g.shape("token_embd.weight")[0]),
-        "hidden_size": hidden,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": g.integer(k("attention.head_count_kv"), heads),
-        "head_dim": head_dim,
-        "hidden_act": "silu",
-        "rms_norm_eps": g.number(k("attention.layer_norm_rms_epsilon")),
-        "max_position_embeddings": g.integer(k("context_length")),
-        "tie_word_embeddings": "output.weight" not in g.tensors,
-        "dtype": _FILE_DTYPES.get(file_type, "float32"),
-    }
-    theta = g.number(k("rope.freq_base"), 10000.0)
-    rope_dims = g.integer(k("rope.dimension_count"), head_dim)
-    if arch in ("llama", "qwen2", "qwen3", "qwen3moe") and rope_dims != head_dim:  # llama.cpp asserts it too
-        raise GgufError(f"{g.path}: metadata key '{k('rope.dimension_count')}' is {rope_dims}; partial RoPE "
-                        f"(head dim {head_dim}) is not supported for {arch}")
-    if arch in ("llama", "qwen2", "qwen3"):
-        d["intermediate_size"] = g.integer(k("feed_forward_length"))
-        d["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
-        if "rope_freqs.weight" in g.tensors:
-            d["rope_parameters"] = {"rope_theta": theta, **llama3_scaling(g, theta, head_dim)}
-        if arch == "llama":
-            d["attention_bias"] = "blk.0.attn_q.bias" in g.tensors
-        return d
-    d["rope_parameters"] = rope = {"rope_type": "default", "rope_theta": theta,
-                                   "partial_rotary_factor": rope_dims / head_dim}
-    sections = g.array(k("rope.dimension_sections"), None)
-    if sections is not None:
-        sections = [int(s) for s in sections]
-        while len(sections) > 3 and sections[-1] == 0:  # ggml pads to 4; HF configs list 3
-            sections.pop()
-        rope.update(mrope_section=sections, mrope_interleaved=arch in IMROPE_ARCHS)
-    sparse = [f"blk.{i}.ffn_gate_inp.weight" in g.tensors for i in range(layers)] if arch in MOE else [False] * layers
-    if not all(sparse):
-        d["intermediate_size"] = g.integer(k("feed_forward_length"))
-    if any(sparse):
-        d.update(num_experts=g.integer(k("expert_count")), num_experts_per_tok=g.integer(k("expert_used_count")),
-                 moe_intermediate_size=g.integer(k("expert_feed_forward_length")), norm_topk_prob=True)
-        if arch != "qwen3moe":
-            d["shared_expert_intermediate_size"] = g.integer(k("expert_shared_feed_forward_length"))
-        if arch in ("qwen3moe", "qwen3next"):
-            d.update(decoder_sparse_step=1, mlp_only_layers=[i for i, s in enumerate(sparse) if not s])
-        elif not all(sparse):
-            missing = sparse.index(False)
-            raise GgufError(f"{g.path}: tensor 'blk.{missing}.ffn_gate_inp.weight' is missing ({arch} layers are all sparse)")
-    if arch in HYBRID:
-        recurrent = g.array(k("attention.recurrent_layers"), None)
-        if recurrent is None:
-            interval = g.integer(k("full_attention_interval"), 4)
-            recurrent = [(i + 1) % interval != 0 for i in range(layers)]
-        if len(recurrent) < layers:
-            raise GgufError(f"{g.path}: metadata key '{k('attention.recurrent_layers')}' has {len(recurrent)} "
-                            f"entries for {layers} layers")
-        v_heads = g.integer(k("ssm.time_step_rank"))
-        if not v_heads:
-            raise GgufError(f"{g.path}: metadata key '{k('ssm.time_step_rank')}' must be positive")
-        d.update(layer_types=["linear_attention" if r else "full_attention" for r in recurrent[:layers]],
-                 linear_num_key_heads=g.integer(k("ssm.group_count")), linear_num_value_heads=v_heads,
-                 linear_key_head_dim=g.integer(k("ssm.state_size")),
-                 linear_value_head_dim=g.integer(k("ssm.inner_size")) // v_heads,
-                 linear_conv_kernel_dim=g.integer(k("ssm.conv_kernel")))
-    return d
-
-
-#: The original context a llama3 RoPE scaling read from `rope_freqs` is given (the converter's
-#: default): the factors depend only on original / low_freq_factor and original / high_freq_factor.
-LLAMA3_ORIGINAL_CTX = 8192
-
-
-def llama3_scaling(g: GgufFile, theta: float, head_dim: int) -> dict[str, Any]:
-    """The llama3 RoPE scaling (transformers' rope_parameters) whose frequency factors are the
-    GGUF's `rope_freqs.weight`: llama.cpp's converter stores only the factors (1 for high
-    frequencies, `factor` for low ones, 1 / ((1 - s) / factor + s) between, s linear in
-    1 / wavelength), so the parameters are fitted to them and the fit is checked."""
-    from strata.passes.convert_module_to_op.attention import llama3_freq_factors
-
-    name = "rope_freqs.weight"
-    f = np.asarray(g.load(name), dtype=np.float64).reshape(-1)
-    if f.shape != (head_dim // 2,) or not np.isfinite(f).all() or (f <= 0).any():
-        raise GgufError(f"{g.path}: tensor '{name}' must hold {head_dim // 2} positive factors (one per rotated pair)")
-    factor = float(f[-1])  # the lowest frequency is scaled by the whole factor
-    if factor <= 1:
-        raise GgufError(f"{g.path}: tensor '{name}' cannot be read as llama3 RoPE scaling: "
-                        "its lowest frequency is not scaled down")
-    line = _llama3_line(1 / (2 * math.pi * theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)),
-                        f, factor)
-    why = "no llama3 parameters give them"
-    if line is not None:
-        a, b = line
-        span = LLAMA3_ORIGINAL_CTX / a
-        rs = {"rope_type": "llama3", "factor": factor, "low_freq_factor": float(b * span),
-              "high_freq_factor": float(b * span + span), "original_max_position_embeddings": LLAMA3_ORIGINAL_CTX}
-        if np.allclose(llama3_freq_factors(theta, head_dim, rs), f, rtol=1e-5, atol=0):
-            return rs
-        why = "they are not llama3's (the fitted parameters do not give them back)"
-    raise GgufError(f"{g.path}: tensor '{name}' cannot be read as llama3 RoPE scaling: {why}")
-
-
-def _llama3_line(x: np.ndarray, f: np.ndarray, factor: float) -> tuple[float, float] | None:
-    """(a, b) with a > 0 and b > 0 of the smoothing line s = a x - b (x = 1 / wavelength) that
-    llama3 scaling draws through `f`, the factors of frequencies x: s is 1 at the shortest
-    scaled wavelength, 0 at the longest unscaled one, and f = 1 / ((1 - s) / factor + s) between.
-    Two or more frequencies between fix the line (least squares); one or none leave it free,
-    and any line through them that keeps the unscaled ones (s >= 1) and the fully scaled ones
-    (s <= 0) on their sides gives the same factors: a tiny head has few pairs."""
-    unscaled, full = f <= 1 + 1e-6, f >= factor * (1 - 1e-6)
-    mid = ~unscaled & ~full
-    s = (1 / f[mid] - 1 / factor) / (1 - 1 / factor)
-    x_lo = float(x[full].max())  # the highest fully scaled frequency (the last pair is one)
-    # the lowest unscaled frequency, or, when every pair is scaled, one above them all
-    x_hi = float(x[unscaled].min()) if unscaled.any() else 2 * float(x.max())
-    if mid.sum() >= 2:
-        (a, b), *_ = np.linalg.lstsq(np.stack([x[mid], -np.ones(int(mid.sum()))], axis=1), s, rcond=None)
-    elif mid.sum() == 1:
-        xm, sm = float(x[mid][0]), float(s[0])
-        if not x_lo < xm < x_hi:
-            return None
-        a = max((1 - sm) / (x_hi - xm), sm / (xm - x_lo))
-        b = a * xm - sm
-    else:
-        if not x_lo < x_hi:
-            return None
-        a = 1 / (x_hi - x_lo)
-        b = a * x_lo
-    return (float(a), float(b)) if a > 0 and b > 0 else None
-
-
-def config_overrides(g: GgufFile) -> dict[str, Any]:
-    """Fields of the family config that the file's architecture fixes beyond its metadata: what
-    llama.cpp computes differently from HF for it (M-RoPE's fourth stream is position 0 for text)."""
-    return {"mrope_extra_stream": "zero"} if g.arch in IMROPE_ARCHS else {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -517,6 +398,29 @@ class GgufWeights:
     def info(self, name: str) -> tuple[tuple[int, ...], str]:
         plan = self._plans[name]
         return tuple(self.get(name).shape), self.g.dtype_name(plan.sources[0]) if plan.as_stored else "f32"
+
+    # -- the file's block types ---------------------------------------------------------------
+
+    def block_formats(self) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+        """Each block-quantized tensor the model reads, by its GGUF name: (its ggml type, the
+        order of its blocked axis as the IR sees it, or None: see `op.param`'s block_order)."""
+        out: dict[str, tuple[str, tuple[int, ...] | None]] = {}
+        for name, plan in self._plans.items():
+            for src in plan.sources:
+                fmt = self.g.format_name(src) if src in self.g.tensors else None
+                if fmt is not None:
+                    out[src] = (fmt, self._block_order(src))
+        return out
+
+    def _block_order(self, name: str) -> tuple[int, ...] | None:
+        """Qwen3.5's ssm_out: its input columns are value heads, tiled in the file and grouped in
+        the IR (`_v_heads`): viewed as [key heads, values per key, head dim], the file has them
+        as [values per key, key heads, head dim]."""
+        cfg = self.config
+        if (self.g.arch in ("qwen35", "qwen35moe") and name.endswith(".ssm_out.weight")
+                and cfg.lin_k_heads != cfg.lin_v_heads):
+            return (cfg.lin_k_heads, cfg.lin_v_heads // cfg.lin_k_heads, cfg.lin_v_dim)
+        return None
 
     def piece(self, name: str, axis: int, pieces: int, parts: Sequence[int], index: int) -> np.ndarray:
         """This rank's piece of tensor `name` (op.param's `split`, see `strata.ir.split`). A row

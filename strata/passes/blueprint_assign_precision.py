@@ -20,7 +20,9 @@ accumulate optional; a format is written as in seed 001: `bf16`, `fp8/block128x1
 a rule. A node's float results (its edges) take its output format as their element type, so an
 edge's format is its producer's output; the graph and other attributes stay as they are.
 
-Recipes: fp8-bf16head (seed 001's), bf16, f32 and w4a16.
+Recipes: fp8-bf16head (seed 001's), bf16, f32 and w4a16. A tensor-parallel blueprint's
+collectives take their wire format from their rule (`all_reduce`, `all_gather`) and their cost
+(`bytes_per_row`) is priced again in it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, i64
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern, op_type_rewrite_pattern
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import VerifyException
@@ -45,6 +47,8 @@ from strata.dialects.blueprint.attrs import EdgeType, FormatAttr, PrecisionAttr,
 from strata.dialects.blueprint.group import GroupOp
 from strata.ir.dtypes import has_kind
 from strata.dialects.blueprint.base import NodeOp
+from strata.dialects.blueprint.collective import COLLECTIVE_NODES, wire_bytes
+from strata.dialects.blueprint.facts import function_dims
 from strata.errors import StrataError
 from strata.passes.node_patterns import matches_node, names
 
@@ -242,6 +246,15 @@ def apply_recipe(recipe: Recipe, module: ModuleOp) -> None:
     for fn in module.walk():
         if isinstance(fn, func.FuncOp) and any(isinstance(op, NodeOp) for op in fn.walk()):
             fn.attributes["blueprint.recipe"] = StringAttr(recipe.name)
+            _price_collectives(fn)
+
+
+def _price_collectives(fn: func.FuncOp) -> None:
+    """A collective's cost in the wire format its output now has (`wire_bytes`)."""
+    dims = function_dims(fn)
+    for op in fn.walk():
+        if isinstance(op, COLLECTIVE_NODES):
+            op.attributes["bytes_per_row"] = IntegerAttr(wire_bytes(op, dims), i64)
 
 
 def _retype_carriers(module: ModuleOp) -> None:

@@ -60,17 +60,19 @@ def generic_options(values: dict[str, Any]) -> dict[str, int]:
 
 
 def entry_pipeline(entry: str, *, tokens: int = 0, start: int = -1, ctx: int = 0, kv_pad: int = 256,
-                   flash_attn: bool = True, **generics: int) -> str:
+                   flash_attn: bool = True, kv_type: str = "", act_quant: bool = True, **generics: int) -> str:
     """The pass pipeline that lowers one entry (or several, comma-separated: what `strata ir
-    --level op` and `trace` run, and the targets); `generics` sets the options of
-    GENERIC_OPTIONS by their option names (batch=4), each given only where it is not its
-    default."""
+    --level op` and `trace` run, and the targets); `kv_type` the cache's element type ("": the
+    model's), `act_quant=False` keeps float activations for block-quantized weights (see
+    convert-module-to-op); `generics` sets the options of GENERIC_OPTIONS by their option names
+    (batch=4), each given only where it is not its default."""
     defaults = dict(GENERIC_OPTIONS.values())
     unknown = sorted(set(generics) - set(defaults))
     if unknown:
         raise PipelineError(f"convert-module-to-op has no option {unknown[0]!r}")
     flash = "true" if flash_attn else "false"
     extra = "".join(f" {k}={v}" for k, v in generics.items() if v is not None and v != defaults[k])
+    extra += (f" kv_type={kv_type}" if kv_type else "") + ("" if act_quant else " act_quant=false")
     return (f"convert-module-to-op{{entry={entry} tokens={tokens} start={start} ctx={ctx} kv_pad={kv_pad} "
             f"flash_attn={flash}{extra}}}")
 
@@ -78,11 +80,20 @@ def entry_pipeline(entry: str, *, tokens: int = 0, start: int = -1, ctx: int = 0
 BLUEPRINT_MODES = ("decode", "multi_seq", "verify", "draft", "prefill")
 
 
+def shard_pipeline(tp: int = 1, ep: int = 1) -> str:
+    """The tensor-parallel pass for `tp` ranks (whole experts per rank with `ep` = tp), or nothing."""
+    if tp == 1 and ep == 1:
+        return ""
+    return f"shard-tensor-parallel{{tp={tp}" + (f" ep={ep}" if ep > 1 else "") + "}"
+
+
 def blueprint_pipeline(mode: str = "decode", rows: int = 1, recipe: str = "fp8-bf16head", *, kv: str = "paged",
-                       embed: str = "host", sample: str = "host", collapse: bool = True) -> str:
+                       embed: str = "host", sample: str = "host", collapse: bool = True, tp: int = 1,
+                       ep: int = 1) -> str:
     """The passes from the module level to the blueprint level of one mode: the op level of the
-    entry that runs `rows` rows (decode for one, prefill otherwise), then convert-op-to-blueprint,
-    precision, state placement, fusion and collapse."""
+    entry that runs `rows` rows (decode for one, prefill otherwise; one rank's of `tp`, see
+    `shard_pipeline`), then convert-op-to-blueprint, precision, state placement, fusion and
+    collapse."""
     if mode not in BLUEPRINT_MODES:
         raise PipelineError(f"unknown mode '{mode}' (known: {', '.join(BLUEPRINT_MODES)})")
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
@@ -91,7 +102,8 @@ def blueprint_pipeline(mode: str = "decode", rows: int = 1, recipe: str = "fp8-b
     # The blueprint keeps no context size: the smallest cache that holds the rows will do.
     lower = entry_pipeline(entry, tokens=rows if entry == "prefill" else 0, start=0 if entry == "prefill" else rows,
                            ctx=max(2 * rows, 64), kv_pad=1)
-    passes = [lower, f"convert-op-to-blueprint{{mode={mode} rows={rows}}}",
+    shard = shard_pipeline(tp, ep)
+    passes = [*([shard] if shard else []), lower, f"convert-op-to-blueprint{{mode={mode} rows={rows}}}",
               f"blueprint-assign-precision{{recipe={recipe}}}",
               f"blueprint-place-state{{kv={kv} embed={embed} sample={sample}}}", "blueprint-fuse"]
     return ",".join(passes + (["blueprint-collapse"] if collapse else []))

@@ -18,7 +18,11 @@ The plan, by block kind:
   and recurrent state with them; out_proj by rows, all-reduced;
 * dense FFN: gate and up by columns, down by rows, all-reduced;
 * sparse MoE: each expert split by its intermediate dim, the shared expert as a dense FFN,
-  the router and the shared gate replicated; one all-reduce of routed + shared;
+  the router and the shared gate replicated; one all-reduce of routed + shared. With expert
+  parallelism (`ep=N`, N the ranks) each rank holds whole experts instead, Experts / N of
+  them (`tp_experts`: the expert params split by their first dim, `op.mul_mat_id_sharded`
+  computes only the slots routed to them), the router replicated and the shared expert still
+  a dense FFN, joined by the same all-reduce;
 * embedding and lm_head split by vocabulary: a masked lookup summed by an all-reduce, the
   logits' pieces joined by an all-gather;
 * norms replicated.
@@ -33,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, ModuleOp, StringAttr, UnitAttr, i64
+from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, IntegerAttr, ModuleOp, StringAttr, UnitAttr, i64
 from xdsl.ir import Attribute
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -65,13 +69,16 @@ class Plan:
 
     model: M.ModelOp
     ranks: int
+    #: whole experts per rank (expert parallelism) instead of pieces of every expert
+    experts_whole: bool = False
     #: block name -> its generics' values in the whole model (the first instance's)
     whole: dict[str, dict[str, int | str]] = field(default_factory=dict)
     #: block name -> the same per rank, after the types are rewritten
     per_rank: dict[str, dict[str, int | str]] = field(default_factory=dict)
 
     def error(self, message: str) -> ShardError:
-        return ShardError(f"shard-tensor-parallel{{tp={self.ranks}}}: {message}")
+        ep = f" ep={self.ranks}" if self.experts_whole else ""
+        return ShardError(f"shard-tensor-parallel{{tp={self.ranks}{ep}}}: {message}")
 
     def check(self, inst: BlockInstance, dim: str, by: int | None = None) -> None:
         """A one-line error unless `dim` of `inst` divides by the ranks (or `by`)."""
@@ -109,7 +116,7 @@ def check_divisible(plan: Plan, root: BlockInstance) -> None:
         elif inst.kind == DELTA_NET:
             plan.check(inst, "LinKHeads")  # each value head goes with its key head
         elif inst.kind == MOE:
-            plan.check(inst, "MoeInner")
+            plan.check(inst, "Experts" if plan.experts_whole else "MoeInner")
         elif inst.kind == MLP:
             plan.check(inst, parse_block_generics([g.data for g in inst.block.generics.data])[1].name)
 
@@ -132,6 +139,34 @@ def rewrite_args(plan: Plan, sub: M.SubOp, change: dict[str, str]) -> None:
         kinds.append(f"{kind}<{', '.join(texts)}>" if texts else kind)
     body = " | ".join(kinds)
     sub.attributes["type"] = StringAttr(body if parsed.count is None else f"[{body}; {parsed.count}]")
+
+
+def append_arg(sub: M.SubOp, arg: str) -> None:
+    """Pass one more generic argument to the sub's block (its last generic)."""
+    text = sub.type_text
+    if not text.endswith(">") or text.startswith("["):
+        raise ShardError(f"shard-tensor-parallel: cannot pass {arg} to sub @{sub.member_name} : {text}")
+    sub.attributes["type"] = StringAttr(f"{text[:-1]}, {arg}>")
+
+
+@dataclass
+class ExpertTypes(RewritePattern):
+    """Expert parallelism: the sparse MoE block takes the ranks (a `Shards` generic, which its
+    layer passes) and its expert params hold Experts / Shards whole experts; the router keeps
+    every expert."""
+
+    plan: Plan
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: M.BlockOp, rewriter: PatternRewriter) -> None:
+        if op.kind != MOE or not self.plan.experts_whole or "Shards" in op.generic_names():
+            return
+        op.attributes["generics"] = ArrayAttr([*op.generics.data, StringAttr("Shards: Dim")])
+        for name in ("gate_exps", "up_exps", "down_exps"):
+            param = op.member(name)
+            assert isinstance(param, M.ParamOp) and param.type_text.startswith("Tensor[Experts,")
+            param.attributes["type"] = StringAttr(param.type_text.replace("Tensor[Experts,", "Tensor[Experts / Shards,", 1))
+        rewriter.notify_op_modified(op)
 
 
 @dataclass
@@ -172,6 +207,9 @@ class LayerTypes(RewritePattern):
                 rewrite_args(self.plan, sub, {"LinKHeads": "{} / Shards", "LinVHeads": "{} / Shards"})
             elif kind in ATTENTION and int(whole.get("KvHeads", self.plan.ranks)) < self.plan.ranks:
                 rewrite_args(self.plan, sub, {"KvHeads": "Shards"})
+            elif kind == MOE and self.plan.experts_whole:
+                rewrite_args(self.plan, sub, {"SharedInner": "{} / Shards"})
+                append_arg(sub, "Shards")  # the experts' block counts its own (ExpertTypes)
             elif kind == MOE:
                 rewrite_args(self.plan, sub, {"MoeInner": "{} / Shards", "SharedInner": "{} / Shards"})
             elif kind == MLP:
@@ -261,6 +299,10 @@ class ShardMoe(StampPattern):
     kinds = (MOE,)
 
     def stamp(self, op, env):
+        if self.plan.experts_whole:  # [Experts, ...]: each rank its own experts
+            for name in ("gate_exps", "up_exps", "down_exps"):
+                knobs(op.member(name), **param_split(0, self.plan.ranks))
+            return
         knobs(op.member("gate_exps"), **param_split(1, self.plan.ranks))
         knobs(op.member("up_exps"), **param_split(1, self.plan.ranks))
         knobs(op.member("down_exps"), **param_split(2, self.plan.ranks))
@@ -274,7 +316,7 @@ class ShardLayer(StampPattern):
     def stamp(self, op, env):
         mlp = op.member("mlp")
         if isinstance(mlp, M.SubOp) and self.plan.child_block(mlp).kind == MOE:
-            knobs(mlp, tp_reduce=UnitAttr())
+            knobs(mlp, tp_reduce=UnitAttr(), **({"tp_experts": UnitAttr()} if self.plan.experts_whole else {}))
 
 
 class ShardMlp(StampPattern):
@@ -298,18 +340,23 @@ def _walk(patterns: list[RewritePattern], module: ModuleOp) -> None:
 
 @dataclass(frozen=True)
 class ShardTensorParallelPass(ModulePass):
-    """Make the model one rank of `tp` (see the module docstring); tp=1 leaves it as it is."""
+    """Make the model one rank of `tp` (see the module docstring); tp=1 leaves it as it is.
+    `ep`: 1 (each expert split over the ranks) or `tp` (whole experts per rank)."""
 
     name = "shard-tensor-parallel"
 
     tp: int = 2
+    ep: int = 1
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.tp < 1:
             raise ShardError(f"shard-tensor-parallel: tp must be a number of ranks >= 1, got {self.tp}")
+        if self.ep not in (1, self.tp):
+            raise ShardError(f"shard-tensor-parallel{{tp={self.tp} ep={self.ep}}}: ep is 1 (experts split by their "
+                             f"intermediate dim) or the ranks, {self.tp} (whole experts per rank)")
         try:
             model = find_model(op)
-            plan = Plan(model, self.tp)
+            plan = Plan(model, self.tp, experts_whole=self.ep > 1)
             whole = instantiate(model)
             if "Shards" not in whole.env:
                 raise plan.error("the model's root block has no Shards generic")
@@ -319,7 +366,7 @@ class ShardTensorParallelPass(ModulePass):
                 return
             check_divisible(plan, whole)
             plan.whole = {k: v.env for k, v in _first_instances(whole).items()}
-            _walk([RootTypes(plan), LayerTypes(plan)], op)
+            _walk([RootTypes(plan), LayerTypes(plan), ExpertTypes(plan)], op)
             plan.per_rank = {k: v.env for k, v in _first_instances(instantiate(model)).items()}
             _walk([ShardRoot(plan), ShardLayer(plan), ShardAttention(plan), ShardDeltaNet(plan), ShardMoe(plan),
                    ShardMlp(plan)], op)

@@ -179,7 +179,8 @@ def gguf_config(g: Any) -> Any:
     its metadata read as the HF fields they stand for, then by the family."""
     import dataclasses
 
-    from strata.frontends.gguf import GgufError, config_overrides, hf_config_dict
+    from strata.frontends.gguf import GgufError
+    from strata.frontends.gguf_config import config_overrides, hf_config_dict
     from strata.frontends.hf_config import ConfigError
 
     try:
@@ -200,6 +201,8 @@ def load_model(path: str | Path, max_seq: int | None = None) -> Model:
     module.verify()
     root = model_root(path)
     model = Model(root, config, module, fp8_block=None if gguf else fp8_block_of(root), gguf=gguf)
+    if gguf is not None:
+        record_block_formats(model)
     if gguf is None and stores_another_head(model):
         # transformers does the same: a checkpoint's own lm_head wins over the tie
         warn(f"{root}: config.json ties the lm_head to the embedding (tie_word_embeddings), but the checkpoint "
@@ -209,6 +212,26 @@ def load_model(path: str | Path, max_seq: int | None = None) -> Model:
         module.verify()
         model = Model(root, config, module, fp8_block=model.fp8_block)
     return model
+
+
+def record_block_formats(model: Model) -> None:
+    """Stamp a GGUF's block types on the module level's model: `ggml_formats` (ggml tensor name
+    -> its ggml type, for every block-quantized tensor the model reads) and `ggml_block_orders`
+    (name -> the order of its blocked axis, where the store reorders it). The op level reads
+    them (`op.param`'s `format`, ggml-cpu's quantized activations)."""
+    from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, StringAttr, i64
+
+    from strata.frontends.gguf import GgufWeights
+
+    expected = {name: (t.shape, t.dtype) for name, t in model.params().items()}
+    formats = GgufWeights(model.gguf, model.config, expected, model.centred_norms()).block_formats()
+    if not formats:
+        return
+    op = model.model_op
+    op.attributes["ggml_formats"] = DictionaryAttr({n: StringAttr(f) for n, (f, _) in sorted(formats.items())})
+    orders = {n: DenseArrayBase.from_list(i64, o) for n, (_, o) in sorted(formats.items()) if o is not None}
+    if orders:
+        op.attributes["ggml_block_orders"] = DictionaryAttr(orders)
 
 
 def stores_another_head(model: Model) -> bool:

@@ -41,12 +41,15 @@ class Lowering:
 
 @dataclass(frozen=True)
 class Blueprint:
-    """Which blueprint: `--mode --rows --recipe --kv`."""
+    """Which blueprint: `--mode --rows --recipe --kv`, and `--tp --ep`: one rank's of a
+    tensor-parallel program (every rank's is the same, on its piece of the weights)."""
 
     mode: str = "decode"
     rows: int = 1
     recipe: str = "fp8-bf16head"
     kv: str = "paged"
+    tp: int = 1
+    ep: int = 1
 
 
 def _function(module: ModuleOp) -> func.FuncOp:
@@ -55,7 +58,8 @@ def _function(module: ModuleOp) -> func.FuncOp:
 
 def blueprint_function(model: Any, bp: Blueprint) -> func.FuncOp:
     """The model's blueprint function for `bp`."""
-    return _function(blueprint_module(model.module, model.name, bp.mode, bp.rows, bp.recipe, kv=bp.kv))
+    return _function(blueprint_module(model.module, model.name, bp.mode, bp.rows, bp.recipe, kv=bp.kv, tp=bp.tp,
+                                      ep=bp.ep))
 
 
 def listing(model: Any) -> str:
@@ -105,10 +109,10 @@ def provenance(model: Any, bp: Blueprint) -> dict:
     config = (model.root / "config.json").read_bytes() if (model.root / "config.json").is_file() else b""
     config_sha256 = model.gguf.header_sha256 if model.gguf is not None else hashlib.sha256(config).hexdigest()
     command = (f"strata blueprint {model.name} --mode {bp.mode} --rows {bp.rows} --recipe {bp.recipe} "
-               f"--kv {bp.kv}")
+               f"--kv {bp.kv}" + (f" --tp {bp.tp}" if bp.tp > 1 else "") + (f" --ep {bp.ep}" if bp.ep > 1 else ""))
     return {"kind": "strata", "model": model.name, "config_sha256": config_sha256,
-            "recipe": bp.recipe, "mode": bp.mode, "rows": bp.rows, "kv": bp.kv, "strata": strata_version,
-            "commands": [command]}
+            "recipe": bp.recipe, "mode": bp.mode, "rows": bp.rows, "kv": bp.kv,
+            **({"tp": bp.tp, "ep": bp.ep} if bp.tp > 1 else {}), "strata": strata_version, "commands": [command]}
 
 
 BLUEPRINT_FORMATS = ("kbp-graph", "dot", "table", "mlir")
@@ -154,13 +158,14 @@ def view(module: ModuleOp, level: str, fmt: str, *, lowering: Lowering, bp: Blue
         graph = V.op_graph(lowered(module, lowering.pipeline()))
         keys = V.layer_keys(graph)
     else:
-        spec = blueprint_pipeline(bp.mode, bp.rows, bp.recipe, kv=bp.kv)
+        spec = blueprint_pipeline(bp.mode, bp.rows, bp.recipe, kv=bp.kv, tp=bp.tp, ep=bp.ep)
         graph, keys = V.blueprint_graph(_function(lowered(module, spec)))
     full = len(graph.nodes)
     if not expand:
         graph = V.collapse_layers(graph, keys)
     summary = (f"{label}: {level} level, {len(graph.nodes)} nodes shown of {full}"
-               + ("" if len(graph.nodes) == full else " (repeated layers collapsed; --expand shows all)"))
+               + ("" if len(graph.nodes) == full else " (repeated layers collapsed; --expand shows all)")
+               + (f"; {graph.label}" if graph.label else ""))
     text = V.to_dot(graph)
     if fmt != "dot":
         text = R.svg_via_dot(text, dot) if dot is not None else R.layout_svg(graph)

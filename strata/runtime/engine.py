@@ -69,11 +69,13 @@ def prepare_device(target_name: str, interpret: bool) -> None:
         raise EngineError(f"--interpret applies to --target cuda, not --target {target_name}")
 
 
-def cache_dir_of(model: Any, target_name: str, interpret: bool = False, tp: int = 1) -> Path:
+def cache_dir_of(model: Any, target_name: str, interpret: bool = False, tp: int = 1, ep: int = 1) -> Path:
     """The default cache of `model`'s compiled program for a target (see the module docstring);
-    a tensor-parallel one's is `TARGET-tpN`."""
+    a tensor-parallel one's is `TARGET-tpN` (`TARGET-tpN-epN` with whole experts per rank)."""
     variant = f"{target_name}-interpret" if interpret else target_name
-    return model.cache_root / (f"{variant}-tp{tp}" if tp > 1 else variant)
+    if tp > 1:
+        variant += f"-tp{tp}" + (f"-ep{ep}" if ep > 1 else "")
+    return model.cache_root / variant
 
 
 def resolved_knobs(model: Any, target_name: str, knobs: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -109,7 +111,8 @@ def open_program(model: Any, target_name: str = "cpu", knobs: Mapping[str, Any] 
     if via is not None:
         raise EngineError(f"unknown runtime {via!r} for --via (known: onnxruntime)")
     default_cache = cache_dir is None
-    cache = cache_dir_of(model, target_name, interpret, knobs.get("tp", 1)) if default_cache else Path(cache_dir)
+    cache = (cache_dir_of(model, target_name, interpret, knobs.get("tp", 1), knobs.get("ep", 1)) if default_cache
+             else Path(cache_dir))
     t0 = time.perf_counter()
     try:
         out, rebuilt = cached_compile(model, target_name, cache, knobs, store)

@@ -110,18 +110,35 @@ def _open(req: Request, target_name: str, *, via: str | None, interpret: bool, c
                         via=via, prompt_len=len(req.ids), need_decode=max_new_tokens > 1)
 
 
+def _check_opener(opener: Any, via: str | None, interpret: bool) -> None:
+    if opener is not None and (via is not None or interpret):
+        raise EngineError("--tp runs the compiled cpu program on several ranks: it takes no --via or --interpret")
+
+
+def _open_for(req: Request, target_name: str, *, via: str | None, interpret: bool, cache_dir: str | Path | None,
+              allow_nonfinite: bool, max_new_tokens: int, opener: Any, model_path: str | Path):
+    """The program of this process (`_open`), or `opener`'s (every rank opens its own weights)."""
+    if opener is None:
+        return _open(req, target_name, via=via, interpret=interpret, cache_dir=cache_dir,
+                     allow_nonfinite=allow_nonfinite, max_new_tokens=max_new_tokens)
+    check_finite(req.model.open_weights(), list(req.model.params()), allow_nonfinite)
+    return opener(model_path, target_name, req.knobs, cache_dir)
+
+
 def generate_text(model_path: str | Path, prompt: TextPrompt | Sequence[int], max_new_tokens: int,
                   sampling: SamplingParams | None = None, *, stop: Sequence[str] = (), target_name: str = "cpu",
                   knobs: Mapping[str, Any] | None = None, interpret: bool = False, via: str | None = None,
                   cache_dir: str | Path | None = None, allow_nonfinite: bool = False,
-                  verbose_prompt: bool = False) -> Generation:
+                  verbose_prompt: bool = False, opener: Any = None) -> Generation:
     """`strata generate`: a text prompt's reply streamed to standard output (timing on standard
     error), stopping at the tokenizer's end-of-generation ids and at `stop`; a prompt of ids (or
     a model without a tokenizer) prints `ids=...` last instead, as `strata run`. `verbose_prompt`:
-    the prompt's ids on standard error first (as llama-tokenize prints them)."""
+    the prompt's ids on standard error first (as llama-tokenize prints them). `opener`: as
+    `run_prompt`'s (rank 0 owns the tokenizer, the detokenizer and the stop strings)."""
     from strata.runtime.text import StopStrings
 
     StopStrings(stop)  # a bad stop string is refused before anything is read
+    _check_opener(opener, via, interpret)
     req = prepare_request(model_path, prompt, max_new_tokens, target_name=target_name, knobs=knobs,
                           interpret=interpret, via=via, sampling=sampling)
     if verbose_prompt:
@@ -130,8 +147,9 @@ def generate_text(model_path: str | Path, prompt: TextPrompt | Sequence[int], ma
         say(f"prompt: {len(req.ids)} tokens {format_ids(req.ids)}")
     if req.tokenizer is None and stop:
         warn("--stop needs text: with token ids in and out, generation stops at the length only")
-    program = _open(req, target_name, via=via, interpret=interpret, cache_dir=cache_dir,
-                    allow_nonfinite=allow_nonfinite, max_new_tokens=max_new_tokens)
+    program = _open_for(req, target_name, via=via, interpret=interpret, cache_dir=cache_dir,
+                        allow_nonfinite=allow_nonfinite, max_new_tokens=max_new_tokens, opener=opener,
+                        model_path=model_path)
     try:
         clock = GenerationClock(len(req.ids), max_new_tokens, progress=req.tokenizer is None)
         if req.tokenizer is None:
@@ -175,15 +193,10 @@ def run_prompt(model_path: str | Path, prompt: TextPrompt | Sequence[int], max_n
 
     if dump_logits:
         check_output_path(dump_logits)  # before the work, not after it
-    if opener is not None:
-        if via is not None or interpret:
-            raise EngineError("--tp runs the compiled cpu program on several ranks: it takes no --via or --interpret")
+    _check_opener(opener, via, interpret)
     req = prepare_request(model_path, prompt, max_new_tokens, target_name=target_name, knobs=knobs,
                           interpret=interpret, via=via, sampling=sampling)
-    if opener is not None:
-        check_finite(req.model.open_weights(), list(req.model.params()), allow_nonfinite)
-        program = opener(model_path, target_name, req.knobs, cache_dir)  # each rank opens its own weights
-    else:
-        program = _open(req, target_name, via=via, interpret=interpret, cache_dir=cache_dir,
-                        allow_nonfinite=allow_nonfinite, max_new_tokens=max_new_tokens)
+    program = _open_for(req, target_name, via=via, interpret=interpret, cache_dir=cache_dir,
+                        allow_nonfinite=allow_nonfinite, max_new_tokens=max_new_tokens, opener=opener,
+                        model_path=model_path)
     return generate_reported(program, req.ids, max_new_tokens, dump_logits, sampling)

@@ -69,7 +69,7 @@ def open_rank(model: Any, target_name: str, knobs: Mapping[str, Any] | None, tp:
     dist.init_process_group(backend_of(target_name), init_method=init_method, rank=rank, world_size=tp,
                             timeout=timedelta(seconds=timeout_s))
     k = resolved_knobs(model, target_name, {**(knobs or {}), "tp": tp})
-    cache = Path(cache_dir) if cache_dir is not None else cache_dir_of(model, target_name, tp=tp)
+    cache = Path(cache_dir) if cache_dir is not None else cache_dir_of(model, target_name, tp=tp, ep=k.get("ep", 1))
     store = model.open_weights(quiet=rank != 0)
     if rank == 0:
         from strata.errors import say

@@ -29,7 +29,9 @@ from strata.dialects.blueprint.facts import WeightRead
 from strata.errors import StrataError
 from strata.ir import fp8, ggml_blocks
 from strata.ir.int4 import dequantize_int4_block, quantize_int4_block
+from strata.ir.split import split_piece
 from strata.semantics.op_interp import PARAM_CONVERSIONS
+from strata.semantics.ranks import Group, SoloGroup
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -110,6 +112,8 @@ class Env:
     cache: dict[tuple, np.ndarray] = field(default_factory=dict)
     #: weight name -> its stored name and conversion (the function's `blueprint.weights`)
     table: Mapping[str, WeightRead] = field(default_factory=dict)
+    #: the rank's group in a tensor-parallel blueprint (`strata.semantics.ranks`); one rank else
+    group: Group = field(default_factory=SoloGroup)
 
     def dim(self, name: str) -> int:
         """The size of the dim symbol `name`."""
@@ -118,14 +122,23 @@ class Env:
         return int(self.dims[name])
 
     def raw(self, name: str, fmt: FormatAttr | None = None) -> np.ndarray:
-        """The weight `name`: its stored tensor, in the format `fmt` (quantized as stored, as a
-        quantized checkpoint holds it: one scale grid per stored tensor), then converted as the
-        weight table says."""
+        """The weight `name`: its stored tensor (in a tensor-parallel blueprint, this rank's piece
+        of it, as the weight store reads it), in the format `fmt` (quantized as stored, as a
+        quantized checkpoint holds it: one scale grid per stored tensor, or per piece, as the
+        rank that holds it quantizes it), then converted as the weight table says."""
         read = self.table.get(name) or WeightRead(name)
+        piece = read.piece(self.group.rank, self.group.size)
         try:
-            w = self.weights[read.source] if isinstance(self.weights, Mapping) else self.weights.get(read.source)
+            if piece is not None and callable(getattr(self.weights, "piece", None)):
+                w = self.weights.piece(read.source, *piece)
+            else:
+                w = self.weights[read.source] if isinstance(self.weights, Mapping) else self.weights.get(read.source)
+                if w is not None and piece is not None:
+                    w = split_piece(w, *piece)
         except (KeyError, StrataError):
             w = None
+        except ValueError as e:
+            raise BlueprintRunError(f"weight '{read.source}': {e}") from None
         if w is None:
             raise BlueprintRunError(f"no weight '{read.source}'")
         if fmt is not None:

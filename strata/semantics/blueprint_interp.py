@@ -54,6 +54,7 @@ from xdsl.interpreter import (
 from xdsl.ir import Operation, SSAValue
 
 from strata.dialects import blueprint as B
+from strata.dialects.blueprint.base import rank_sharded
 from strata.dialects.blueprint.facts import function_dims, function_weights
 from strata.errors import one_line_errors
 from strata.ir.impls import Implementations
@@ -72,6 +73,7 @@ from strata.semantics.blueprint_env import (  # noqa: F401 - re-exported
 )
 from strata.semantics.interpreter import Observer, first_unimplemented, implementations, interpreter_for, run_body
 from strata.semantics.module_hybrid import causal_attention, l2_normalize
+from strata.semantics.ranks import SoloGroup
 
 V = PythonValues
 NodeRun = Callable[["BlueprintFunctions", Interpreter, Any, list], tuple]
@@ -119,11 +121,17 @@ def _rope(x: np.ndarray, env: Env) -> np.ndarray:
 
 
 def _experts(op, x: np.ndarray, ids: np.ndarray, env: Env, per_token: bool) -> np.ndarray:
+    """Each slot's expert product; with whole experts per rank (`ranks`), this rank holds experts
+    rank*E .. rank*E + E-1 (E: its weight's experts) and the other slots are zeros."""
     w = env.node_weight(op)
     flat = ids.reshape(-1).astype(np.int64)
+    if rank_sharded(op) is not None:
+        flat = flat - env.group.rank * w.shape[0]
     k = ids.shape[-1]
     rows = [x[i // k] if per_token else x[i] for i in range(flat.size)]
-    return np.stack([_mm(r[None, :], w[e])[0] for r, e in zip(rows, flat)]).astype(np.float32)
+    out = [_mm(r[None, :], w[e])[0] if 0 <= e < w.shape[0] else np.zeros(w.shape[-2], np.float32)
+           for r, e in zip(rows, flat)]
+    return np.stack(out).astype(np.float32)
 
 
 def _write_kv(op, k: np.ndarray, v: np.ndarray, env: Env) -> None:
@@ -175,7 +183,10 @@ class BlueprintFunctions(InterpreterFunctions):
     @impl(B.EmbedOp)
     @node
     def run_embed(self, interpreter: Interpreter, op: B.EmbedOp, a: V) -> V:
-        return (self.env.node_weight(op)[a[0].reshape(-1).astype(np.int64)],)
+        table, ids = self.env.node_weight(op), a[0].reshape(-1).astype(np.int64)
+        if rank_sharded(op) is None:
+            return (table[ids],)
+        return (K.get_rows_sharded(table, ids, self.env.group.rank),)  # this rank's rows of the vocabulary
 
     @node
     def _rms_norm(self, interpreter: Interpreter, op: Operation, a: V) -> V:
@@ -423,6 +434,19 @@ class BlueprintFunctions(InterpreterFunctions):
         return (_mm(_attend(op, q, x.shape[0], self.env), wo),)
 
     # ---------------------------------------------------------------------------------------------
+    # Collectives: this rank's part; the group (simulated ranks, or one) joins the others
+
+    @impl(B.AllReduceOp)
+    @node
+    def run_all_reduce(self, interpreter: Interpreter, op: B.AllReduceOp, a: V) -> V:
+        return (self.env.group.all_reduce(np.asarray(a[0], np.float32)),)
+
+    @impl(B.AllGatherOp)
+    @node
+    def run_all_gather(self, interpreter: Interpreter, op: B.AllGatherOp, a: V) -> V:
+        return (self.env.group.all_gather(np.asarray(a[0]), -1),)
+
+    # ---------------------------------------------------------------------------------------------
     # Groups
 
     @impl(B.GroupOp)
@@ -448,21 +472,28 @@ def run_blueprint(fn: func.FuncOp, weights: Any, state: dict[str, np.ndarray],
                   inputs: Sequence[np.ndarray], *, dims: Mapping[str, int] | None = None, pos: int = 0,
                   eps: float = 1e-6, rope_theta: float = 10000.0, norm_topk_prob: bool = True,
                   cache: dict | None = None,
-                  observe: Callable[[Operation, tuple], None] | None = None) -> list[np.ndarray]:
+                  observe: Callable[[Operation, tuple], None] | None = None, group: Any = None) -> list[np.ndarray]:
     """Run the blueprint function `fn` on `inputs` (one array [rows, dim] per argument) at
     position `pos`; returns the values of its `func.return`.
 
     `weights` maps param names to arrays (a dict or a `WeightStore`); `state` maps state names
-    to buffers, updated in place. `cache` (a dict) keeps quantized weights across calls.
-    `observe`, if given, is called with each node and its results right after it runs."""
+    to buffers, updated in place. `cache` (a dict) keeps quantized weights across calls (one
+    per rank). `observe`, if given, is called with each node and its results right after it
+    runs. A tensor-parallel blueprint (`blueprint.ranks` = N) runs as one rank of `group` (of N:
+    `strata.semantics.ranks.run_ranks` simulates them)."""
     args = fn.body.block.args
     if len(inputs) != len(args):
         raise BlueprintRunError(f"@{fn.sym_name.data}: takes {len(args)} inputs, got {len(inputs)}")
     unknown = first_unimplemented(fn, BLUEPRINT_INTERPRETER)
     if unknown is not None:
         raise BlueprintRunError(f"no blueprint semantics for op '{unknown.name}'")
+    ranks = fn.attributes.get("blueprint.ranks")
+    size = int(ranks.value.data) if ranks is not None else 1  # type: ignore[attr-defined]
+    group = group if group is not None else SoloGroup()
+    if group.size != size:
+        raise BlueprintRunError(f"@{fn.sym_name.data} runs on {size} ranks, the group has {group.size}")
     env = Env(weights, state, function_dims(fn) | dict(dims or {}), pos, eps, rope_theta, norm_topk_prob,
-              cache if cache is not None else {}, function_weights(fn))
+              cache if cache is not None else {}, function_weights(fn), group)
     values = []
     for x in inputs:
         x = np.asarray(x)

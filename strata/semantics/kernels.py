@@ -560,6 +560,20 @@ def get_rows_sharded(table: np.ndarray, ids: np.ndarray, rank: int) -> np.ndarra
     return rows
 
 
+def mul_mat_id_sharded(experts: np.ndarray, b: np.ndarray, ids: np.ndarray, rank: int) -> np.ndarray:
+    """op.mul_mat_id_sharded: MUL_MAT_ID over rank `rank`'s experts, ids rank*E .. rank*E + E-1
+    of the whole set (E: experts' first dim); a slot routed elsewhere gives zeros, uncomputed."""
+    ids = np.asarray(ids, dtype=np.int64) - rank * experts.shape[0]
+    t, u = ids.shape
+    out = np.zeros((t, u, experts.shape[1]), dtype=np.float32)
+    mine = (ids >= 0) & (ids < experts.shape[0])
+    rows, slots = np.nonzero(mine)
+    if rows.size:  # each of this rank's slots as a token of its own: its row of b, its expert
+        picked = np.asarray(b)[rows, slots % b.shape[1]][:, None, :]
+        out[rows, slots] = mul_mat_id(experts, picked, ids[rows, slots][:, None])[:, 0]
+    return out
+
+
 def host_input(kind: str, tokens: np.ndarray, start: int, n_kv: int) -> np.ndarray:
     """The host-prepared input `kind` for a call on `tokens` [S] at position `start`.
 

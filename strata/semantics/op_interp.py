@@ -37,6 +37,7 @@ from strata.ir.impls import Implementations
 from strata.ir.split import split_piece
 from strata.semantics import host_inputs as H
 from strata.semantics import kernels as K
+from strata.semantics import kernels_ggml as KG
 from strata.semantics import kernels_seq as KS
 from strata.semantics import sampling as S
 from strata.semantics.ranks import Group, SoloGroup
@@ -299,7 +300,10 @@ class OpFunctions(InterpreterFunctions):
 
     @impl(O.FlashAttnExtOp)
     def run_flash_attn_ext(self, interpreter: Interpreter, op: O.FlashAttnExtOp, a: V) -> V:
-        return (K.flash_attn_ext(a[0], a[1], a[2], a[3] if len(a) > 3 else None, _float(op.scale)),)
+        # over a float16 KV cache, ggml-cpu's own numerics (kernels_ggml's docstring)
+        f16 = a[1].dtype == np.float16 and a[2].dtype == np.float16
+        kernel = KG.flash_attn_ext_f16 if f16 else K.flash_attn_ext
+        return (kernel(a[0], a[1], a[2], a[3] if len(a) > 3 else None, _float(op.scale)),)
 
     @impl(O.GetRowsOp)
     def run_get_rows(self, interpreter: Interpreter, op: O.GetRowsOp, a: V) -> V:
@@ -323,11 +327,13 @@ class OpFunctions(InterpreterFunctions):
 
     @impl(O.MulMatOp)
     def run_mul_mat(self, interpreter: Interpreter, op: O.MulMatOp, a: V) -> V:
-        return (K.mul_mat(a[0], a[1]),)
+        quant = op.activation_quant  # ggml-cpu's quantized activations, as the op says
+        return (K.mul_mat(a[0], a[1]) if quant is None else KG.mul_mat_quantized(a[0], a[1], *quant),)
 
     @impl(O.MulMatIdOp)
     def run_mul_mat_id(self, interpreter: Interpreter, op: O.MulMatIdOp, a: V) -> V:
-        return (K.mul_mat_id(a[0], a[1], a[2]),)
+        quant = op.activation_quant
+        return (K.mul_mat_id(a[0], a[1], a[2]) if quant is None else KG.mul_mat_id_quantized(a[0], a[1], a[2], *quant),)
 
     @impl(O.ReshapeOp)
     def run_reshape(self, interpreter: Interpreter, op: O.ReshapeOp, a: V) -> V:
@@ -451,6 +457,10 @@ class OpFunctions(InterpreterFunctions):
     @impl(O.GetRowsShardedOp)
     def run_get_rows_sharded(self, interpreter: Interpreter, op: O.GetRowsShardedOp, a: V) -> V:
         return (K.get_rows_sharded(a[0], a[1], self.env.group.rank),)
+
+    @impl(O.MulMatIdShardedOp)
+    def run_mul_mat_id_sharded(self, interpreter: Interpreter, op: O.MulMatIdShardedOp, a: V) -> V:
+        return (K.mul_mat_id_sharded(a[0], a[1], a[2], self.env.group.rank),)
 
 
 #: op class -> its semantics (the `@impl` methods of `OpFunctions`).

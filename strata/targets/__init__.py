@@ -64,20 +64,24 @@ def _cpu() -> Target:
 
     def pipeline(k: Mapping[str, Any]) -> str:
         entries = ",".join(entry_list(k.get("entries", DEFAULT_ENTRIES)))
-        shard = f"shard-tensor-parallel{{tp={k['tp']}}}," if k.get("tp", 1) > 1 else ""
+        ep = f" ep={k['ep']}" if k.get("ep", 1) > 1 else ""
+        shard = f"shard-tensor-parallel{{tp={k['tp']}{ep}}}," if k.get("tp", 1) > 1 or ep else ""
         # The runtime's loop and its scheduler sample with the program's own sampler, on the
         # logits [rows, vocab] their entries return; a program with entries of other results
         # (loss, log-probs, the device loops: run by strata call) has none.
         sampler = ",add-sampler" if set(entries.split(",")) <= SAMPLED_ENTRIES else ""
         return shard + entry_pipeline(entries, tokens=k.get("S") or 0, start=-1, ctx=k["ctx"], kv_pad=k["kv_pad"],
-                                      flash_attn=k["flash_attn"], **generic_options(dict(k))) + sampler
+                                      flash_attn=k["flash_attn"], kv_type=k.get("kv_type", ""),
+                                      **generic_options(dict(k))) + sampler
 
     def emit(module: ModuleOp, model_name: str | None, weights: Any = None) -> dict[str, str | bytes]:
         return {"model.py": emit_cpu(module, model_name)}
 
-    # tp: the ranks of a tensor-parallel program (launched by strata.runtime.tp: one process each).
-    return Target("cpu", pipeline, emit, {"ctx": None, "flash_attn": True, "kv_pad": 256, "tp": 1, **ENTRY_KNOBS},
-                  ("model.py",), load=program.load, check=check_entry_knobs)
+    # kv_type: the KV cache's element type ("": the model's; f16 is llama.cpp's default cache).
+    # tp: the ranks of a tensor-parallel program (launched by strata.runtime.tp: one process each);
+    # ep: 1, or tp for whole experts per rank (expert parallelism).
+    knobs = {"ctx": None, "flash_attn": True, "kv_pad": 256, "kv_type": "", "tp": 1, "ep": 1, **ENTRY_KNOBS}
+    return Target("cpu", pipeline, emit, knobs, ("model.py",), load=program.load, check=check_entry_knobs)
 
 
 def _cuda() -> Target:

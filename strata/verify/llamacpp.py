@@ -126,16 +126,24 @@ def compare(log: CallbackLog, ours: Sequence[tuple[str, str, np.ndarray]], rtol:
     return len(log.rows), None
 
 
-def strata_values(model, tokens: Sequence[int], ctx: int, kv_pad: int) -> list[tuple[str, str, np.ndarray]]:
+#: llama.cpp's KV cache type: its default (-ctk/-ctv f16), which llama-eval-callback's logs use.
+LLAMACPP_KV_TYPE = "f16"
+
+
+def strata_values(model, tokens: Sequence[int], ctx: int, kv_pad: int, *,
+                  act_quant: bool = True) -> list[tuple[str, str, np.ndarray]]:
     """(tensor name, ggml op, value) of every op of the model's prefill on `tokens`, in order,
-    named as the trace names them (the names llama.cpp's log uses)."""
+    named as the trace names them (the names llama.cpp's log uses), computed as llama.cpp's CPU
+    backend does: the KV cache in f16, and, for a GGUF's block-quantized weights, the
+    activations quantized (`act_quant=False`: in f32)."""
     from xdsl.dialects import func
 
     from strata.exporters.trace import TRACE, trace_rows
     from strata.pipeline import entry_pipeline, lower
     from strata.semantics.op_interp import alloc_state, find_function, run_function
 
-    fn = find_function(lower(model, entry_pipeline("prefill", tokens=len(tokens), start=0, ctx=ctx, kv_pad=kv_pad)))
+    fn = find_function(lower(model, entry_pipeline("prefill", tokens=len(tokens), start=0, ctx=ctx, kv_pad=kv_pad,
+                                                   kv_type=LLAMACPP_KV_TYPE, act_quant=act_quant)))
     values: dict = {}
     run_function(fn, model.open_weights(quiet=True), alloc_state(fn), np.asarray(tokens, dtype=np.int32), 0,
                  observe=lambda op, value: values.__setitem__(op, np.array(value, copy=True)))

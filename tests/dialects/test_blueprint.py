@@ -54,7 +54,13 @@ def _wrap(example: str) -> str:
     """Put an example in a function whose arguments are the values it uses but does not define."""
     defined: set[str] = set()
     args: dict[str, str] = {}
-    for line in example.splitlines():
+    ops: list[str] = []
+    for line in example.splitlines():  # an op's types may continue on the next lines
+        if ops and line.lstrip().startswith((":", "!", "->")):
+            ops[-1] += " " + line.strip()
+        else:
+            ops.append(line)
+    for line in ops:
         outs, uses = _operands(line)
         types = re.findall(r"!blueprint\.edge<[^>]*>", line.partition(" : ")[2].split("->")[0])
         for i, u in enumerate(uses):
@@ -128,13 +134,20 @@ STATE_OPS = {"blueprint.conv1d_update", "blueprint.state_snapshot", "blueprint.g
              "blueprint.kv_write", "blueprint.paged_attention", "blueprint.attention"}
 
 
+#: The collectives: they communicate (memory effects, kept in program order), touching no state.
+COLLECTIVE_OPS = {"blueprint.all_reduce", "blueprint.all_gather"}
+
+
 @pytest.mark.parametrize("cls", NODE_OPS, ids=lambda c: c.name)
 def test_effects(cls):
     """Nodes that touch state declare memory effects and list the state effects they may
-    carry; every other node is Pure."""
+    carry; the collectives declare memory effects and no state effect; every other node is Pure."""
     from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 
-    if cls.name in STATE_OPS:
+    if cls.name in COLLECTIVE_OPS:
+        assert not cls.has_trait(Pure) and cls.has_trait(MemoryReadEffect) and cls.has_trait(MemoryWriteEffect)
+        assert cls.STATE_EFFECTS == ()
+    elif cls.name in STATE_OPS:
         assert not cls.has_trait(Pure)
         assert cls.has_trait(MemoryReadEffect) or cls.has_trait(MemoryWriteEffect)
         assert cls.STATE_EFFECTS

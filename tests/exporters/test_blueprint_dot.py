@@ -34,3 +34,22 @@ def test_names_are_quoted_and_escaped():
     assert quote('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
     dot = blueprint_dot(blueprint_fn(TEXT.replace('node = "head.argmax"', 'node = "head.arg\\"max"')))
     assert 'label="head.arg\\"max\\nargmax' in dot
+
+
+def test_collectives_are_hexagons_with_their_cost():
+    from support import TINY, module_of
+
+    from strata.passes.pipelines import blueprint_pipeline
+    from strata.pipeline import run_pipeline
+    from strata.semantics.op_interp import find_function
+
+    cfg = TINY["qwen3"]
+    fn = find_function(run_pipeline(module_of(cfg), blueprint_pipeline("decode", 1, "bf16", tp=2)))
+    dot = blueprint_dot(fn)
+    hexagons = re.findall(r'\[label="([^"]*)", shape=hexagon\]', dot)
+    row = 2 * cfg.hidden_size * 2 // 2
+    assert hexagons[0] == f"embed.all_reduce\\nall_reduce\\na bf16 o bf16\\ntp ranks=2 sends {row} B/row"
+    assert len(hexagons) == 2 + 2 * cfg.num_layers
+    assert re.search(r'label="embed.embed\\nembed\\n[^"]*\\nrank piece of 2"', dot)
+    assert re.search(r'^  label="tensor parallel: 2 ranks \(group tp\)', dot, re.M)
+    assert "hexagon" not in blueprint_dot(blueprint_fn()) and "tensor parallel" not in blueprint_dot(blueprint_fn())

@@ -183,3 +183,20 @@ def test_blueprint_html_of_the_35b_hybrid_renders_in_headless_chromium(tmp_path)
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (1400, 1000)
     assert len(data) > 20_000  # a blank page compresses to a few KB; the graph does not
+
+
+def test_a_tensor_parallel_blueprint_draws_its_collectives_and_their_cost(tiny_dir, tmp_path):
+    """`strata view --level blueprint --tp 2`: the collectives are hexagons labelled with what one
+    rank sends, the caption and the summary sum them, and collapsed layers keep the caption."""
+    r = run_tool("view", str(tiny_dir), "--level", "blueprint", "--tp", "2", "--recipe", "bf16")
+    assert r.returncode == 0, r.stderr
+    cfg = TINY["llama"]
+    row = 2 * cfg.hidden_size * 2 // 2  # a bf16 hidden row on a ring of 2
+    assert f'"l0.attn.all_reduce\\nall_reduce\\na bf16 o bf16\\ntp ranks=2 sends {row} B/row", shape=hexagon' in r.stdout
+    assert "layer 1\\n= layer 0" in r.stdout  # the layers collapsed as unsharded
+    caption = re.search(r'^  label="(tensor parallel: [^"]*)";$', r.stdout, re.M)
+    assert caption and "10 collectives (1 all_gather, 9 all_reduce)" in caption.group(1)
+    page = run_tool("view", str(tiny_dir), "--level", "blueprint", "--tp", "2", "--format", "html", "-o",
+                    str(tmp_path / "tp.html"))
+    assert page.returncode == 0 and "tensor parallel: 2 ranks" in page.stderr
+    assert "tensor parallel: 2 ranks" in (tmp_path / "tp.html").read_text()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import struct
 import sys
@@ -29,6 +30,8 @@ import pytest
 from support import run_tool
 
 from strata.frontends.gguf import GgufError, GgufFile
+from strata.ir.text import print_ir
+from strata.passes.pipelines import lowered
 from strata.models import save_random_checkpoint
 from strata.pipeline import compile_model, load_model
 from strata.targets.cpu.program import load_compiled
@@ -390,9 +393,40 @@ def test_unknown_architecture(tmp_path) -> None:
                    "unknown GGUF architecture 'mamba'")
 
 
-def test_unsupported_quant_type(tmp_path) -> None:
-    path = rewrite(gguf_path("llama", "f32"), tmp_path / "q5.gguf", qtype=gguf.GGMLQuantizationType.Q5_0)
-    one_line_error(path, "has type Q5_0", "Q8_0, Q4_0")
+def test_every_type_the_gguf_package_dequantizes_is_read(tmp_path) -> None:
+    """Q5_0 (not a type Strata emulates at the blueprint level) is read as the gguf package
+    dequantizes it, and the op level knows what llama.cpp multiplies: a q5_0 weight, Q8_0 rows."""
+    q5 = gguf.GGMLQuantizationType.Q5_0
+    path = rewrite(gguf_path("llama", "f32"), tmp_path / "q5.gguf", qtype=q5)
+    model = load_model(path)
+    store = model.open_weights()
+    raw = {t.name: np.array(t.data) for t in gguf.GGUFReader(path).tensors}
+    np.testing.assert_array_equal(store.get("blk.0.attn_v.weight"),
+                                  gguf.quants.dequantize(raw["blk.0.attn_v.weight"], q5).reshape(16, 32))
+    text = print_ir(lowered(model.module, "convert-module-to-op{entry=decode ctx=64}"))
+    assert 'op.param "blk.0.attn_v.weight" {format = "q5_0"}' in text
+    assert re.search(r'op.mul_mat %blk.0.attn_v.weight, %\S+ \{act = "q8_0"', text), text
+
+
+def test_a_type_the_gguf_package_cannot_dequantize(tmp_path) -> None:
+    """Q1_0 has a block size in the gguf package but no dequantizer: one line, naming it."""
+    q1 = gguf.GGMLQuantizationType.Q1_0
+    size = gguf.GGML_QUANT_SIZES[q1][1]
+    r = gguf.GGUFReader(gguf_path("llama", "f32"))
+    w = gguf.GGUFWriter(tmp_path / "q1b.gguf", r.fields["general.architecture"].contents())
+    for key, field in r.fields.items():
+        if not key.startswith("GGUF.") and key != "general.architecture":
+            sub = {"sub_type": field.types[-1]} if field.types[0] == gguf.GGUFValueType.ARRAY else {}
+            w.add_key_value(key, field.contents(), field.types[0], **sub)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.array(t.data))
+    w.add_tensor("extra.weight", np.zeros((4, size), np.uint8), raw_dtype=q1)  # 4 rows of one block
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    one_line_error(tmp_path / "q1b.gguf", "tensor 'extra.weight' has type Q1_0, which the gguf package cannot "
+                                          "dequantize (strata reads F32, F16, BF16 and Q4_0,", "Q4_K")
 
 
 def test_mtp_layers_are_not_the_language_model(tmp_path, capsys) -> None:

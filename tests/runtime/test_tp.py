@@ -1,6 +1,7 @@
 """Tensor parallelism in real processes: `strata run --tp 2` on the cpu target (gloo, two
 processes on this machine) gives tp=1's greedy ids and logits (1e-5) for a dense, a MoE and a
-hybrid model; and each rank holds only its pieces of the weights, measured in its own memory."""
+hybrid model, and with `--ep 2` (whole experts per rank) for the MoE and the hybrid MoE; and
+each rank holds only its pieces of the weights, measured in its own memory."""
 
 from __future__ import annotations
 
@@ -37,6 +38,17 @@ def test_run_tp2_gives_tp1s_ids(tmp_path, kind):
     assert float(np.abs(logits2 - logits1).max()) <= 1e-5
 
 
+@pytest.mark.parametrize("kind", ["moe", "hybrid"])
+def test_run_tp2_ep2_gives_tp1s_ids(tmp_path, kind):
+    model = write_checkpoint(FAMILIES[kind], tmp_path / "m")
+    ids1, logits1 = _run(model, tmp_path / "tp1.npy")
+    ids2, logits2 = _run(model, tmp_path / "ep2.npy", "--tp", "2", "--ep", "2")
+    assert ids1.startswith("ids=") and ids2 == ids1
+    assert float(np.abs(logits2 - logits1).max()) <= 1e-5
+    # the program that ran holds whole experts per rank
+    assert "mul_mat_id_sharded(" in (model / ".strata-cache" / "cpu-tp2-ep2" / "model.py").read_text()
+
+
 def test_rank_0_samples_as_one_process_does(tmp_path):
     model = write_checkpoint(FAMILIES["dense"], tmp_path / "m")
     flags = ("--temperature", "1.5", "--top-k", "30", "--repeat-penalty", "1.2", "--seed", "5")
@@ -51,6 +63,8 @@ def test_tp_refuses_what_it_does_not_run(tmp_path):
     assert r.returncode == 1 and "--tp" in r.stderr and "Traceback" not in r.stderr
     r = run_tool("run", str(model), "--prompt-ids", "1,2", "--tp", "3", timeout=RUN_TIMEOUT_S)
     assert r.returncode == 1 and "is not divisible by 3" in r.stderr and "Traceback" not in r.stderr
+    r = run_tool("run", str(model), "--prompt-ids", "1,2", "--tp", "2", "--ep", "3", timeout=RUN_TIMEOUT_S)
+    assert r.returncode == 1 and "--ep is 1 or the ranks of --tp (2), got 3" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_each_rank_holds_its_pieces(tmp_path):

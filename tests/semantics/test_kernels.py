@@ -14,12 +14,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from strata.semantics import host_inputs, kernels_seq
 from strata.semantics import kernels as K
-from strata.targets.cpu.kernel_library import KernelLibrary
+from strata.semantics import kernels_ggml as KG
+from strata.targets.cpu.kernel_library import CPU_KERNEL_MODULES, KernelLibrary
 
-#: The files the CPU target copies functions from (kernels_seq and host_inputs beside kernels).
-KERNEL_FILES = (K, kernels_seq, host_inputs)
+#: The files the CPU target copies functions from (kernels_seq, kernels_ggml, host_inputs and the sampler beside kernels).
+KERNEL_FILES = CPU_KERNEL_MODULES
 
 BF16 = ml_dtypes.bfloat16
 
@@ -53,9 +53,9 @@ def test_kernels_import_only_numpy_and_ml_dtypes(module) -> None:
     """numpy, ml_dtypes, and functions of the other kernel files (which the copier resolves)."""
     tree = ast.parse(inspect.getsource(module))
     imported = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
         if isinstance(node, ast.Import):
-            imported |= {a.name.split(".")[0] for a in node.names}
+            imported |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module or "")
     kernel_modules = {m.__name__ for m in KERNEL_FILES}
@@ -66,7 +66,8 @@ def test_kernels_import_only_numpy_and_ml_dtypes(module) -> None:
 
 
 def _kernel_functions() -> dict:
-    return {n: f for m in KERNEL_FILES for n, f in vars(m).items() if inspect.isfunction(f) and f.__module__ == m.__name__}
+    """Every function the CPU target may copy (the sampler's too: it is copied as they are)."""
+    return {n: f for m in CPU_KERNEL_MODULES for n, f in vars(m).items() if inspect.isfunction(f) and f.__module__ == m.__name__}
 
 
 def test_dependencies_are_complete_and_exact() -> None:
@@ -106,6 +107,9 @@ def test_copied_source_runs_standalone() -> None:
     np.testing.assert_array_equal(ns["flash_attn_ext"](q, k, v, mask, 0.3), K.flash_attn_ext(q, k, v, mask, 0.3))
     x = randn(5, 16)
     np.testing.assert_array_equal(_copied("mul")["mul"](x, x[0]), K.mul(x, x[0]))
+    w, x = randn(8, 256, seed=4), randn(3, 256, seed=5)
+    got = _copied("mul_mat_quantized")["mul_mat_quantized"](w, x, "q8_K", (2, 2, 64))
+    np.testing.assert_array_equal(got, KG.mul_mat_quantized(w, x, "q8_K", (2, 2, 64)))
 
 
 # ---------------------------------------------------------------------------

@@ -20,7 +20,8 @@ edges' dim symbols) and `blueprint.weights` (how each weight is read from the st
 
 Files by theme: `attrs`, `facts` (the function's dims and weight table), `base` (bases and
 shared checks), `nodes` (row-wise nodes and the head), `gdn`, `moe`, `attention`, `sampling`
-(the sampler, `blueprint.sample`), `group`.
+(the sampler, `blueprint.sample`), `group`, `collective` (a tensor-parallel blueprint's
+all-reduce and all-gather, and their cost).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from strata.dialects.blueprint.attrs import (
     StepAttr,
 )
 from strata.dialects.blueprint.base import NodeOp
+from strata.dialects.blueprint.collective import COLLECTIVE_NODES, AllGatherOp, AllReduceOp, rank_sharded, wire_bytes
 from strata.dialects.blueprint.facts import ATTRIBUTES as FACT_ATTRIBUTES
 from strata.dialects.blueprint.facts import (
     DimsAttr,
@@ -73,7 +75,8 @@ NODE_OPS: list[type[NodeOp]] = [
     EmbedOp, RmsNormOp, LinearOp, GdnGatesOp, Conv1dUpdateOp, StateSnapshotOp, L2NormOp,
     GdnRecurrenceOp, GatedRmsNormOp, ResidualAddOp, RouterOp, TopKOp, ExpertGateUpOp, SiluMulOp,
     ExpertDownOp, BlendOp, SplitOp, QkNormOp, RopeOp, KvWriteOp, PagedAttentionOp,
-    SigmoidGateMulOp, FinalNormOp, LmHeadOp, ArgmaxOp, SwigluFfnOp, AttentionOp, SampleOp,
+    SigmoidGateMulOp, FinalNormOp, LmHeadOp, ArgmaxOp, SwigluFfnOp, AttentionOp, SampleOp, AllReduceOp,
+    AllGatherOp,
 ]
 
 Blueprint = Dialect("blueprint", [*NODE_OPS, GroupOp, YieldOp], [*ATTRIBUTES, *FACT_ATTRIBUTES])
@@ -81,5 +84,5 @@ Blueprint = Dialect("blueprint", [*NODE_OPS, GroupOp, YieldOp], [*ATTRIBUTES, *F
 __all__ = [
     "NODE_OPS", "Blueprint", "EdgeType", "FormatAttr", "PlacementAttr", "PrecisionAttr",
     "StateEffectAttr", "StepAttr", "DimsAttr", "WeightRead", "WeightReadAttr", "WeightsAttr", "function_dims",
-    "function_weights", "GroupOp", "YieldOp", *[c.__name__ for c in NODE_OPS],
+    "function_weights", "GroupOp", "YieldOp", "COLLECTIVE_NODES", "rank_sharded", "wire_bytes", *[c.__name__ for c in NODE_OPS],
 ]

@@ -31,7 +31,7 @@ PLACEMENTS = ("host", "device")
 EFFECTS = ("update", "snapshot", "read", "write")
 #: The verbs of seed 001's `steps` lists.
 STEP_KINDS = ("act", "weight", "mma", "accumulate", "scale", "compute", "state", "gather", "scatter",
-              "move", "combine", "compare", "score", "scores", "softmax", "cache")
+              "move", "combine", "compare", "score", "scores", "softmax", "cache", "wire")
 
 
 def _dtype(name: str) -> DType:

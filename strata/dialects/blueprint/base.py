@@ -13,13 +13,39 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, StringAttr
-from xdsl.ir import SSAValue
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, StringAttr, i64
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import IRDLOperation, attr_def, operand_def, opt_attr_def, result_def, traits_def
 from xdsl.traits import Pure
 
 from strata.dialects.blueprint.attrs import EdgeType, PlacementAttr, PrecisionAttr, StateEffectAttr, StepAttr
 from strata.ir.checks import require
+
+
+#: The process groups a blueprint collective may name (the op level's).
+GROUPS = ("tp",)
+
+
+def group_attrs(ranks: int, group: str = "tp") -> dict[str, Attribute]:
+    return {"group": StringAttr(group), "ranks": IntegerAttr(ranks, i64)}
+
+
+def rank_sharded(op: Operation) -> int | None:
+    """The ranks of a node whose value depends on the rank (a collective, a vocabulary-split
+    embed, the experts of whole experts per rank); None for any other node."""
+    ranks = op.attributes.get("ranks")
+    return int(ranks.value.data) if isinstance(ranks, IntegerAttr) else None
+
+
+def check_group(op: Operation) -> None:
+    """A rank-dependent node's `group` and `ranks`."""
+    group, ranks = op.attributes.get("group"), op.attributes.get("ranks")
+    if group is None and ranks is None:
+        return
+    require(isinstance(group, StringAttr) and group.data in GROUPS,
+            f"{op.name}: 'group' must be one of {', '.join(GROUPS)}, got {group}")
+    require(isinstance(ranks, IntegerAttr) and ranks.value.data >= 1,
+            f"{op.name}: 'ranks' must be a number of ranks >= 1, got {ranks}")
 
 
 def edge(value: SSAValue) -> EdgeType:
@@ -85,6 +111,7 @@ class NodeOp(IRDLOperation):
             assert isinstance(names, ArrayAttr)
             require(len(names.data) == self.WEIGHT_COUNT,
                     f"{self.name}: takes {self.WEIGHT_COUNT} weights, got {len(names.data)}")
+        check_group(self)
         self.verify_node()
 
     def verify_node(self) -> None:

@@ -5,14 +5,16 @@ attributes of the function, read through `function_dims` and `function_weights`.
         blueprint.dims = #blueprint.dims<head_dim = 8, hidden = 32, q_heads = 4, vocab = 48>,
         blueprint.weights = #blueprint.weights<"blk.0.attn_norm.weight" = plus_one,
             "blk.0.ssm_a" = neg_exp of "blk.0.ssm_a_log",
-            "blk.0.attn_qkv.weight" = ungroup_rows [2, 0, 3, 16, 16, 32, 32] of "blk.0.ssm_in.weight">}
+            "blk.0.attn_qkv.weight" = ungroup_rows [2, 0, 3, 16, 16, 32, 32] of "blk.0.ssm_in.weight",
+            "blk.0.attn_q.weight" = split [0, 2]>}
 
 `blueprint.dims` gives the size of each symbol the edges' dims are written in (seed 001's
 `hidden`, `q_heads`, `top_k`, ...). `blueprint.weights` says, for each weight a node names
 whose op-level param is not read as stored, how it is read: the op level's conversion
 (`op.param`'s `convert` and `convert_args`, one of `strata.dialects.op.PARAM_CONVERSIONS`) and
-the stored tensor (`of`, when it is another one); a weight the table does not name is read
-as stored, under its own name.
+the stored tensor (`of`, when it is another one), and in a tensor-parallel blueprint the
+rank's piece (`split [axis, pieces, parts...]`, `op.param`'s split: the piece is read, then
+converted); a weight the table does not name is read as stored, whole, under its own name.
 """
 
 from __future__ import annotations
@@ -83,22 +85,33 @@ class DimsAttr(ParametrizedAttribute):
 
 @dataclass(frozen=True)
 class WeightRead:
-    """How a weight is read: the stored tensor `source`, then the op level's conversion
-    `convert` with its `args` (None: used as stored)."""
+    """How a weight is read: the stored tensor `source` (this rank's piece of it, `split` =
+    (axis, pieces, part sizes...) as op.param's, when not empty), then the op level's
+    conversion `convert` with its `args` (None: used as stored)."""
 
     source: str
     convert: str | None = None
     args: tuple[int, ...] = ()
+    split: tuple[int, ...] = ()
+
+    def piece(self, rank: int, ranks: int) -> tuple[int, int, tuple[int, ...], int] | None:
+        """(axis, pieces, parts, index) of this rank's piece, or None for the whole tensor."""
+        if not self.split:
+            return None
+        axis, pieces, *parts = self.split
+        return axis, pieces, tuple(parts), rank * pieces // ranks
 
 
 @irdl_attr_definition
 class WeightReadAttr(ParametrizedAttribute):
-    """One entry of a weight table: the weight's name, its conversion and its stored tensor
-    (either may be absent, not both):
+    """One entry of a weight table: the weight's name, its conversion, its stored tensor and
+    the rank's piece of it (any may be absent, not all):
 
         #blueprint.weight_read<"blk.0.ssm_a" = neg_exp of "blk.0.ssm_a_log">
         #blueprint.weight_read<"blk.0.attn_norm.weight" = plus_one>
         #blueprint.weight_read<"output.weight" = "token_embd.weight">
+        #blueprint.weight_read<"blk.0.attn_output.weight" = split [1, 2]>
+        #blueprint.weight_read<"blk.0.ssm_a" = neg_exp split [0, 2] of "blk.0.ssm_a_log">
     """
 
     name = "blueprint.weight_read"
@@ -106,24 +119,29 @@ class WeightReadAttr(ParametrizedAttribute):
     source: StringAttr | NoneAttr
     convert: StringAttr | NoneAttr
     args: ArrayAttr[IntAttr]
+    split: ArrayAttr[IntAttr]
 
     def __init__(self, weight: str, source: str | None = None, convert: str | None = None,
-                 args: Sequence[int] = ()):
+                 args: Sequence[int] = (), split: Sequence[int] = ()):
         super().__init__(StringAttr(weight), NoneAttr() if source is None else StringAttr(source),
-                         NoneAttr() if convert is None else StringAttr(convert), ArrayAttr([IntAttr(a) for a in args]))
+                         NoneAttr() if convert is None else StringAttr(convert), ArrayAttr([IntAttr(a) for a in args]),
+                         ArrayAttr([IntAttr(a) for a in split]))
 
     @property
     def read(self) -> WeightRead:
         """The weight's read, its source defaulting to its own name."""
         source = self.source.data if isinstance(self.source, StringAttr) else self.weight.data
         convert = self.convert.data if isinstance(self.convert, StringAttr) else None
-        return WeightRead(source, convert, tuple(a.data for a in self.args.data))
+        return WeightRead(source, convert, tuple(a.data for a in self.args.data), tuple(a.data for a in self.split.data))
 
     def verify(self) -> None:
         what = f"blueprint.weights: '{self.weight.data}'"
+        split = [a.data for a in self.split.data]
+        if split and (len(split) < 2 or split[0] < 0 or any(v < 1 for v in split[1:])):
+            raise VerifyException(f"{what}: split takes [axis, pieces, part sizes...], got {split}")
         if not isinstance(self.convert, StringAttr):
-            if not isinstance(self.source, StringAttr):
-                raise VerifyException(f"{what} names neither a conversion nor a stored tensor")
+            if not isinstance(self.source, StringAttr) and not split:
+                raise VerifyException(f"{what} names neither a conversion, a stored tensor nor a split")
             if self.args.data:
                 raise VerifyException(f"{what}: conversion arguments without a conversion")
             return
@@ -136,33 +154,38 @@ class WeightReadAttr(ParametrizedAttribute):
 
     @classmethod
     def parse_entry(cls, parser: AttrParser) -> WeightReadAttr:
-        """`"name" = conversion [args] of "source"`, `"name" = conversion` or `"name" = "source"`."""
+        """`"name" = [conversion [args]] [split [axis, pieces, ...]] [of "source"]` (one at
+        least), or `"name" = "source"`."""
         weight = parser.parse_str_literal(" (a weight name)")
         parser.parse_punctuation("=")
         source = parser.parse_optional_str_literal()
         if source is not None:
             return cls(weight, source)
-        convert = parser.parse_identifier(context_msg=" (a conversion, or the stored tensor's name)")
+        convert: str | None = None
         args: list[int] = []
-        if parser.parse_optional_punctuation("[") is not None:
-            if parser.parse_optional_punctuation("]") is None:
-                args = [parser.parse_integer(allow_boolean=False)]
-                while parser.parse_optional_punctuation(",") is not None:
-                    args.append(parser.parse_integer(allow_boolean=False))
-                parser.parse_punctuation("]")
+        if parser.parse_optional_keyword("split") is None:
+            convert = parser.parse_identifier(context_msg=" (a conversion, split, or the stored tensor's name)")
+            args = _optional_ints(parser)
+            split = _optional_ints(parser) if parser.parse_optional_keyword("split") is not None else []
+        else:
+            split = _optional_ints(parser)
         if parser.parse_optional_keyword("of") is not None:
             source = parser.parse_str_literal(" (the stored tensor's name)")
-        return cls(weight, source, convert, args)
+        return cls(weight, source, convert, args, split)
 
     def print_entry(self, printer: Printer) -> None:
         printer.print_string_literal(self.weight.data)
         printer.print_string(" = ")
-        if not isinstance(self.convert, StringAttr):
+        if not isinstance(self.convert, StringAttr) and not self.split.data:
             printer.print_string_literal(self.source.data)  # type: ignore[union-attr]
             return
-        printer.print_string(self.convert.data)
-        if self.args.data:
-            printer.print_string(" [" + ", ".join(str(a.data) for a in self.args.data) + "]")
+        words = []
+        if isinstance(self.convert, StringAttr):
+            words.append(self.convert.data + (" [" + ", ".join(str(a.data) for a in self.args.data) + "]"
+                                              if self.args.data else ""))
+        if self.split.data:
+            words.append("split [" + ", ".join(str(a.data) for a in self.split.data) + "]")
+        printer.print_string(" ".join(words))
         if isinstance(self.source, StringAttr):
             printer.print_string(" of ")
             printer.print_string_literal(self.source.data)
@@ -175,6 +198,18 @@ class WeightReadAttr(ParametrizedAttribute):
     def print_parameters(self, printer: Printer) -> None:
         with printer.in_angle_brackets():
             self.print_entry(printer)
+
+
+def _optional_ints(parser: AttrParser) -> list[int]:
+    """`[i, j, ...]` if one comes next, else nothing."""
+    out: list[int] = []
+    if parser.parse_optional_punctuation("[") is not None:
+        if parser.parse_optional_punctuation("]") is None:
+            out = [parser.parse_integer(allow_boolean=False)]
+            while parser.parse_optional_punctuation(",") is not None:
+                out.append(parser.parse_integer(allow_boolean=False))
+            parser.parse_punctuation("]")
+    return out
 
 
 @irdl_attr_definition

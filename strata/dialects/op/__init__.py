@@ -61,6 +61,7 @@ from strata.dialects.op.collective import (
     AllReduceOp,
     CollectiveOp,
     GetRowsShardedOp,
+    MulMatIdShardedOp,
     group_attrs,
 )
 from strata.dialects.op.elementwise import (
@@ -136,6 +137,7 @@ Op = Dialect(
         AllReduceOp,
         AllGatherOp,
         GetRowsShardedOp,
+        MulMatIdShardedOp,
         # Batches of sequences, packed segments, scores and device loops (seed 003's entries).
         GatedDeltaNetSeqOp,
         TargetLogProbsOp,
@@ -156,6 +158,6 @@ __all__ = [
     "ContOp", "ScaleOp", "CpyOp", "ArgmaxOp", "SwigluOp", "SetRowsOp", "SoftMaxOp", "RopeOp", "FlashAttnExtOp",
     "DivOp", "ClampOp", "SiluOp", "SigmoidOp", "SoftplusOp", "SumRowsOp", "ArgsortOp", "RepeatOp", "ConcatOp",
     "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp", "SAMPLE_PARAMS", "SAMPLER", "SampleOp", "sampler_function",
-    "COLLECTIVE_OPS", "GROUPS", "CollectiveOp", "AllReduceOp", "AllGatherOp", "GetRowsShardedOp", "group_attrs",
-    "GatedDeltaNetSeqOp", "TargetLogProbsOp", "GenerateOp", "GenerateUntilOp",
+    "COLLECTIVE_OPS", "GROUPS", "CollectiveOp", "AllReduceOp", "AllGatherOp", "GetRowsShardedOp", "MulMatIdShardedOp",
+    "group_attrs", "GatedDeltaNetSeqOp", "TargetLogProbsOp", "GenerateOp", "GenerateUntilOp",
 ]

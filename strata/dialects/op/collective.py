@@ -22,7 +22,8 @@ from xdsl.irdl import attr_def, irdl_op_definition, operand_def, result_def, tra
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect
 
 from strata.dialects.op.base import OpBase, UnaryOp, check_float, dim_eq, elem_of, fmt_shape, require, shape_of
-from strata.ir.dtypes import AnyTensor, FloatTensor, IntTensor, is_int
+from strata.dialects.op.matmul import check_mul_mat_id
+from strata.ir.dtypes import AnyTensor, FloatTensor, IntTensor, WeightTensor, is_int
 
 #: The process groups a collective may name.
 GROUPS = ("tp",)
@@ -124,5 +125,32 @@ class GetRowsShardedOp(CollectiveOp):
         check_float(self, self.result, "the result")
 
 
+@irdl_op_definition
+class MulMatIdShardedOp(CollectiveOp):
+    """MUL_MAT_ID over this rank's experts (expert parallelism: whole experts per rank): rank r
+    of the group holds experts r*E .. r*E + E-1 of the whole set, E being `experts`' first dim;
+    a slot routed to one of them gives its product, as MUL_MAT_ID does, a slot routed to another
+    rank's expert gives zeros (and is not computed). The ranks' results, weighted and summed
+    over the slots, sum (by an `op.all_reduce`) to the whole set's. The ids are the router's,
+    over all the experts; like `op.get_rows_sharded` it exchanges nothing itself.
+
+        %g = op.mul_mat_id_sharded %w, %x, %ids {group = "tp", ranks = 2 : i64} : tensor<4x32x64xf32>, tensor<3x1x64xf32>, tensor<3x2xi32> -> tensor<3x2x32xf32>
+    """
+
+    name = "op.mul_mat_id_sharded"
+    experts = operand_def(WeightTensor)
+    b = operand_def(FloatTensor)
+    ids = operand_def(IntTensor)
+    result = result_def(FloatTensor)
+
+    assembly_format = (
+        "$experts `,` $b `,` $ids attr-dict `:` type($experts) `,` type($b) `,` type($ids) `->` type($result)"
+    )
+
+    def verify_(self) -> None:
+        self.verify_group()
+        check_mul_mat_id(self)
+
+
 #: The ops whose value depends on the rank or on the other ranks.
-COLLECTIVE_OPS = (AllReduceOp, AllGatherOp, GetRowsShardedOp)
+COLLECTIVE_OPS = (AllReduceOp, AllGatherOp, GetRowsShardedOp, MulMatIdShardedOp)

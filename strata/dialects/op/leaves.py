@@ -12,6 +12,7 @@ from xdsl.traits import MemoryReadEffect
 from strata.dialects.op.base import LeafOp, OpBase, fmt_shape
 from strata.ir.dtypes import AnyTensor, is_float, is_int
 from strata.ir.checks import elem_of, require, shape_of
+from strata.ir.ggml_types import TYPES, block_types
 
 #: The host inputs of an entry (see `InputOp`).
 INPUT_KINDS = ("tokens", "positions", "kv_rows", "kq_mask", "out_ids", "mrope_positions", "state_copy",
@@ -44,6 +45,12 @@ class ParamOp(LeafOp):
       grouped per key head as [q | k | v | z], is llama.cpp's attn_qkv, parts 0..2 as
       [q | k | v], and attn_gate, part 3).
 
+    `format` names the ggml block type the weight is stored in (`q4_K`, `q8_0`, ...: GGUF's
+    types, `strata.ir.ggml_types`); the result type is that of its values (the blocks
+    dequantized). A weight store may give the tensor's last axis in another order than the
+    file's, and then `block_order = [a, b, c]` says how: viewed as [a, b, c], the stored
+    axis is [b, a, c] (Qwen3.5's value heads, tiled in its GGUF): its blocks run along that.
+
     Each consumer (the op interpreter, each target's weight binding) implements every
     conversion once.
 
@@ -61,6 +68,7 @@ class ParamOp(LeafOp):
         %q = op.param "blk.0.attn_qkv.weight" {source = "blk.0.ssm_in.weight", convert = "ungroup_rows",
                                                convert_args = array<i64: 2, 0, 3, 16, 16, 32, 32>} : tensor<128x64xf32>
         %o = op.param "blk.0.attn_output.weight" {split = array<i64: 1, 2>} : tensor<64x32xf32>
+        %s = op.param "blk.0.ssm_out.weight" {format = "q4_K", block_order = array<i64: 2, 2, 128>} : tensor<256x512xf32>
     """
 
     name = "op.param"
@@ -69,12 +77,19 @@ class ParamOp(LeafOp):
     convert_args = opt_attr_def(DenseArrayBase)
     source = opt_attr_def(StringAttr)
     split = opt_attr_def(DenseArrayBase)
+    stored_format = opt_attr_def(StringAttr, attr_name="format")
+    block_order = opt_attr_def(DenseArrayBase)
     assembly_format = "$tensor attr-dict `:` type($result)"
 
     def __init__(self, tensor_name: str, typ: TensorType, convert: str | None = None,
                  args: tuple[int, ...] | None = None, source: str | None = None,
-                 split: tuple[int, ...] | None = None):
+                 split: tuple[int, ...] | None = None, stored_format: str | None = None,
+                 block_order: tuple[int, ...] | None = None):
         attrs: dict[str, Attribute] = {"tensor": StringAttr(tensor_name)}
+        if stored_format is not None:
+            attrs["format"] = StringAttr(stored_format)
+        if block_order is not None:
+            attrs["block_order"] = DenseArrayBase.from_list(i64, block_order)
         if convert is not None:
             attrs["convert"] = StringAttr(convert)
         if args is not None:
@@ -106,7 +121,18 @@ class ParamOp(LeafOp):
         args = tuple(self.convert_args.get_values()) if self.convert_args is not None else ()
         return self.convert.data, args
 
+    @property
+    def format_name(self) -> str | None:
+        """The ggml block type the weight is stored in, or None."""
+        return self.stored_format.data if self.stored_format is not None else None
+
+    @property
+    def stored_order(self) -> tuple[int, ...] | None:
+        """`block_order` as a tuple, or None."""
+        return tuple(self.block_order.get_values()) if self.block_order is not None else None  # type: ignore[arg-type]
+
     def verify_(self) -> None:
+        self._verify_format()
         if self.split is not None:
             _check_split(self.split.get_values(), shape_of(self.result), self.convert is None)
         if self.convert is None:
@@ -124,6 +150,28 @@ class ParamOp(LeafOp):
             require(is_float(elem_of(self.result)), f"op.param: conversion '{kind}' gives a float tensor")
         if kind == "ungroup_rows":
             _check_ungroup_rows(args, shape_of(self.result))
+
+
+    def _verify_format(self) -> None:
+        if self.stored_format is None:
+            require(self.block_order is None, "op.param: block_order goes with a format")
+            return
+        fmt = self.stored_format.data
+        known = TYPES.get(fmt)
+        require(known is not None and known.quantized,
+                f"op.param: unknown ggml block format '{fmt}' (known: {', '.join(block_types())})")
+        shape = shape_of(self.result)
+        require(is_float(elem_of(self.result)), f"op.param: a {fmt} weight's values are floats, got {self.result.type}")
+        require(len(shape) >= 1 and shape[-1] != DYNAMIC_INDEX and shape[-1] % known.block == 0,  # type: ignore[union-attr]
+                f"op.param: a {fmt} weight's last dim is a multiple of {known.block}, got {fmt_shape(shape)}")  # type: ignore[union-attr]
+        if self.block_order is not None:
+            check_order(self, self.stored_order, shape[-1], "block_order")  # type: ignore[arg-type]
+
+
+def check_order(op, order: tuple[int, ...], width: int, what: str) -> None:
+    """A column order [a, b, c] of a row of `width` values (see ParamOp's `block_order`)."""
+    require(len(order) == 3 and all(v > 0 for v in order) and order[0] * order[1] * order[2] == width,
+            f"{op.name}: {what} is [a, b, c] of positive sizes whose product is the row's {width}, got {list(order)}")
 
 
 def _check_split(values, shape: tuple[int, ...], plain: bool) -> None:

@@ -1,18 +1,55 @@
-"""Matrix products: MUL_MAT and the routed-expert MUL_MAT_ID."""
+"""Matrix products: MUL_MAT and the routed-expert MUL_MAT_ID.
+
+A product whose weight is stored in a ggml block type (`op.param`'s `format`) may say how
+ggml-cpu computes it: `act = "q8_0"` or `"q8_K"` quantizes each row of the activations to
+that block type first and takes the integer dot products of the blocks (the weight's
+`vec_dot_type`, `strata.ir.ggml_types`); `act_order` is the weight's `block_order`, the
+order ggml's row has (see `op.param`). Without `act`, the activations stay float32.
+"""
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import DYNAMIC_INDEX, Float32Type
-from xdsl.irdl import irdl_op_definition, operand_def, result_def, traits_def
+from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, Float32Type, StringAttr
+from xdsl.irdl import irdl_op_definition, operand_def, opt_attr_def, result_def, traits_def
 from xdsl.traits import Pure
 
 from strata.dialects.op.base import BinaryOp, OpBase, can_repeat, check_float, dim_eq, fmt_shape, shapes_eq
 from strata.ir.dtypes import FloatTensor, IntTensor, WeightTensor, is_int
 from strata.ir.checks import elem_of, require, shape_of
+from strata.ir.ggml_types import ACTIVATION_TYPES
+
+
+class QuantizedProduct:
+    """The `act` / `act_order` attributes of a product (see the module docstring)."""
+
+    @property
+    def activation_quant(self) -> tuple[str, tuple[int, ...] | None] | None:
+        """(the activation block type, its column order or None), or None for float rows."""
+        act = self.attributes.get("act")  # type: ignore[attr-defined]
+        if not isinstance(act, StringAttr):
+            return None
+        order = self.attributes.get("act_order")  # type: ignore[attr-defined]
+        return act.data, tuple(order.get_values()) if isinstance(order, DenseArrayBase) else None
+
+    def verify_act(self, k: int) -> None:
+        q = self.activation_quant
+        if q is None:
+            require("act_order" not in self.attributes, f"{self.name}: act_order goes with act")  # type: ignore[attr-defined]
+            return
+        kind, order = q
+        require(kind in ACTIVATION_TYPES, f"{self.name}: act '{kind}' is not an activation block type "  # type: ignore[attr-defined]
+                                          f"({', '.join(ACTIVATION_TYPES)})")
+        block = 32 if kind == "q8_0" else 256
+        require(k != DYNAMIC_INDEX and k % block == 0,
+                f"{self.name}: {kind} activations need rows of a multiple of {block} values, got {k}")  # type: ignore[attr-defined]
+        if order is not None:
+            require(len(order) == 3 and all(v > 0 for v in order) and order[0] * order[1] * order[2] == k,
+                    f"{self.name}: act_order is [a, b, c] of positive sizes whose product is the row's {k}, "  # type: ignore[attr-defined]
+                    f"got {list(order)}")
 
 
 @irdl_op_definition
-class MulMatOp(BinaryOp):
+class MulMatOp(BinaryOp, QuantizedProduct):
     """MUL_MAT: ggml_mul_mat(a, b) = b @ a^T over the last two dims.
 
     a is [..., M, K] (a weight is stored [out, in]), b is [..., N, K], the result is
@@ -20,9 +57,12 @@ class MulMatOp(BinaryOp):
     dim must be a multiple of a's and consecutive b slices share an a slice (GQA).
 
         %q = op.mul_mat %w, %x : tensor<64x16xf32>, tensor<5x16xf32> -> tensor<5x64xf32>
+        %k = op.mul_mat %wk, %x {act = "q8_K"} : tensor<64x256xf32>, tensor<5x256xf32> -> tensor<5x64xf32>
     """
 
     name = "op.mul_mat"
+    act = opt_attr_def(StringAttr)
+    act_order = opt_attr_def(DenseArrayBase)
 
     def verify_(self) -> None:
         a, b, r = shape_of(self.lhs), shape_of(self.rhs), shape_of(self.result)
@@ -35,10 +75,11 @@ class MulMatOp(BinaryOp):
         require(WeightTensor.verifies(self.lhs.type), f"op.mul_mat: lhs must be a float, integer or packed tensor, got {self.lhs.type}")
         check_float(self, self.rhs, "rhs")
         require(isinstance(elem_of(self.result), Float32Type), "op.mul_mat: result must be f32")
+        self.verify_act(b[-1])
 
 
 @irdl_op_definition
-class MulMatIdOp(OpBase):
+class MulMatIdOp(OpBase, QuantizedProduct):
     """MUL_MAT_ID (ggml_mul_mat_id(as, b, ids)): the routed experts' matrix products.
 
     `experts` [E, M, K] holds one weight per expert, stored [out, in] like any weight;
@@ -58,6 +99,8 @@ class MulMatIdOp(OpBase):
     b = operand_def(FloatTensor)
     ids = operand_def(IntTensor)
     result = result_def(FloatTensor)
+    act = opt_attr_def(StringAttr)
+    act_order = opt_attr_def(DenseArrayBase)
     traits = traits_def(Pure())
 
     assembly_format = (
@@ -65,17 +108,24 @@ class MulMatIdOp(OpBase):
     )
 
     def verify_(self) -> None:
-        a, b, i, r = (shape_of(v) for v in (self.experts, self.b, self.ids, self.result))
-        require(len(a) == 3, f"op.mul_mat_id: the experts must be [E, M, K], got {fmt_shape(a)}")
-        require(len(b) == 3, f"op.mul_mat_id: b must be [T, Nb, K], got {fmt_shape(b)}")
-        require(len(i) == 2 and is_int(elem_of(self.ids), 32), f"op.mul_mat_id: the ids must be [T, U] i32, got {self.ids.type}")
-        require(dim_eq(a[2], b[2]), f"op.mul_mat_id: contraction dims differ: {fmt_shape(a)} vs {fmt_shape(b)}")
-        require(dim_eq(i[0], b[0]), f"op.mul_mat_id: ids {fmt_shape(i)} and b {fmt_shape(b)} must have one row per token")
-        shared = DYNAMIC_INDEX in (b[1], i[1]) or (b[1] > 0 and i[1] % b[1] == 0)
-        require(shared, f"op.mul_mat_id: the {fmt_shape(i[1:])} expert slots must be a multiple of b's {fmt_shape(b[1:2])} rows")
-        expect = (i[0] if i[0] != DYNAMIC_INDEX else b[0], i[1], a[1])
-        require(shapes_eq(r, expect), f"op.mul_mat_id: result must be {fmt_shape(expect)}, got {fmt_shape(r)}")
-        require(isinstance(elem_of(self.result), Float32Type), "op.mul_mat_id: result must be f32")
+        check_mul_mat_id(self)
+        self.verify_act(shape_of(self.b)[2])
+
+
+def check_mul_mat_id(op) -> None:
+    """MUL_MAT_ID's operand and result shapes (op.mul_mat_id_sharded's too)."""
+    a, b, i, r = (shape_of(v) for v in (op.experts, op.b, op.ids, op.result))
+    name = op.name
+    require(len(a) == 3, f"{name}: the experts must be [E, M, K], got {fmt_shape(a)}")
+    require(len(b) == 3, f"{name}: b must be [T, Nb, K], got {fmt_shape(b)}")
+    require(len(i) == 2 and is_int(elem_of(op.ids), 32), f"{name}: the ids must be [T, U] i32, got {op.ids.type}")
+    require(dim_eq(a[2], b[2]), f"{name}: contraction dims differ: {fmt_shape(a)} vs {fmt_shape(b)}")
+    require(dim_eq(i[0], b[0]), f"{name}: ids {fmt_shape(i)} and b {fmt_shape(b)} must have one row per token")
+    shared = DYNAMIC_INDEX in (b[1], i[1]) or (b[1] > 0 and i[1] % b[1] == 0)
+    require(shared, f"{name}: the {fmt_shape(i[1:])} expert slots must be a multiple of b's {fmt_shape(b[1:2])} rows")
+    expect = (i[0] if i[0] != DYNAMIC_INDEX else b[0], i[1], a[1])
+    require(shapes_eq(r, expect), f"{name}: result must be {fmt_shape(expect)}, got {fmt_shape(r)}")
+    require(isinstance(elem_of(op.result), Float32Type), f"{name}: result must be f32")
 
 
 @irdl_op_definition

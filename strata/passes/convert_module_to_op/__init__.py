@@ -49,10 +49,12 @@ from strata.errors import StrataError
 # The expansions register themselves with EXPANSIONS when imported.
 from strata.passes.convert_module_to_op import attention, hybrid, model, moe, nn  # noqa: F401
 from strata.passes.convert_module_to_op.entries import ENTRIES, LOOPS, lower_plan_entry
-from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering, LoweringError
+from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering, LoweringError, stored_formats
 
 __all__ = ["ConvertModuleToOpPass", "ENTRIES", "EXPANSIONS", "LOOPS", "LoweringError", "lower_entry"]
 
+#: The KV cache types convert-module-to-op can give (kv_type; "" is the model's own).
+KV_TYPES = ("", "f32", "f16", "bf16")
 #: The largest context the IR can describe with room to spare in int64 products.
 MAX_CTX = 2**31 - 1
 
@@ -77,6 +79,11 @@ class ConvertModuleToOpPass(ModulePass):
     steps: int = 16
     max_new: int = 16
     packed_tokens: int = 0
+    #: A product of a weight stored in a ggml block type quantizes its activation rows as
+    #: ggml-cpu does (`op.mul_mat`'s `act`); false: float32 activations.
+    act_quant: bool = True
+    #: The KV cache's element type ("": the model's); llama.cpp keeps it in f16 by default.
+    kv_type: str = ""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         entries = (self.entry,) if isinstance(self.entry, str) else tuple(self.entry)
@@ -135,6 +142,8 @@ def _check_options(opts: ConvertModuleToOpPass, entries: tuple[str, ...]) -> Non
         value = getattr(opts, name)
         if not 1 <= value <= MAX_CTX:
             raise _error(f"{name.replace('_', '-')} must be >= 1, got {value}")
+    if opts.kv_type not in KV_TYPES:
+        raise _error(f"kv_type must be one of {', '.join(repr(t) for t in KV_TYPES)} ('': the model's), got {opts.kv_type!r}")
 
 
 def lower_entry(root: BlockInstance, entry: str, opts: ConvertModuleToOpPass,
@@ -158,7 +167,9 @@ def _one_sequence(root: BlockInstance, entry: str, opts: ConvertModuleToOpPass, 
         n_kv = n_ctx
     block = Block()
     ranks = root.dim("Shards") if "Shards" in root.env else 1
-    lo = Lowering(block, entry, tokens, n_ctx, n_kv, opts.flash_attn, start=opts.start, ranks=ranks)
+    lo = Lowering(block, entry, tokens, n_ctx, n_kv, opts.flash_attn, start=opts.start, ranks=ranks,
+                  formats=stored_formats(root.block.parent_op()), act_quant=opts.act_quant,
+                  kv_type=opts.kv_type or None)
     logits = lo.g.expand(lo.call(root, entry))
     lo.g.finish()
     block.add_op(func.ReturnOp(logits))

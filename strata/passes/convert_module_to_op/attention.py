@@ -91,7 +91,7 @@ def attend(lo: Lowering, inst: BlockInstance, q: SSAValue, k: SSAValue, v: SSAVa
         g.expand(x)
     caches = []
     for kind, src in (("k", k), ("v", v)):
-        elem = dtype_named(inst.state[f"cache_{kind}"].dtype).attr
+        elem = dtype_named(lo.kv_type or inst.state[f"cache_{kind}"].dtype).attr
         cache = lo.state(f"cache_{kind}_l{il}", (lo.n_ctx, n_kv_head * d), elem)
         rows = lo.input("kv_rows", (S,), i64, f"{kind}_idxs", key=("kv_rows", il, kind),
                         label=lo.input_name(f"{kind}_rows"))

@@ -38,7 +38,7 @@ from strata.dialects import op as O
 from strata.dialects.instances import BlockInstance
 from strata.ir.dtypes import DTypeError, dtype_named
 from strata.ir.shapes import Expr, ShapeSyntaxError, parse_fn_signature
-from strata.passes.convert_module_to_op.lowering import CallPlan, Lowering, LoweringError, tensor
+from strata.passes.convert_module_to_op.lowering import CallPlan, Lowering, LoweringError, stored_formats, tensor
 
 #: Every entry of seed 003, in its order.
 ENTRIES = ("forward", "next_token", "decode", "prefill", "decode_rows", "prefill_slots", "loss_packed",
@@ -160,7 +160,8 @@ def lower_plan_entry(root: BlockInstance, entry: str, opts, n_ctx: int, declared
         return [fn, step]
     plan, generics = make_plan(root, entry, opts, n_ctx)
     block = Block()
-    lo = Lowering(block, entry, plan.tokens, n_ctx, plan.n_kv, opts.flash_attn, start=opts.start, plan=plan)
+    lo = Lowering(block, entry, plan.tokens, n_ctx, plan.n_kv, opts.flash_attn, start=opts.start, plan=plan,
+                  formats=stored_formats(root.block.parent_op()), act_quant=opts.act_quant)
     results = lo.call(root, entry)
     results = [lo.g.expand(r) for r in (results if isinstance(results, list) else [results])]
     lo.g.finish()
@@ -179,7 +180,8 @@ def _step_function(root: BlockInstance, opts, n_ctx: int) -> func.FuncOp:
     batch = root.dim("Batch")
     plan = CallPlan("decode", "cache", batch, 1, n_ctx, "slots", batch, None, batch)
     block = Block()
-    lo = Lowering(block, "decode", plan.tokens, n_ctx, n_ctx, opts.flash_attn, plan=plan)
+    lo = Lowering(block, "decode", plan.tokens, n_ctx, n_ctx, opts.flash_attn, plan=plan,
+                  formats=stored_formats(root.block.parent_op()), act_quant=opts.act_quant)
     (logits,) = lo.call(root, "decode_rows")
     ids = lo.g.expand(lo.g.unary(O.ArgmaxOp, logits, (batch,), "result_ids", elem=i32))
     lo.g.finish()

@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, DictionaryAttr, IntegerAttr, StringAttr, TensorType, f32, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
+from strata.dialects import module as M
 from strata.dialects import op as O
 from strata.dialects.instances import BlockInstance
 from strata.errors import StrataError
 from strata.ir.dtypes import dtype_named
+from strata.ir.ggml_types import ACTIVATION_TYPES, ggml_type
 from strata.ir.impls import Implementations
 
 #: block kind (path) -> its expansion (a class with one static method per function).
@@ -45,6 +47,21 @@ def value_hint(label: str) -> str:
     return "".join(c if c.isalnum() or c in "_.-" else "_" for c in label)
 
 
+def stored_formats(model_op) -> dict[str, tuple[str, tuple[int, ...] | None]]:
+    """The model's `ggml_formats` (ggml tensor name -> its GGUF block type) and
+    `ggml_block_orders` (name -> the order of its blocked axis, see op.param), as a dict."""
+    if not isinstance(model_op, M.ModelOp):
+        return {}
+    formats, orders = model_op.attributes.get("ggml_formats"), model_op.attributes.get("ggml_block_orders")
+    if formats is None:
+        return {}
+    if not isinstance(formats, DictionaryAttr) or not all(isinstance(v, StringAttr) for v in formats.data.values()):
+        raise LoweringError("convert-module-to-op: the model's ggml_formats must map tensor names to ggml type names")
+    order_of = dict(orders.data) if isinstance(orders, DictionaryAttr) else {}
+    return {name: (fmt.data, tuple(order_of[name].get_values()) if name in order_of else None)  # type: ignore[union-attr]
+            for name, fmt in formats.data.items()}
+
+
 class GraphBuilder:
     """Builds the op-level graph the way ggml does: ops are created first, then put in the
     block by `expand` (ggml_build_forward_expand), which appends a value's missing ancestors
@@ -52,9 +69,11 @@ class GraphBuilder:
     whatever order an expansion creates its ops in, and an op nothing expands (ggml leaves a
     tensor no output depends on out of its graph) is dropped by `finish`."""
 
-    def __init__(self, block: Block):
+    def __init__(self, block: Block, act_quant: bool = True):
         self.block = block
         self._created: list[Operation] = []
+        #: Whether a product of a block-quantized weight quantizes its activations as ggml-cpu does.
+        self.act_quant = act_quant
 
     def add(self, op: Operation, label: str | None = None) -> SSAValue:
         if label is not None:
@@ -119,7 +138,21 @@ class GraphBuilder:
 
     def mul_mat(self, w: SSAValue, x: SSAValue, label=None) -> SSAValue:
         ws, xs = O.shape_of(w), O.shape_of(x)
-        return self.binary(O.MulMatOp, w, x, (*xs[:-1], ws[-2]), label)
+        return self.binary(O.MulMatOp, w, x, (*xs[:-1], ws[-2]), label, **self.activation_quant(w))
+
+    def activation_quant(self, w: SSAValue) -> dict[str, Attribute]:
+        """The `act` / `act_order` of a product of weight `w`: ggml-cpu quantizes the activation
+        rows to the vec_dot_type of a block-quantized weight (`strata.ir.ggml_types`)."""
+        param = w.owner
+        if not self.act_quant or not isinstance(param, O.ParamOp) or param.format_name is None:
+            return {}
+        act = ggml_type(param.format_name).activation
+        if act not in ACTIVATION_TYPES:  # Q8_1 (Q4_1, Q5_1): not emulated, float activations
+            return {}
+        attrs: dict[str, Attribute] = {"act": StringAttr(act)}
+        if param.block_order is not None:
+            attrs["act_order"] = param.block_order
+        return attrs
 
     def reshape(self, x: SSAValue, shape, label=None) -> SSAValue:
         return self.unary(O.ReshapeOp, x, shape, label)
@@ -180,14 +213,20 @@ class Lowering:
     (host inputs, state buffers, constants) created once and shared by every block."""
 
     def __init__(self, block: Block, entry: str, tokens: int, n_ctx: int, n_kv: int, flash_attn: bool,
-                 start: int = -1, ranks: int = 1, plan: CallPlan | None = None):
-        self.g = GraphBuilder(block)
+                 start: int = -1, ranks: int = 1, plan: CallPlan | None = None,
+                 formats: dict[str, tuple[str, tuple[int, ...] | None]] | None = None,
+                 act_quant: bool = True, kv_type: str | None = None):
+        self.g = GraphBuilder(block, act_quant)
         #: The ranks of a tensor-parallel model (its `Shards`): each param may be a piece, read
         #: as the block's `tp_split` says, and the collectives join the ranks' results.
         self.ranks = ranks
         #: How an entry of several sequences meets its tokens; None: llama.cpp's graph of one
         #: sequence (prefill and decode of one row).
         self.plan = plan
+        #: ggml tensor name -> (its ggml block type, its block order or None): the GGUF's own types.
+        self.formats = formats or {}
+        #: The KV cache's element type when not the model's (llama.cpp's default is f16).
+        self.kv_type = kv_type
         self.entry = entry
         self.S = tokens  # the call's token count (DYNAMIC_INDEX when dynamic)
         self.start = start  # the call's first position (-1: known only at run time)
@@ -273,7 +312,8 @@ class Lowering:
             shape = tuple(d for d in t.shape if d != 1)
         label = ggml or t.ggml
         source = t.ggml if label != t.ggml else None
-        v = self.g.add(O.ParamOp(label, tensor(shape or t.shape, elem), convert, args, source, split))
+        fmt, order = self.formats.get(label, (None, None))
+        v = self.g.add(O.ParamOp(label, tensor(shape or t.shape, elem), convert, args, source, split, fmt, order))
         v.name_hint = value_hint(label)
         return v
 

@@ -39,10 +39,20 @@ class SparseMoe:
 
         rows = g.reshape(x, (S, 1, hidden))  # one row per token, shared by its TopK experts
 
+        # Expert parallel (`tp_experts`): each rank holds whole experts and computes only the
+        # slots routed to them; the rest are zeros until the layer's all-reduce.
+        sharded = lo.ranks > 1 and inst.knob("tp_experts") is not None
+
         def experts(name: str, b: SSAValue, label: str) -> SSAValue:
             w = lo.param(inst, name)
             shape = (S, k, O.shape_of(w)[1])
-            return g.add(O.MulMatIdOp.create(operands=[w, b, selected], result_types=[tensor(shape)]), label)
+            if sharded:
+                op = O.MulMatIdShardedOp.create(operands=[w, b, selected], result_types=[tensor(shape)],
+                                                attributes=O.group_attrs(lo.ranks))
+            else:
+                op = O.MulMatIdOp.create(operands=[w, b, selected], result_types=[tensor(shape)],
+                                         attributes=g.activation_quant(w))
+            return g.add(op, label)
 
         up = experts("up_exps", rows, f"ffn_moe_up{sfx}")
         gate = experts("gate_exps", rows, f"ffn_moe_gate{sfx}")
@@ -57,8 +67,9 @@ class SparseMoe:
         if k == 1:  # a view is not contiguous
             out = g.unary(O.ContOp, out, (S, hidden))
         out = g.rename(out, f"ffn_moe_out{sfx}")
-        # Tensor parallel (`tp_reduce`): each rank's experts and shared expert hold a piece of
-        # the intermediate dim; one sum joins the routed and shared parts.
+        # Tensor parallel (`tp_reduce`): each rank's experts (a piece of each expert's intermediate
+        # dim, or whole experts of its own) and shared expert hold a part of the sum; one
+        # all-reduce joins the routed and shared parts.
         reduce = lo.ranks > 1 and inst.knob("tp_reduce") is not None
         if "shared_expert" not in inst.children:
             return lo.all_reduce(out, f"ffn_moe_out{sfx}") if reduce else out

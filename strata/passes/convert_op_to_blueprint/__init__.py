@@ -13,7 +13,10 @@ The function is `(tokens: !blueprint.edge<"n", "1", i32>) -> (next ids, logits)`
 attributes `blueprint.mode`, `blueprint.rows` (0: a prefill of any length), `blueprint.layers` (each layer's kind),
 `blueprint.dims` (the symbols of the edges' dims and their sizes, read off the op level) and
 `blueprint.weights` (the op level's stored name and conversion of each weight that has one)
-and `blueprint.state` (the type of each op-level state buffer the nodes' `slots` name).
+and `blueprint.state` (the type of each op-level state buffer the nodes' `slots` name); a
+tensor-parallel op level (`op.ranks`) gives `blueprint.ranks`, its collectives become
+`blueprint.all_reduce` / `all_gather` nodes, its vocabulary-split lookup and whole-experts
+nodes carry `group` and `ranks`, and the weight table names each param's piece (`split`).
 Nodes carry their hyperparameters (`eps`, the rope's `mode`/`n_dims`/`freq_base`/`sections`,
 attention's `scale`, top-k's `norm`) and the op-level state buffers their effects touch
 (`slots`). Outside `prefill`, the conv state is snapshotted after its update (`conv_ckpt`).
@@ -85,6 +88,8 @@ def convert_function(fn: func.FuncOp, mode: str = "decode", rows: int = 1) -> fu
         "blueprint.weights": WeightsAttr([em.weights[name] for name in sorted(em.weights)]),
         "blueprint.state": DictionaryAttr(dict(sorted(em.states.items()))),
     })
+    if "op.ranks" in fn.attributes:  # one rank's program of a tensor-parallel model
+        out.attributes["blueprint.ranks"] = fn.attributes["op.ranks"]
     return out
 
 

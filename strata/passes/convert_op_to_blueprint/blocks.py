@@ -31,6 +31,7 @@ from strata.dialects import blueprint as B
 from strata.dialects import op as O
 from strata.dialects.blueprint.attrs import EdgeType, StateEffectAttr
 from strata.dialects.blueprint.facts import WeightReadAttr
+from strata.passes.convert_op_to_blueprint.collectives import gathered, ranks_of, reduced, sharded_attrs
 from strata.passes.convert_op_to_blueprint.graph import (
     ConversionError,
     Dims,
@@ -55,13 +56,16 @@ class Emitter:
         self.states: dict[str, Attribute] = {}
 
     def weight(self, name: str, convert: str | None = None, args: Sequence[int] = ()) -> StringAttr:
-        """A param by its op-level name; its stored name and conversion go to the weight table."""
+        """A param by its op-level name; its stored name, conversion and (in a tensor-parallel
+        function) this rank's piece go to the weight table."""
         p = self.graph.params.get(name)
         source = p.source.data if p is not None and p.source is not None else None
         if convert is None and p is not None and p.conversion is not None:
             convert, args = p.conversion
-        if source is not None or convert is not None:
-            self.weights[name] = WeightReadAttr(name, source, convert, args)
+        piece = p.piece if p is not None else None
+        split = (piece[0], piece[1], *piece[2]) if piece is not None else ()
+        if source is not None or convert is not None or split:
+            self.weights[name] = WeightReadAttr(name, source, convert, args, split)
         return StringAttr(name)
 
     def node(self, cls: type[B.NodeOp], block: str, name: str, operands: Sequence[SSAValue],
@@ -118,13 +122,20 @@ def embed(em: Emitter, tokens: SSAValue) -> SSAValue:
     table = g.params.get("token_embd.weight")
     if table is None:
         raise ConversionError("convert-op-to-blueprint: no token_embd.weight")
-    if not any(g.users(t.result, O.GetRowsOp) for t in g.aliases["token_embd.weight"]):
-        raise ConversionError("convert-op-to-blueprint: token_embd.weight is gathered by no op.get_rows")
+    ranks = ranks_of(em)
+    lookup = O.GetRowsShardedOp if ranks > 1 else O.GetRowsOp
+    if not any(g.users(t.result, lookup) for t in g.aliases["token_embd.weight"]):
+        raise ConversionError(f"convert-op-to-blueprint: token_embd.weight is gathered by no {lookup.name}")
     vocab, hidden = shape(table.result)
+    if ranks > 1:  # the rank's rows of a vocabulary-split table: the ranks' lookups sum to the embedding
+        em.dims.set("ranks", ranks, "op.ranks")
+        vocab *= ranks
     em.dims.set("vocab", vocab, "token_embd.weight")
     em.dims.set("hidden", hidden, "token_embd.weight")
     (h,) = em.node(B.EmbedOp, "embed", "embed", [tokens], [("h", "n", "hidden", None)],
-                   param=em.weight("token_embd.weight"))
+                   param=em.weight("token_embd.weight"), **sharded_attrs(em))
+    if ranks > 1:
+        h = reduced(em, "embed", g.user(table.result, O.GetRowsShardedOp, "op.get_rows_sharded"), h, "h_sum")
     return h
 
 
@@ -226,6 +237,7 @@ def gdn(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> SSAVal
                        [("gated", "n", "lin_v_heads*lin_v_dim", None)],
                        param=em.weight(p["ssm_norm.weight"].tensor_name.data), eps=float_attr(norm, "eps"))
     o = _linear(em, blk, "out", "gdn_out", gated, [p["ssm_out.weight"]], "o", "hidden")
+    o = reduced(em, blk, g.mul_mat_of(p["ssm_out.weight"]), o, "o_sum")
     (y,) = em.node(B.ResidualAddOp, blk, "add", [h, o], [("y", "n", "hidden", None)])
     return y
 
@@ -298,6 +310,7 @@ def attention(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> 
     if gate is not None:
         (a,) = em.node(B.SigmoidGateMulOp, blk, "gate_mul", [gate, a], [("ag", "n", "q_heads*head_dim", None)])
     o = _linear(em, blk, "o", "o", a, [p["attn_output.weight"]], "o", "hidden")
+    o = reduced(em, blk, g.mul_mat_of(p["attn_output.weight"]), o, "o_sum")
     (y,) = em.node(B.ResidualAddOp, blk, "add", [h, o], [("y", "n", "hidden", None)])
     return y
 
@@ -320,10 +333,13 @@ def moe(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> SSAVal
     """A sparse MoE block: post norm, router, top-k, routed experts (gate-up, SiLU, down),
     the shared expert and its gate when there is one, the blend, residual add."""
     g, d, blk = em.graph, em.dims, f"l{layer}.moe_ffn"
-    experts, inter, _ = shape(p["ffn_gate_exps.weight"].result)
-    d.set("experts", experts, p["ffn_gate_exps.weight"].tensor_name.data)
+    _, inter, _ = shape(p["ffn_gate_exps.weight"].result)
+    # the router's experts: all of them (a rank's expert weights hold fewer with whole experts per rank)
+    d.set("experts", shape(p["ffn_gate_inp.weight"].result)[0], p["ffn_gate_inp.weight"].tensor_name.data)
     d.set("moe_inter", inter, p["ffn_gate_exps.weight"].tensor_name.data)
-    gate_id = g.user(p["ffn_gate_exps.weight"].result, O.MulMatIdOp, "op.mul_mat_id")
+    whole_experts = bool(g.users(p["ffn_gate_exps.weight"].result, O.MulMatIdShardedOp))
+    by_rank = sharded_attrs(em) if whole_experts else {}
+    gate_id = g.user(p["ffn_gate_exps.weight"].result, (O.MulMatIdOp, O.MulMatIdShardedOp), "op.mul_mat_id")
     d.set("top_k", shape(gate_id.operands[2])[-1], f"{blk}'s expert ids")
     logits_mm = g.mul_mat_of(p["ffn_gate_inp.weight"])
     norm_topk = _normalises(g, logits_mm)
@@ -337,7 +353,7 @@ def moe(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> SSAVal
     (egu,) = em.node(B.ExpertGateUpOp, blk, "experts_gate_up", [xn, topk_id],
                      [("egu", "n*top_k", "moe_inter*2", None)],
                      param=em.weight(p["ffn_gate_exps.weight"].tensor_name.data),
-                     concat=_strings([em.weight(p["ffn_up_exps.weight"].tensor_name.data).data]))
+                     concat=_strings([em.weight(p["ffn_up_exps.weight"].tensor_name.data).data]), **by_rank)
     sgu = None
     if shared:
         d.set("shared_inter", shape(p["ffn_gate_shexp.weight"].result)[0], "ffn_gate_shexp.weight")
@@ -345,7 +361,7 @@ def moe(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> SSAVal
                       [p["ffn_gate_shexp.weight"], p["ffn_up_shexp.weight"]], "sgu", "shared_inter*2")
     (eact,) = em.node(B.SiluMulOp, blk, "experts_act", [egu], [("eact", "n*top_k", "moe_inter", _f32())])
     (edown,) = em.node(B.ExpertDownOp, blk, "experts_down", [eact, topk_id], [("edown", "n*top_k", "hidden", None)],
-                       param=em.weight(p["ffn_down_exps.weight"].tensor_name.data))
+                       param=em.weight(p["ffn_down_exps.weight"].tensor_name.data), **by_rank)
     blend_in = [topk_w, edown]
     point = None
     if sgu is not None:
@@ -355,6 +371,8 @@ def moe(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> SSAVal
         blend_in += [sdown, sg]
         point = {"shared_gate": "sigmoid"}
     (f,) = em.node(B.BlendOp, blk, "blend", blend_in, [("f", "n", "hidden", None)], point=point)
+    down_id = g.user(p["ffn_down_exps.weight"].result, (O.MulMatIdOp, O.MulMatIdShardedOp), "op.mul_mat_id")
+    f = reduced(em, blk, down_id, f, "f_sum", depth=d["top_k"] + 8)  # past the slots' views and sums
     (y,) = em.node(B.ResidualAddOp, blk, "add", [h, f], [("y", "n", "hidden", None)])
     return y
 
@@ -377,6 +395,7 @@ def ffn(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> SSAVal
     gu = _linear(em, blk, "gate_up", "gate_up", xn, [p["ffn_gate.weight"], p["ffn_up.weight"]], "gu", "inter*2")
     (act,) = em.node(B.SiluMulOp, blk, "act", [gu], [("act", "n", "inter", _f32())])
     dn = _linear(em, blk, "down", "down", act, [p["ffn_down.weight"]], "d", "hidden")
+    dn = reduced(em, blk, em.graph.mul_mat_of(p["ffn_down.weight"]), dn, "d_sum")
     (y,) = em.node(B.ResidualAddOp, blk, "add", [h, dn], [("y", "n", "hidden", None)])
     return y
 
@@ -395,9 +414,12 @@ def head(em: Emitter, h: SSAValue) -> tuple[SSAValue, SSAValue]:
     if not isinstance(w, O.ParamOp):
         raise ConversionError("convert-op-to-blueprint: the final norm feeds no projection by a param")
     d_vocab = shape(w.results[0])[0]
-    em.dims.check("vocab", d_vocab, w.tensor_name.data)  # type: ignore[attr-defined]
-    (logits,) = em.node(B.LmHeadOp, "head", "lm_head", [xn], [("logits", "n", "vocab", None)],
+    split = bool(g.users(mm.results[0], O.AllGatherOp))  # each rank's piece of the vocabulary
+    cols = "vocab / ranks" if split else "vocab"
+    em.dims.check(cols, d_vocab, w.tensor_name.data)  # type: ignore[attr-defined]
+    (logits,) = em.node(B.LmHeadOp, "head", "lm_head", [xn], [("logits", "n", cols, None)],
                         param=em.weight(w.tensor_name.data))  # type: ignore[attr-defined]
+    logits = gathered(em, "head", mm, logits, "vocab")
     (nxt,) = em.node(B.ArgmaxOp, "head", "argmax", [logits], [("next", "n", "1", i32)])
     return nxt, logits
 

@@ -1,7 +1,7 @@
 """The kernels' source for the CPU target: each kernel of `strata.semantics.kernels` (and of its
-companions `kernels_seq`, the many-sequence ops, `host_inputs`, the entries' host inputs, and
-`sampling`, the sampler) as text, and the other kernels it calls, so that a generated module
-carries just the kernels it uses."""
+companions `kernels_seq`, the many-sequence ops, `kernels_ggml`, ggml-cpu's quantized and float16
+numerics, `host_inputs`, the entries' host inputs, and `sampling`, the sampler) as text, and the
+other kernels it calls, so that a generated module carries just the kernels it uses."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import ast
 import inspect
 from types import ModuleType
 
-from strata.semantics import host_inputs, kernels_seq
+from strata.semantics import host_inputs, kernels_ggml, kernels_seq
 from strata.semantics import kernels as K
 from strata.semantics import sampling as S
 from strata.targets.codegen import CodegenError
 
 #: The modules whose functions a generated CPU module may carry: the op kernels, the many-sequence
-#: kernels, the entries' host inputs and the sampler.
-CPU_KERNEL_MODULES: tuple[ModuleType, ...] = (K, kernels_seq, host_inputs, S)
+#: kernels, ggml-cpu's quantized numerics, the entries' host inputs and the sampler.
+CPU_KERNEL_MODULES: tuple[ModuleType, ...] = (K, kernels_seq, kernels_ggml, host_inputs, S)
 
 
 def _free_names(fn: ast.FunctionDef) -> set[str]:
@@ -29,9 +29,10 @@ def _free_names(fn: ast.FunctionDef) -> set[str]:
 
 
 class KernelLibrary:
-    """The kernels' source, from one read of :mod:`strata.semantics.kernels`: each top-level
-    function's text (with its decorators), and the other top-level functions it refers to,
-    read off its syntax tree (so no table of dependencies can fall out of date)."""
+    """The kernels' source, from one read of :mod:`strata.semantics.kernels` and
+    :mod:`strata.semantics.kernels_ggml` (one namespace: their function names are distinct):
+    each top-level function's text (with its decorators), and the other top-level functions it
+    refers to, read off its syntax tree (so no table of dependencies can fall out of date)."""
 
     def __init__(self, source: str | None = None):
         sources = [source] if source is not None else [inspect.getsource(m) for m in CPU_KERNEL_MODULES]

@@ -13,15 +13,13 @@ Weights are meta tensors of the params' shapes, so a config without safetensors 
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from strata.artifacts.modules import import_generated
 from strata.errors import StrataError
 from strata.targets.cuda.aot import AotResult, Spec, compile_spec
 
@@ -36,15 +34,6 @@ _PTR = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16", "float8_e4m
 
 class AotError(StrataError):
     """AOT compilation that cannot run (Triton missing or interpreted, an unknown architecture)."""
-
-
-def _load(path: Path, tag: str):
-    name = f"strata_aot_{tag}_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 class _Recorder:
@@ -88,7 +77,7 @@ def record_launches(out_dir: str | Path, params: Mapping[str, tuple[int, ...]],
     import torch
 
     out_dir = Path(out_dir)
-    model = _load(out_dir / "model.py", "model")
+    model = import_generated(out_dir / "model.py", what="the cuda model", tag="aot_model")
     kernels = model._load_kernels()
     seen: dict = {}
     originals = {}
@@ -119,7 +108,7 @@ def record_launches(out_dir: str | Path, params: Mapping[str, tuple[int, ...]],
 
 
 def _compile_one(kernels_path: str, spec: Spec, out: str | None, arch: str) -> AotResult:
-    module = _load(Path(kernels_path), "kernels")
+    module = import_generated(Path(kernels_path), what="the cuda kernels", tag="aot_kernels")
     try:
         return compile_spec(spec, Path(out) if out else None, fn=getattr(module, spec.kernel), arch=ARCHS[arch])
     except Exception as e:  # noqa: BLE001 - a failed compile is a reported result

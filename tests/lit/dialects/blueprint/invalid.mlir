@@ -71,7 +71,7 @@ func.func @f(%a: !blueprint.edge<"n", "hidden", bf16>) {
 // -----
 
 // blueprint.step: a verb of seed 001's steps.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.step: unknown step 'dance' (known: act, weight, mma, accumulate, scale, compute, state, gather, scatter, move, combine, compare, score, scores, softmax, cache)
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.step: unknown step 'dance' (known: act, weight, mma, accumulate, scale, compute, state, gather, scatter, move, combine, compare, score, scores, softmax, cache, wire)
 func.func @f(%a: !blueprint.edge<"n", "hidden", bf16>) {
   %x = blueprint.silu_mul %a {steps = [#blueprint.step<dance, "bf16">]} : !blueprint.edge<"n", "hidden", bf16> -> !blueprint.edge<"n", "hidden", bf16>
   func.return
@@ -368,5 +368,49 @@ func.func @f() attributes {blueprint.weights = #blueprint.weights<"w" = plus_one
 // blueprint.weights: each weight once.
 // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.weights: 'w' is given twice
 func.func @f() attributes {blueprint.weights = #blueprint.weights<"w" = plus_one, "w" = "v">} {
+  func.return
+}
+
+// -----
+
+// blueprint.weights: a split is [axis, pieces, part sizes...].
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.weights: 'w': split takes [axis, pieces, part sizes...], got [0]
+func.func @f() attributes {blueprint.weights = #blueprint.weights<"w" = split [0]>} {
+  func.return
+}
+
+// -----
+
+// blueprint.all_reduce: a collective names its group and ranks.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.all_reduce: needs 'group' and 'ranks'
+func.func @f(%x: !blueprint.edge<"n", "hidden", bf16>) {
+  %s = blueprint.all_reduce %x : !blueprint.edge<"n", "hidden", bf16> -> !blueprint.edge<"n", "hidden", bf16>
+  func.return
+}
+
+// -----
+
+// blueprint.all_reduce: the sum keeps the rows and the dim.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.all_reduce: result dim 'vocab' must be the source's 'hidden'
+func.func @f(%x: !blueprint.edge<"n", "hidden", bf16>) {
+  %s = blueprint.all_reduce %x {group = "tp", ranks = 2 : i64} : !blueprint.edge<"n", "hidden", bf16> -> !blueprint.edge<"n", "vocab", bf16>
+  func.return
+}
+
+// -----
+
+// blueprint.all_gather: the pieces join into ranks times the piece.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.all_gather: the source dim 'vocab' must be the result's 'vocab' / ranks
+func.func @f(%x: !blueprint.edge<"n", "vocab", bf16>) {
+  %s = blueprint.all_gather %x {group = "tp", ranks = 2 : i64} : !blueprint.edge<"n", "vocab", bf16> -> !blueprint.edge<"n", "vocab", bf16>
+  func.return
+}
+
+// -----
+
+// A rank-dependent node's group is one of the known groups.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.embed: 'group' must be one of tp, got "dp"
+func.func @f(%tok: !blueprint.edge<"n", "1", i32>) {
+  %h = blueprint.embed %tok weight "token_embd.weight" {group = "dp", ranks = 2 : i64} : !blueprint.edge<"n", "1", i32> -> !blueprint.edge<"n", "hidden", bf16>
   func.return
 }

@@ -263,6 +263,19 @@ func.func @attention(%xn: !blueprint.edge<"n", "hidden", bf16>) {
   func.return
 }
 
+// CHECK-LABEL: func.func @collectives(
+// CHECK-NEXT:    %h = blueprint.embed %tok weight "token_embd.weight" {group = "tp", ranks = 2 : i64} : !blueprint.edge<"n", "1", i32> -> !blueprint.edge<"n", "hidden", bf16>
+// CHECK-NEXT:    %s = blueprint.all_reduce %h {group = "tp", ranks = 2 : i64, bytes_per_row = 4096 : i64} : !blueprint.edge<"n", "hidden", bf16> -> !blueprint.edge<"n", "hidden", bf16>
+// CHECK-NEXT:    %l = blueprint.all_gather %p {group = "tp", ranks = 2 : i64, bytes_per_row = 96 : i64} : !blueprint.edge<"n", "vocab / ranks", bf16> -> !blueprint.edge<"n", "vocab", bf16>
+// CHECK-NEXT:    func.return
+// CHECK-NEXT:  }
+func.func @collectives(%tok: !blueprint.edge<"n", "1", i32>, %p: !blueprint.edge<"n", "vocab / ranks", bf16>) attributes {blueprint.ranks = 2 : i64} {
+%h = blueprint.embed %tok weight "token_embd.weight" {group = "tp", ranks = 2 : i64} : !blueprint.edge<"n", "1", i32> -> !blueprint.edge<"n", "hidden", bf16>
+%s = blueprint.all_reduce %h {group = "tp", ranks = 2 : i64, bytes_per_row = 4096 : i64} : !blueprint.edge<"n", "hidden", bf16> -> !blueprint.edge<"n", "hidden", bf16>
+%l = blueprint.all_gather %p {group = "tp", ranks = 2 : i64, bytes_per_row = 96 : i64} : !blueprint.edge<"n", "vocab / ranks", bf16> -> !blueprint.edge<"n", "vocab", bf16>
+  func.return
+}
+
 // CHECK-LABEL: func.func @group(
 // CHECK-NEXT:    %q = blueprint.group "w8a16_m32" on device {
 // CHECK-NEXT:      %y = blueprint.linear %xn weight "q_proj.weight" role "q" : !blueprint.edge<"n", "hidden", bf16> -> !blueprint.edge<"n", "q_heads*head_dim", bf16>
@@ -334,10 +347,10 @@ func.func @decode_groups(%tok: !blueprint.edge<"n", "1", i32>, %prev: !blueprint
 // conversion, a conversion with arguments of another stored tensor, a stored tensor alone),
 // and both empty.
 // CHECK-LABEL: func.func @facts()
-// CHECK-SAME:  attributes {blueprint.dims = #blueprint.dims<head_dim = 8, hidden = 32, top_k = 2>, blueprint.weights = #blueprint.weights<"blk.0.attn_norm.weight" = plus_one, "blk.0.ssm_a" = neg_exp of "blk.0.ssm_a_log", "blk.0.attn_qkv.weight" = ungroup_rows [2, 0, 3, 16, 16, 32, 32] of "blk.0.ssm_in.weight", "output.weight" = "token_embd.weight">}
+// CHECK-SAME:  attributes {blueprint.dims = #blueprint.dims<head_dim = 8, hidden = 32, top_k = 2>, blueprint.weights = #blueprint.weights<"blk.0.attn_norm.weight" = plus_one, "blk.0.ssm_a" = neg_exp of "blk.0.ssm_a_log", "blk.0.attn_qkv.weight" = ungroup_rows [2, 0, 3, 16, 16, 32, 32] of "blk.0.ssm_in.weight", "output.weight" = "token_embd.weight", "blk.0.attn_q.weight" = split [0, 2], "blk.0.ssm_conv1d.weight" = squeeze split [0, 2, 16, 16, 32]>}
 // CHECK-LABEL: func.func @no_facts()
 // CHECK-SAME:  attributes {blueprint.dims = #blueprint.dims<>, blueprint.weights = #blueprint.weights<>}
-func.func @facts() attributes {blueprint.dims = #blueprint.dims<head_dim = 8, hidden = 32, top_k = 2>, blueprint.weights = #blueprint.weights<"blk.0.attn_norm.weight" = plus_one, "blk.0.ssm_a" = neg_exp of "blk.0.ssm_a_log", "blk.0.attn_qkv.weight" = ungroup_rows [2, 0, 3, 16, 16, 32, 32] of "blk.0.ssm_in.weight", "output.weight" = "token_embd.weight">} {
+func.func @facts() attributes {blueprint.dims = #blueprint.dims<head_dim = 8, hidden = 32, top_k = 2>, blueprint.weights = #blueprint.weights<"blk.0.attn_norm.weight" = plus_one, "blk.0.ssm_a" = neg_exp of "blk.0.ssm_a_log", "blk.0.attn_qkv.weight" = ungroup_rows [2, 0, 3, 16, 16, 32, 32] of "blk.0.ssm_in.weight", "output.weight" = "token_embd.weight", "blk.0.attn_q.weight" = split [0, 2], "blk.0.ssm_conv1d.weight" = squeeze split [0, 2, 16, 16, 32]>} {
   func.return
 }
 func.func @no_facts() attributes {blueprint.dims = #blueprint.dims<>, blueprint.weights = #blueprint.weights<>} {

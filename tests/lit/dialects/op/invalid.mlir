@@ -25,6 +25,30 @@
 
 // -----
 
+// op.param: a stored format is a ggml block type ...
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.param: unknown ggml block format 'q4_k' (known: q4_0,
+%w = op.param "w" {format = "q4_k"} : tensor<4x256xf32>
+
+// -----
+
+// ... whose blocks the weight's rows hold whole ...
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.param: a q4_K weight's last dim is a multiple of 256, got 4x96
+%w = op.param "w" {format = "q4_K"} : tensor<4x96xf32>
+
+// -----
+
+// ... and a block order reorders a whole row.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.param: block_order is [a, b, c] of positive sizes whose product is the row's 64, got [2, 2, 8]
+%w = op.param "w" {format = "q8_0", block_order = array<i64: 2, 2, 8>} : tensor<4x64xf32>
+
+// -----
+
+// op.param: a block order goes with a format.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.param: block_order goes with a format
+%w = op.param "w" {block_order = array<i64: 2, 2, 16>} : tensor<4x64xf32>
+
+// -----
+
 // ... with its number of arguments ...
 // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.param: conversion 'plus_one' takes 0 convert_args, got 1
 %w = op.param "w" {convert = "plus_one", convert_args = array<i64: 1>} : tensor<4xf32>
@@ -209,6 +233,32 @@ func.func @f(%x: tensor<5x16xf32>, %r: tensor<5x16xf32>) {
   func.return
 }
 
+// -----
+
+// op.mul_mat: activations are quantized to Q8_0 or Q8_K ...
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat: act 'q4_K' is not an activation block type (q8_0, q8_K)
+func.func @f(%w: tensor<64x256xf32>, %x: tensor<5x256xf32>) {
+  %q = op.mul_mat %w, %x {act = "q4_K"} : tensor<64x256xf32>, tensor<5x256xf32> -> tensor<5x64xf32>
+  func.return
+}
+
+// -----
+
+// ... in whole blocks ...
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat: q8_K activations need rows of a multiple of 256 values, got 64
+func.func @f(%w: tensor<16x64xf32>, %x: tensor<5x64xf32>) {
+  %q = op.mul_mat %w, %x {act = "q8_K"} : tensor<16x64xf32>, tensor<5x64xf32> -> tensor<5x16xf32>
+  func.return
+}
+
+// -----
+
+// ... and act_order goes with act.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat_id: act_order goes with act
+func.func @f(%w: tensor<8x32x64xf32>, %x: tensor<3x1x64xf32>, %ids: tensor<3x2xi32>) {
+  %g = op.mul_mat_id %w, %x, %ids {act_order = array<i64: 2, 2, 16>} : tensor<8x32x64xf32>, tensor<3x1x64xf32>, tensor<3x2xi32> -> tensor<3x2x32xf32>
+  func.return
+}
 // -----
 
 // op.mul_mat: the contraction (last) dims agree.
@@ -1226,6 +1276,24 @@ func.func @f(%r: tensor<?x64xf32>) {
 %w = op.param "w" : tensor<24x16xf32>
 %ids = op.input "tokens" : tensor<5xi32>
 %e = op.get_rows_sharded %w, %ids {group = "tp", ranks = 2 : i64} : tensor<24x16xf32>, tensor<5xi32> -> tensor<4x16xf32>
+
+// -----
+
+// op.mul_mat_id_sharded: MUL_MAT_ID's shapes, over this rank's experts.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat_id_sharded: result must be 3x2x32, got 3x2x16
+func.func @f(%w: tensor<4x32x64xf32>, %x: tensor<3x1x64xf32>, %ids: tensor<3x2xi32>) {
+  %g = op.mul_mat_id_sharded %w, %x, %ids {group = "tp", ranks = 2 : i64} : tensor<4x32x64xf32>, tensor<3x1x64xf32>, tensor<3x2xi32> -> tensor<3x2x16xf32>
+  func.return
+}
+
+// -----
+
+// op.mul_mat_id_sharded: a group of the ranks, as every collective.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.mul_mat_id_sharded: unknown group 'dp' (known: tp)
+func.func @f(%w: tensor<4x32x64xf32>, %x: tensor<3x1x64xf32>, %ids: tensor<3x2xi32>) {
+  %g = op.mul_mat_id_sharded %w, %x, %ids {group = "dp", ranks = 2 : i64} : tensor<4x32x64xf32>, tensor<3x1x64xf32>, tensor<3x2xi32> -> tensor<3x2x32xf32>
+  func.return
+}
 
 // -----
 

@@ -137,6 +137,26 @@ func.func @quantized_weights(%x: tensor<5x16xf32>) {
   func.return
 }
 
+// A GGUF's block-quantized weights: the values dequantized, the format named; ggml-cpu's
+// quantized activations on the products that read them.
+// CHECK-LABEL: func.func @ggml_blocks(
+// CHECK-NEXT:    %wk = op.param "blk.0.attn_q.weight" {format = "q4_K"} : tensor<64x256xf32>
+// CHECK-NEXT:    %wo = op.param "blk.0.ssm_out.weight" {format = "q8_0", block_order = array<i64: 2, 4, 32>} : tensor<64x256xf32>
+// CHECK-NEXT:    %we = op.param "blk.0.ffn_up_exps.weight" {format = "iq4_xs"} : tensor<8x32x256xf32>
+// CHECK-NEXT:    %yk = op.mul_mat %wk, %x {act = "q8_K"} : tensor<64x256xf32>, tensor<5x256xf32> -> tensor<5x64xf32>
+// CHECK-NEXT:    %yo = op.mul_mat %wo, %x {act = "q8_0", act_order = array<i64: 2, 4, 32>} : tensor<64x256xf32>, tensor<5x256xf32> -> tensor<5x64xf32>
+// CHECK-NEXT:    %ye = op.mul_mat_id %we, %xe, %ids {act = "q8_K"} : tensor<8x32x256xf32>, tensor<5x1x256xf32>, tensor<5x2xi32> -> tensor<5x2x32xf32>
+// CHECK-NEXT:    func.return
+func.func @ggml_blocks(%x: tensor<5x256xf32>, %xe: tensor<5x1x256xf32>, %ids: tensor<5x2xi32>) {
+  %wk = op.param "blk.0.attn_q.weight" {format = "q4_K"} : tensor<64x256xf32>
+  %wo = op.param "blk.0.ssm_out.weight" {format = "q8_0", block_order = array<i64: 2, 4, 32>} : tensor<64x256xf32>
+  %we = op.param "blk.0.ffn_up_exps.weight" {format = "iq4_xs"} : tensor<8x32x256xf32>
+  %yk = op.mul_mat %wk, %x {act = "q8_K"} : tensor<64x256xf32>, tensor<5x256xf32> -> tensor<5x64xf32>
+  %yo = op.mul_mat %wo, %x {act = "q8_0", act_order = array<i64: 2, 4, 32>} : tensor<64x256xf32>, tensor<5x256xf32> -> tensor<5x64xf32>
+  %ye = op.mul_mat_id %we, %xe, %ids {act = "q8_K"} : tensor<8x32x256xf32>, tensor<5x1x256xf32>, tensor<5x2xi32> -> tensor<5x2x32xf32>
+  func.return
+}
+
 // CHECK-LABEL: func.func @mul_mat(
 // CHECK-NEXT:    %q0 = op.mul_mat %w, %x {name = "Qcur-0"} : tensor<64x16xf32>, tensor<5x16xf32> -> tensor<5x64xf32>
 // CHECK-NEXT:    %q1 = op.mul_mat %wb, %x : tensor<64x16xbf16>, tensor<5x16xf32> -> tensor<5x64xf32>
@@ -497,13 +517,19 @@ func.func @generic_form(%x: tensor<5x16xf32>, %g: tensor<16xf32>) {
 // CHECK-NEXT:    %e = op.get_rows_sharded %w, %ids {group = "tp", ranks = 2 : i64} : tensor<24x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
 // CHECK-NEXT:    %s = op.all_reduce %e {group = "tp", ranks = 2 : i64, name = "embd"} : tensor<5x16xf32> -> tensor<5x16xf32>
 // CHECK-NEXT:    %g = op.all_gather %s {group = "tp", ranks = 2 : i64, axis = 1 : i64} : tensor<5x16xf32> -> tensor<5x32xf32>
+// CHECK-NEXT:    %ew = op.param "blk.0.ffn_gate_exps.weight" {split = array<i64: 0, 2>} : tensor<4x32x16xf32>
+// CHECK-NEXT:    %x = op.reshape %s : tensor<5x16xf32> -> tensor<5x1x16xf32>
+// CHECK-NEXT:    %eg = op.mul_mat_id_sharded %ew, %x, %sel {group = "tp", ranks = 2 : i64, name = "ffn_moe_gate-0"} : tensor<4x32x16xf32>, tensor<5x1x16xf32>, tensor<5x2xi32> -> tensor<5x2x32xf32>
 // CHECK-NEXT:    func.return
-func.func @collectives() {
+func.func @collectives(%sel: tensor<5x2xi32>) {
   %w = op.param "token_embd.weight" {split = array<i64: 0, 2>} : tensor<24x16xf32>
   %q = op.param "blk.0.attn_qkv.weight" {split = array<i64: 0, 2, 8, 8, 16>} : tensor<32x16xf32>
   %ids = op.input "tokens" : tensor<5xi32>
   %e = op.get_rows_sharded %w, %ids {group = "tp", ranks = 2 : i64} : tensor<24x16xf32>, tensor<5xi32> -> tensor<5x16xf32>
   %s = op.all_reduce %e {group = "tp", ranks = 2 : i64, name = "embd"} : tensor<5x16xf32> -> tensor<5x16xf32>
   %g = op.all_gather %s {group = "tp", ranks = 2 : i64, axis = 1 : i64} : tensor<5x16xf32> -> tensor<5x32xf32>
+  %ew = op.param "blk.0.ffn_gate_exps.weight" {split = array<i64: 0, 2>} : tensor<4x32x16xf32>
+  %x = op.reshape %s : tensor<5x16xf32> -> tensor<5x1x16xf32>
+  %eg = op.mul_mat_id_sharded %ew, %x, %sel {group = "tp", ranks = 2 : i64, name = "ffn_moe_gate-0"} : tensor<4x32x16xf32>, tensor<5x1x16xf32>, tensor<5x2xi32> -> tensor<5x2x32xf32>
   func.return
 }
