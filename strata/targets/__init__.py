@@ -20,6 +20,9 @@ from strata.targets.target import Target, TargetError
 
 #: The entries a program gets unless asked for others: the generation loop's.
 DEFAULT_ENTRIES = "prefill,decode"
+#: The entries that return logits [rows, vocab]: a program of only these gets the sampler.
+SAMPLED_ENTRIES = {"prefill", "decode", "decode_rows", "prefill_slots", "prefill_packed", "step_packed",
+                   "decode_paged", "prefill_paged", "step_paged", "next_token"}
 #: The cpu target's knobs beyond ctx, flash_attn and kv_pad: the entries to compile
 #: (comma-separated, or "all") and the generics of seed 003 a checkpoint does not bind
 #: (None: the model's value or the option's default).
@@ -63,9 +66,10 @@ def _cpu() -> Target:
         entries = ",".join(entry_list(k.get("entries", DEFAULT_ENTRIES)))
         ep = f" ep={k['ep']}" if k.get("ep", 1) > 1 else ""
         shard = f"shard-tensor-parallel{{tp={k['tp']}{ep}}}," if k.get("tp", 1) > 1 or ep else ""
-        # The runtime's loop samples with the program's own sampler; it steps one sequence's
-        # prefill and decode, so a program of other entries (run by strata call) has none.
-        sampler = ",add-sampler" if set(entries.split(",")) <= {"prefill", "decode"} else ""
+        # The runtime's loop and its scheduler sample with the program's own sampler, on the
+        # logits [rows, vocab] their entries return; a program with entries of other results
+        # (loss, log-probs, the device loops: run by strata call) has none.
+        sampler = ",add-sampler" if set(entries.split(",")) <= SAMPLED_ENTRIES else ""
         return shard + entry_pipeline(entries, tokens=k.get("S") or 0, start=-1, ctx=k["ctx"], kv_pad=k["kv_pad"],
                                       flash_attn=k["flash_attn"], kv_type=k.get("kv_type", ""),
                                       **generic_options(dict(k))) + sampler

@@ -1,0 +1,330 @@
+"""Continuous batching over a paged program: every step is one `step_paged` call.
+
+    scheduler = Scheduler(program, page_size=16, num_pages=256, max_num_seqs=8, max_batched_tokens=256)
+    seq = scheduler.add(SeqRequest(prompt_ids, max_tokens=64, sampling=params, stop_ids={2},
+                                   on_token=lambda seq, token: None, on_finish=lambda seq: ...))
+    while scheduler.has_work():
+        scheduler.step()                   # decode rows + prompt chunks, one call; tokens sampled
+    scheduler.cancel(seq)                  # a client gone: its pages are freed at the next step
+
+A step takes the running sequences' pending tokens first (a decode row's one token, or the next
+chunk of a prompt still being prefilled), oldest first, then admits waiting requests in arrival
+order (first come, first served: the first that does not fit stops admission) with chunks of
+their prompts, until `max_batched_tokens` tokens are in the call. The decode rows ride in the
+entry's step rows, the chunks in its packed tokens; a call needs at least one chunk token, so a
+step of decode rows only runs one of them as a chunk of one token.
+
+Pages are handed out as a sequence grows (`pages.PageAllocator`). When none is left for a
+running sequence, the newest running sequence is preempted: its pages go back and it waits at
+the head of the queue, to be recomputed (its prompt and the tokens it made so far) when pages
+free up; what it already streamed stays streamed, and it draws on from where it was, so the
+result is the same. A sequence's full pages are shared through the prefix cache by the hash of
+their tokens, so a later request with the same prefix (a system prompt) starts after them. A
+family with recurrent state (Gated DeltaNet) keeps that state in the row's slot, which a page
+cannot restore: its prefix cache is off (`prefix_cache=False`).
+
+Each token is chosen as the runtime's one loop chooses it (`strata.runtime.generate`): the
+argmax, or the program's compiled sampler keyed by (seed, position) over the sequence's own
+token counts, so a request gives the same ids batched or alone.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from itertools import count
+from typing import Any
+
+import numpy as np
+
+from strata.runtime.program import Program
+from strata.runtime.sampling import SamplingParams
+from strata.runtime.serve.pages import PageAllocator, page_key, prefix_keys, ROOT_KEY
+from strata.semantics.sampling_inputs import SequenceTokens, needs_sampler, sampler_arguments
+
+ENTRY = "step_paged"
+
+
+class SchedulerError(ValueError):
+    """A program or a request the scheduler cannot run."""
+
+
+@dataclass
+class SeqRequest:
+    prompt: Sequence[int]
+    max_tokens: int
+    #: None or greedy: the argmax; else resolved (with a seed) by the caller or here.
+    sampling: SamplingParams | None = None
+    stop_ids: Collection[int] = ()
+    #: Called with each new token; a string returned stops the sequence there (a stop string).
+    on_token: Callable[[Seq, int], str | None] | None = None
+    #: Called once when the sequence ends (finished, stopped or cancelled).
+    on_finish: Callable[[Seq], None] | None = None
+
+
+@dataclass(eq=False)
+class Seq:
+    """A request's state in the scheduler."""
+
+    id: int
+    request: SeqRequest
+    tokens: list[int]
+    sampling: SamplingParams | None
+    counts: SequenceTokens | None
+    outputs: list[int] = field(default_factory=list)
+    pages: list[int] = field(default_factory=list)
+    #: The keys of its first len(keys) pages, registered in the prefix cache.
+    keys: list[int] = field(default_factory=list)
+    computed: int = 0
+    row: int | None = None
+    #: None while it runs; "stop", "length" or "cancelled" once it has ended.
+    finish_reason: str | None = None
+    stopped_by: int | str | None = None
+    cancelled: bool = False
+    preemptions: int = 0
+    #: The logits [vocab] that chose the newest output token (for log-probabilities), the model's own.
+    logits: np.ndarray | None = None
+
+
+class Scheduler:
+    def __init__(self, program: Program, *, page_size: int, num_pages: int, max_num_seqs: int | None = None,
+                 max_batched_tokens: int = 256, prefix_cache: bool = True):
+        if ENTRY not in program.entries:
+            raise SchedulerError(f"the program has no {ENTRY} entry (compile it with --set entries=...,{ENTRY})")
+        args = {name: shape for name, shape, _ in program.entries[ENTRY][0]}
+        self.rows, pages_per_row = (int(d) for d in args["table"])
+        if pages_per_row * page_size < program.n_ctx:
+            raise SchedulerError(f"{ENTRY}'s table reaches {pages_per_row} pages of {page_size}, "
+                                 f"less than the context of {program.n_ctx}")
+        if max_num_seqs is not None and max_num_seqs > self.rows:
+            raise SchedulerError(f"max_num_seqs {max_num_seqs} is more than the {self.rows} rows {ENTRY} was compiled for")
+        if max_batched_tokens < 1:
+            raise SchedulerError(f"max_batched_tokens must be at least 1, got {max_batched_tokens}")
+        self.program, self.page_size, self.pages_per_row = program, page_size, pages_per_row
+        self.max_num_seqs = max_num_seqs or self.rows
+        self.max_batched_tokens = max_batched_tokens
+        self.pages = PageAllocator(num_pages, page_size, prefix_cache)
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self._free_rows = list(range(self.max_num_seqs - 1, -1, -1))
+        self._ids = count()
+        self._run_sampler = _sampler_of(program)
+        #: Totals over the scheduler's life (for /metrics): tokens computed and tokens made, steps, preemptions.
+        self.computed_tokens = self.generated_tokens = self.steps = self.preemptions = 0
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def add(self, request: SeqRequest) -> Seq:
+        """Queue a request (checked by the caller against the context: prompt + max_tokens - 1 <= n_ctx)."""
+        prompt = [int(t) for t in request.prompt]
+        self.check(len(prompt), request.max_tokens)
+        sampling = None if request.sampling is None or request.sampling.greedy else request.sampling.resolved()
+        counts = SequenceTokens(self.program.vocab) if needs_sampler(sampling) else None
+        seq = Seq(next(self._ids), request, prompt, sampling, counts)
+        if request.max_tokens <= 0:
+            self._end(seq, "length")
+        else:
+            self.waiting.append(seq)
+        return seq
+
+    def check(self, prompt_len: int, max_tokens: int) -> None:
+        """Refuse a request that can never run: empty, past the context, or more pages than there are."""
+        if prompt_len < 1:
+            raise SchedulerError("the prompt is empty")
+        # The last new token is returned, never fed back: it needs no cache cell.
+        need = prompt_len + max(max_tokens - 1, 0)
+        if need > self.program.n_ctx:
+            raise SchedulerError(f"the prompt ({prompt_len} tokens) plus {max_tokens} new tokens need {need} "
+                                 f"positions, more than the context of {self.program.n_ctx} tokens")
+        pages = -(-need // self.page_size)
+        if pages > self.pages.num_pages:
+            raise SchedulerError(f"the prompt ({prompt_len} tokens) plus {max_tokens} new tokens need {pages} "
+                                 f"KV pages of {self.page_size}, more than the {self.pages.num_pages} there are")
+
+    def abort_all(self) -> None:
+        """End every sequence now (cancelled), its pages freed, without telling its caller."""
+        for seq in list(self.running) + list(self.waiting):
+            seq.request.on_finish = None
+            seq.cancelled = True
+        self._drop_cancelled()
+
+    def cancel(self, seq: Seq) -> None:
+        """End `seq` at the next step (thread-safe: only a flag), its pages freed."""
+        seq.cancelled = True
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    # -- one step -------------------------------------------------------------------------------
+
+    def step(self) -> int:
+        """Run one call of the entry over what fits; returns the tokens it computed (0: nothing to do)."""
+        self._drop_cancelled()
+        plan: list[tuple[Seq, int, int]] = []
+        budget = self.max_batched_tokens
+        preempted = False
+        for seq in list(self.running):
+            if budget == 0:
+                break
+            if seq.row is None:  # preempted by an older sequence of this step
+                continue
+            n = min(len(seq.tokens) - seq.computed, budget)
+            while not self._grow(seq, seq.computed + n):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted = True
+                if victim is seq:
+                    break
+            if seq.row is not None:
+                plan.append((seq, seq.computed, n))
+                budget -= n
+        while self.waiting and budget > 0 and self._free_rows and not preempted:
+            seq = self.waiting[0]
+            if seq.computed == 0:
+                self._take_cached_prefix(seq)
+            n = min(len(seq.tokens) - seq.computed, budget)
+            if not self._grow(seq, seq.computed + n):
+                self._drop_pages(seq)  # FCFS: nothing behind it goes first
+                break
+            self.waiting.popleft()
+            seq.row = self._free_rows.pop()
+            self.running.append(seq)
+            plan.append((seq, seq.computed, n))
+            budget -= n
+        if not plan:
+            return 0
+        logits = self._call(plan)
+        self.steps += 1
+        for seq, start, n in plan:
+            self._advance(seq, start + n, logits)
+        return sum(n for _, _, n in plan)
+
+    def _call(self, plan: list[tuple[Seq, int, int]]) -> np.ndarray:
+        """The entry's arguments for the plan, and its logits [2 * rows, vocab]: chunk rows first."""
+        rows, ps = self.rows, self.page_size
+        steps = [p for p in plan if p[2] == 1 and p[1] + 1 == len(p[0].tokens)]
+        chunks = [p for p in plan if p not in steps]
+        if not chunks:  # the entry takes at least one chunk token: a decode row goes as a chunk of one
+            chunks, steps = steps[:1], steps[1:]
+        table = np.full((rows, self.pages_per_row), -1, np.int32)
+        for seq, _, _ in plan:
+            table[seq.row, :len(seq.pages)] = seq.pages
+        tokens, positions, row_of, slots = [], [], [], []
+        last = np.full(rows, -1, np.int32)
+        for seq, start, n in chunks:
+            pos = np.arange(start, start + n)
+            tokens += seq.tokens[start:start + n]
+            positions.append(pos)
+            row_of += [seq.row] * n
+            slots.append(table[seq.row, pos // ps].astype(np.int64) * ps + pos % ps)
+            if start + n == len(seq.tokens):
+                last[seq.row] = len(tokens) - 1
+        step_tokens = np.zeros((rows, 1), np.int32)
+        step_positions = np.full(rows, -1, np.int32)
+        for seq, start, _ in steps:
+            step_tokens[seq.row, 0], step_positions[seq.row] = seq.tokens[start], start
+        self.computed_tokens += len(tokens) + len(steps)
+        (logits,) = self.program.call(
+            ENTRY, tokens=np.asarray(tokens, np.int32), positions=np.concatenate(positions).astype(np.int32),
+            rows=np.asarray(row_of, np.int32), slots=np.concatenate(slots).astype(np.int32), last=last,
+            step_tokens=step_tokens, step_positions=step_positions, table=table)
+        self._step_rows = {seq.id for seq, _, _ in steps}
+        return logits
+
+    def _advance(self, seq: Seq, computed: int, logits: np.ndarray) -> None:
+        seq.computed = computed
+        self._register_full_pages(seq)
+        if computed < len(seq.tokens):
+            return  # a prompt chunk (or a recompute) not yet at its end
+        row = logits[self.rows + seq.row if seq.id in self._step_rows else seq.row]
+        token = self._choose(seq, row)
+        seq.logits = row
+        seq.outputs.append(token)
+        seq.tokens.append(token)
+        self.generated_tokens += 1
+        said = seq.request.on_token(seq, token) if seq.request.on_token is not None else None
+        if said is not None:
+            self._end(seq, "stop", said)
+        elif token in seq.request.stop_ids:
+            self._end(seq, "stop", token)
+        elif len(seq.outputs) >= seq.request.max_tokens:
+            self._end(seq, "length")
+
+    def _choose(self, seq: Seq, logits: np.ndarray) -> int:
+        """The next token, as the program's prefill / decode step chooses it for one sequence."""
+        if seq.counts is None:
+            return int(np.argmax(logits))
+        position = len(seq.tokens)  # the position the drawn token takes
+        if seq.outputs:  # the output just fed (a decode's token)
+            seq.counts.feed([seq.tokens[-1]], position - 1, True)
+        else:  # the prompt (a prefill's tokens)
+            seq.counts.feed(seq.tokens, 0, False)
+        args = sampler_arguments(seq.sampling, position, seq.counts.counts())
+        ids = self._run_sampler(np.asarray(logits, np.float32).reshape(1, -1), *args)
+        return int(np.asarray(ids).reshape(-1)[0])
+
+    # -- pages ----------------------------------------------------------------------------------
+
+    def _grow(self, seq: Seq, upto: int) -> bool:
+        """Pages for positions < upto; False when the allocator ran out (the pages got so far stay)."""
+        need = -(-upto // self.page_size)
+        while len(seq.pages) < need:
+            page = self.pages.allocate()
+            if page is None:
+                return False
+            seq.pages.append(page)
+        return True
+
+    def _take_cached_prefix(self, seq: Seq) -> None:
+        # The last token is always computed: its logits choose the next one.
+        hits = self.pages.lookup(seq.tokens, (len(seq.tokens) - 1) // self.page_size)
+        seq.pages, seq.keys = list(hits), prefix_keys(seq.tokens, self.page_size, len(hits))
+        seq.computed = len(hits) * self.page_size
+
+    def _register_full_pages(self, seq: Seq) -> None:
+        for j in range(len(seq.keys), seq.computed // self.page_size):
+            parent = seq.keys[-1] if seq.keys else ROOT_KEY
+            seq.keys.append(page_key(parent, seq.tokens[j * self.page_size:(j + 1) * self.page_size]))
+            self.pages.register(seq.pages[j], seq.keys[-1])
+
+    def _drop_pages(self, seq: Seq) -> None:
+        for page in seq.pages:
+            self.pages.release(page)
+        seq.pages, seq.keys, seq.computed = [], [], 0
+
+    def _preempt(self, seq: Seq) -> None:
+        """Back to the head of the queue, its pages freed: recomputed when it is admitted again."""
+        self._drop_pages(seq)
+        self._leave_row(seq)
+        seq.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def _leave_row(self, seq: Seq) -> None:
+        if seq.row is not None:
+            self._free_rows.append(seq.row)
+            seq.row = None
+            self.running.remove(seq)
+
+    def _drop_cancelled(self) -> None:
+        for seq in [s for s in self.running if s.cancelled] + [s for s in self.waiting if s.cancelled]:
+            if seq in self.waiting:
+                self.waiting.remove(seq)
+            self._end(seq, "cancelled")
+
+    def _end(self, seq: Seq, reason: str, by: int | str | None = None) -> None:
+        self._drop_pages(seq)
+        self._leave_row(seq)
+        seq.finish_reason, seq.stopped_by = reason, by
+        if seq.request.on_finish is not None:
+            seq.request.on_finish(seq)
+
+
+def _sampler_of(program: Any) -> Callable[..., Any]:
+    """The program's compiled `@sample_logits` on rows of logits (the sampler its own steps draw with)."""
+    sampler = getattr(program, "sampler", None)
+    run = getattr(sampler, "run_sampler", None)
+    if run is None:
+        raise SchedulerError(f"the {program.runtime} program exposes no compiled sampler to draw tokens with")
+    return run

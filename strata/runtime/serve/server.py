@@ -1,0 +1,384 @@
+"""The OpenAI-compatible HTTP server over a `ServeEngine`: FastAPI on uvicorn, the `serve` extra
+(pip install -e '.[serve]'), imported by nothing but `strata serve`.
+
+    app = create_app(engine, model_name="tiny", api_key=None)
+    serve_forever(app, engine, host="127.0.0.1", port=8000, shutdown_timeout=10)
+
+Endpoints: GET /v1/models, POST /v1/completions and /v1/chat/completions (streamed as
+server-sent events or not; `requests.py` reads their bodies), GET /health, GET /metrics
+(Prometheus text). Errors are OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`.
+SIGTERM stops admission (new requests: 503), lets the requests in flight finish for up to
+`shutdown_timeout` seconds, cancels the rest, and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import signal
+import threading
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from strata.errors import StrataError, say
+from strata.runtime.serve.engine import Draining, Handle, Observer, QueueFull, ServeEngine
+from strata.runtime.serve.requests import ApiError, Parsed, parse_chat, parse_completion
+from strata.runtime.serve.scheduler import SchedulerError
+
+#: Seconds a client is told to wait when the queue is full or the server is going away.
+RETRY_AFTER = "1"
+
+
+def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
+                   code: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+#: The window of the tokens/s gauge, in seconds.
+RATE_WINDOW = 10.0
+
+
+class _SchedulerTotals:
+    """The scheduler's own running totals as Prometheus counters, read at each scrape."""
+
+    def __init__(self, scheduler: Any):
+        self.scheduler = scheduler
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        s = self.scheduler
+        for name, doc, value in (("strata_prefix_cache_hits", "KV pages found in the prefix cache", s.pages.hits),
+                                 ("strata_preemptions", "Sequences preempted for pages (recomputed later)",
+                                  s.preemptions),
+                                 ("strata_steps", "Calls of the paged entry", s.steps),
+                                 ("strata_computed_tokens", "Tokens run through the model (prompts, recomputes, "
+                                  "decode rows)", s.computed_tokens)):
+            yield CounterMetricFamily(name, doc, value=value)
+
+
+class Metrics(Observer):
+    """The server's Prometheus metrics, in a registry of its own."""
+
+    def __init__(self, engine: ServeEngine):
+        self.registry = r = CollectorRegistry()
+        sched = engine.scheduler
+        Gauge("strata_requests_running", "Requests being stepped", registry=r).set_function(lambda: len(sched.running))
+        Gauge("strata_requests_waiting", "Requests waiting for a row or pages", registry=r).set_function(
+            lambda: len(sched.waiting) + len(engine._inbox))
+        Gauge("strata_kv_pages_used", "KV pages held by a sequence", registry=r).set_function(lambda: sched.pages.used)
+        Gauge("strata_kv_pages_free", "KV pages a sequence could be given", registry=r).set_function(
+            lambda: sched.pages.free)
+        r.register(_SchedulerTotals(sched))
+        self._recent: list[tuple[float, int]] = []  # (time, tokens made by then), the last RATE_WINDOW s
+        Gauge("strata_generation_tokens_per_second", f"Tokens generated per second over the last {RATE_WINDOW:g} s",
+              registry=r).set_function(self._rate)
+        self.prompt_tokens = Counter("strata_prompt_tokens", "Prompt tokens of finished requests", registry=r)
+        self.generation_tokens = Counter("strata_generation_tokens", "Tokens generated", registry=r)
+        self.requests = Counter("strata_requests_finished", "Requests finished", ["finish_reason"], registry=r)
+        buckets = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+        self.ttft = Histogram("strata_time_to_first_token_seconds", "Time to first token", buckets=buckets, registry=r)
+        self.itl = Histogram("strata_inter_token_latency_seconds", "Time between tokens", buckets=buckets, registry=r)
+
+    def first_token(self, seconds: float) -> None:
+        self.ttft.observe(seconds)
+        self._made()
+
+    def inter_token(self, seconds: float) -> None:
+        self.itl.observe(seconds)
+        self._made()
+
+    def _made(self) -> None:
+        self.generation_tokens.inc()
+        now = time.monotonic()
+        total = (self._recent[-1][1] if self._recent else 0) + 1
+        self._recent.append((now, total))
+        while self._recent and self._recent[0][0] < now - RATE_WINDOW:
+            self._recent.pop(0)
+
+    def _rate(self) -> float:
+        recent = list(self._recent)
+        if len(recent) < 2:
+            return 0.0
+        now = time.monotonic()
+        if recent[-1][0] < now - RATE_WINDOW:
+            return 0.0
+        return (recent[-1][1] - recent[0][1]) / RATE_WINDOW
+
+    def finished(self, handle: Handle) -> None:
+        self.prompt_tokens.inc(len(handle.prompt))
+        self.requests.labels(handle.finish_reason or "error").inc()
+        ttft = f"{handle.first_token_at - handle.arrived:.3f}s" if handle.first_token_at else "-"
+        say(f"request {handle.request_id or hex(id(handle))}: {len(handle.prompt)} prompt + {handle.completion_tokens} completion tokens, "
+            f"first token {ttft}, total {time.perf_counter() - handle.arrived:.3f}s, {handle.finish_reason}")
+
+
+def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None) -> FastAPI:
+    app = FastAPI(title="strata serve", docs_url=None, redoc_url=None, openapi_url=None)
+    metrics = Metrics(engine)
+    engine.observer = metrics
+    created = int(time.time())
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        return error_response(exc.status_code, str(exc.detail), "invalid_request_error" if exc.status_code < 500
+                              else "server_error")
+
+    @app.middleware("http")
+    async def authorize(request: Request, call_next):
+        if api_key is not None and request.url.path.startswith("/v1/"):
+            given = request.headers.get("authorization", "")
+            if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+                return error_response(401, "Incorrect API key provided (Authorization: Bearer KEY)",
+                                      code="invalid_api_key")
+        return await call_next(request)
+
+    @app.get("/health")
+    async def health():
+        if engine.draining:
+            return error_response(503, "the server is shutting down", "server_error", headers={"Retry-After": RETRY_AFTER})
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def metrics_text():
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": created,
+                                            "owned_by": "strata", "max_model_len": engine.program.n_ctx}]}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await _serve(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await _serve(request, chat=True)
+
+    async def _serve(request: Request, chat: bool):
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            return error_response(400, f"the request body is not valid JSON: {e}", code="invalid_json")
+        try:
+            parsed = (parse_chat if chat else parse_completion)(body, engine, model_name)
+        except ApiError as e:
+            return error_response(e.status, e.message, param=e.param, code=e.code)
+        except StrataError as e:  # a chat template or a text the tokenizer refuses
+            return error_response(400, str(e))
+        loop = asyncio.get_running_loop()
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        queues: list[asyncio.Queue] = [asyncio.Queue() for _ in range(parsed.n)]
+        handles: list[Handle] = []
+        try:
+            for i, q in enumerate(queues):
+                handles.append(engine.submit(parsed.prompt, parsed.max_tokens, sampling=parsed.choice_sampling(i),
+                                             stop=parsed.stop, emit=_bridge(loop, q), logprobs=parsed.logprobs,
+                                             request_id=rid if parsed.n == 1 else f"{rid}/{i}"))
+        except QueueFull as e:
+            _cancel(engine, handles)
+            return error_response(429, f"{e}; retry later", "rate_limit_error", code="queue_full",
+                                  headers={"Retry-After": RETRY_AFTER})
+        except Draining as e:
+            _cancel(engine, handles)
+            return error_response(503, str(e), "server_error", code="shutting_down",
+                                  headers={"Retry-After": RETRY_AFTER})
+        except SchedulerError as e:
+            return error_response(400, str(e), param="max_tokens", code="context_length_exceeded")
+        reply = _Reply(rid, model_name, chat, parsed, handles, queues, engine.tokenizer)
+        if parsed.stream:
+            return StreamingResponse(reply.events(engine), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return await reply.whole(engine, request)
+
+    return app
+
+
+def _bridge(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue):
+    def emit(event: tuple) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, event)
+        except RuntimeError:  # the server's loop has closed: nobody is listening
+            pass
+    return emit
+
+
+def _cancel(engine: ServeEngine, handles: list[Handle]) -> None:
+    for h in handles:
+        engine.cancel(h)
+
+
+FINISH = {"stop": "stop", "length": "length", "cancelled": "abort"}
+
+
+class _Reply:
+    """One request's answer, whole or as server-sent events, from its choices' event queues."""
+
+    def __init__(self, rid: str, model: str, chat: bool, parsed: Parsed, handles: list[Handle],
+                 queues: list[asyncio.Queue], tokenizer: Any):
+        self.rid, self.model, self.chat, self.parsed, self.tokenizer = rid, model, chat, parsed, tokenizer
+        self.handles, self.queues = handles, queues
+        self.created = int(time.time())
+        self.object = ("chat.completion" if chat else "text_completion")
+
+    def usage(self) -> dict[str, int]:
+        completion = sum(h.completion_tokens for h in self.handles)
+        prompt = len(self.parsed.prompt)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    async def whole(self, engine: ServeEngine, request: Request):
+        texts = [""] * len(self.queues)
+        reasons: list[str | None] = [None] * len(self.queues)
+        pieces: list[list[tuple[list[int], list]]] = [[] for _ in self.queues]
+        try:
+            for i, q in enumerate(self.queues):
+                while reasons[i] is None:
+                    try:
+                        event = await asyncio.wait_for(q.get(), 0.5)
+                    except asyncio.TimeoutError:
+                        if await request.is_disconnected():
+                            return Response(status_code=499)
+                        continue
+                    if event[0] == "text":
+                        texts[i] += event[1]
+                        pieces[i].append((event[2], event[3]))
+                    elif event[0] == "done":
+                        reasons[i] = FINISH.get(event[1], event[1])
+                    else:
+                        return error_response(500, event[1], "server_error")
+        finally:
+            _cancel(engine, [h for h in self.handles if h.finish_reason is None])
+        choices = []
+        for i, (text, reason) in enumerate(zip(texts, reasons)):
+            ids = [t for p, _ in pieces[i] for t in p]
+            lps = [x for _, lp in pieces[i] for x in lp]
+            logprobs = self._logprobs(ids, lps, 0)
+            if self.chat:
+                choices.append({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
+                                "finish_reason": reason})
+            else:
+                choices.append({"index": i, "text": text, "logprobs": logprobs, "finish_reason": reason})
+        return {"id": self.rid, "object": self.object, "created": self.created, "model": self.model,
+                "choices": choices, "usage": self.usage()}
+
+    def _chunk(self, choices: list[dict], usage: dict | None = None) -> str:
+        body: dict[str, Any] = {"id": self.rid, "object": self.object + (".chunk" if self.chat else ""),
+                                "created": self.created, "model": self.model, "choices": choices}
+        if self.parsed.include_usage:
+            body["usage"] = usage
+        return f"data: {json.dumps(body)}\n\n"
+
+    def _logprobs(self, ids: list[int], lps: list, offset: int) -> dict | None:
+        """OpenAI's logprobs object of these tokens (`offset`: where their text starts in the reply)."""
+        if self.parsed.logprobs is None:
+            return None
+        text = [self.tokenizer.decode([t]) for t in ids]
+        if self.chat:
+            def entry(t: str, lp: float) -> dict:
+                return {"token": t, "logprob": lp, "bytes": list(t.encode("utf-8"))}
+            return {"content": [{**entry(s, lp), "top_logprobs": [entry(self.tokenizer.decode([j]), v) for j, v in top]}
+                                for s, (lp, top) in zip(text, lps)]}
+        offsets = list(np.cumsum([offset] + [len(s) for s in text])[:-1].tolist()) if text else []
+        return {"tokens": text, "token_logprobs": [lp for lp, _ in lps], "text_offset": offsets,
+                "top_logprobs": [{self.tokenizer.decode([j]): v for j, v in top} for _, top in lps]}
+
+    def _choice(self, i: int, text: str | None, reason: str | None, first: bool = False,
+                logprobs: dict | None = None) -> dict:
+        if not self.chat:
+            return {"index": i, "text": text or "", "logprobs": logprobs, "finish_reason": reason}
+        delta: dict[str, str] = {"role": "assistant", "content": ""} if first else {}
+        if text:
+            delta["content"] = text
+        return {"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
+
+    async def events(self, engine: ServeEngine):
+        # The choices' events are merged as they come: one task per choice feeds one queue.
+        merged: asyncio.Queue = asyncio.Queue()
+        pumps = [asyncio.create_task(_pump(i, q, merged)) for i, q in enumerate(self.queues)]
+        open_choices = len(self.queues)
+        try:
+            if self.chat:
+                for i in range(len(self.queues)):
+                    yield self._chunk([self._choice(i, None, None, first=True)])
+            offsets = [0] * len(self.queues)
+            while open_choices:
+                i, event = await merged.get()
+                if event[0] == "text":
+                    if event[1] or (event[2] and self.parsed.logprobs is not None):
+                        logprobs = self._logprobs(event[2], event[3], offsets[i])
+                        offsets[i] += len(event[1])
+                        yield self._chunk([self._choice(i, event[1], None, logprobs=logprobs)])
+                elif event[0] == "done":
+                    open_choices -= 1
+                    yield self._chunk([self._choice(i, None, FINISH.get(event[1], event[1]))])
+                else:
+                    payload = {"error": {"message": event[1], "type": "server_error", "param": None, "code": None}}
+                    yield f"data: {json.dumps(payload)}\n\n"
+                    return
+            if self.parsed.include_usage:
+                yield self._chunk([], self.usage())
+            yield "data: [DONE]\n\n"
+        finally:  # the client went away (or the reply ended): nothing of it keeps running
+            for p in pumps:
+                p.cancel()
+            _cancel(engine, [h for h in self.handles if h.finish_reason is None])
+
+
+async def _pump(i: int, source: asyncio.Queue, merged: asyncio.Queue) -> None:
+    while True:
+        event = await source.get()
+        await merged.put((i, event))
+        if event[0] != "text":
+            return
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn's server, but SIGTERM first drains the engine (admission stopped, the requests in
+    flight finished or, after the timeout, cancelled), then exits 0; a second signal exits now."""
+
+    def __init__(self, config: uvicorn.Config, engine: ServeEngine, shutdown_timeout: float):
+        super().__init__(config)
+        self.engine, self.shutdown_timeout = engine, shutdown_timeout
+        self._drain: threading.Thread | None = None
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self._drain is not None or sig not in (signal.SIGTERM, signal.SIGINT):
+            self.should_exit = True
+            if self._drain is not None:
+                self.force_exit = True
+            return
+        say(f"shutting down: no new requests; waiting up to {self.shutdown_timeout:g} s for "
+            f"{self.engine.in_flight} in flight")
+
+        def drain() -> None:
+            finished = self.engine.drain(self.shutdown_timeout)
+            if not finished:
+                say("shutdown timeout: the requests still in flight were cancelled")
+            self.should_exit = True
+
+        self._drain = threading.Thread(target=drain, name="strata-serve-drain", daemon=True)
+        self._drain.start()
+
+
+def serve_forever(app: FastAPI, engine: ServeEngine, *, host: str, port: int, shutdown_timeout: float) -> None:
+    """Run the server until SIGTERM / SIGINT (then drain, see `_DrainingServer`)."""
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=max(shutdown_timeout, 1.0) + 5)
+    server = _DrainingServer(config, engine, shutdown_timeout)
+    engine.start()
+    try:
+        server.run()
+    finally:
+        engine.close()

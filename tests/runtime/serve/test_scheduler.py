@@ -1,0 +1,130 @@
+"""The scheduler: a mix of requests (greedy and seeded sampling with penalties, some sharing a
+prefix) batched into step_paged calls gives each the ids the runtime's one loop gives it alone,
+through preemption and the prefix cache, and every page goes back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from strata.pipeline import load_model
+from strata.runtime.engine import open_program
+from strata.runtime.generate import generate
+from strata.runtime.sampling import SamplingParams
+from strata.runtime.serve.pages import PageAllocator, prefix_keys
+from strata.runtime.serve.scheduler import Scheduler, SchedulerError, SeqRequest
+from support import tiny, write_checkpoint
+
+CTX, PAGE, ROWS = 32, 4, 4
+SHARED = [5, 6, 7, 8, 9, 10, 11, 12, 13]
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    d = write_checkpoint(tiny("llama"), tmp_path_factory.mktemp("sched") / "tiny", std=0.5)
+    model = load_model(d)
+    serving = open_program(model, "cpu", {"ctx": CTX, "entries": "step_paged", "Batch": 3, "Rows": ROWS,
+                                          "PageSize": PAGE}, cache_dir=d / "serve", quiet=True)
+    alone = open_program(model, "cpu", {"ctx": CTX}, cache_dir=d / "alone", quiet=True)
+    return serving, alone
+
+
+def _requests(n: int):
+    rng = np.random.default_rng(1)
+    out = []
+    for i in range(n):
+        prompt = (SHARED if i % 2 else []) + [int(t) for t in rng.integers(0, 48, int(rng.integers(1, 9)))]
+        sampling = SamplingParams(temperature=0.9, top_k=10, presence_penalty=0.5, seed=i) if i % 3 == 0 else None
+        out.append((prompt, int(rng.integers(1, 12)), sampling))
+    return out
+
+
+@pytest.mark.parametrize("num_pages,budget", [(24, 10), (7, 16), (7, 3)])
+def test_batched_is_alone(programs, num_pages, budget):
+    serving, alone = programs
+    scheduler = Scheduler(serving, page_size=PAGE, num_pages=num_pages, max_num_seqs=ROWS, max_batched_tokens=budget)
+    requests = _requests(12)
+    streamed: dict[int, list[int]] = {}
+    seqs = [scheduler.add(SeqRequest(p, n, sampling=s, stop_ids={3},
+                                     on_token=lambda seq, t: streamed.setdefault(seq.id, []).append(t)))
+            for p, n, s in requests]
+    while scheduler.has_work():
+        assert scheduler.step() <= budget
+    for (prompt, n, sampling), seq in zip(requests, seqs):
+        want = generate(alone, prompt, n, sampling=sampling, stop_ids={3})
+        assert seq.outputs == want.ids and streamed.get(seq.id, []) == want.ids
+        assert seq.finish_reason == want.finish_reason
+    assert scheduler.pages.used == 0 and not scheduler.running and not scheduler.waiting
+    assert scheduler.pages.hits > 0  # the shared prefix was found
+    if num_pages == 7:
+        assert scheduler.preemptions > 0  # too few pages for all: the newest were recomputed
+
+
+def test_stop_cancel_and_zero(programs):
+    serving, alone = programs
+    scheduler = Scheduler(serving, page_size=PAGE, num_pages=16, max_num_seqs=ROWS, max_batched_tokens=8)
+    ended = []
+    stopped = scheduler.add(SeqRequest([1, 2, 3], 10, on_token=lambda seq, t: "two" if len(seq.outputs) == 2 else None,
+                                       on_finish=ended.append))
+    gone = scheduler.add(SeqRequest(SHARED, 10, on_finish=ended.append))
+    zero = scheduler.add(SeqRequest([1], 0, on_finish=ended.append))
+    assert zero.finish_reason == "length" and zero.outputs == []
+    scheduler.step()
+    scheduler.cancel(gone)
+    while scheduler.has_work():
+        scheduler.step()
+    assert stopped.outputs == generate(alone, [1, 2, 3], 2).ids and (stopped.finish_reason, stopped.stopped_by) == ("stop", "two")
+    assert gone.finish_reason == "cancelled" and ended == [zero, gone, stopped]  # each ended once
+    assert scheduler.pages.used == 0
+
+
+def test_refuses_what_cannot_fit(programs):
+    serving, _ = programs
+    scheduler = Scheduler(serving, page_size=PAGE, num_pages=4, max_num_seqs=ROWS, max_batched_tokens=8)
+    with pytest.raises(SchedulerError, match="context of 32"):
+        scheduler.add(SeqRequest([1] * 30, 4))
+    with pytest.raises(SchedulerError, match="more than the 4 there are"):
+        scheduler.add(SeqRequest([1] * 10, 10))
+    with pytest.raises(SchedulerError, match="rows"):
+        Scheduler(serving, page_size=PAGE, num_pages=4, max_num_seqs=ROWS + 1)
+
+
+def test_page_allocator_shares_and_evicts():
+    pages = PageAllocator(3, 2)
+    assert pages.lookup([1, 2, 3, 4], 2) == [] and pages.used == 0
+    p, q = pages.allocate(), pages.allocate()
+    keys = prefix_keys([1, 2, 3, 4], 2, 2)
+    pages.register(p, keys[0]), pages.register(q, keys[1])
+    assert pages.lookup([1, 2, 3, 4, 5], 2) == [p, q] and pages.used == 2
+    assert pages.lookup([1, 2, 9, 9], 2) == [p]  # only the first page is the same prefix
+    for page in (p, q, p, q, p):  # each holder lets go: two sequences and the writer
+        pages.release(page)
+    with pytest.raises(RuntimeError, match="released more often"):
+        pages.release(q)
+    assert pages.used == 0 and pages.free == 3
+    got = [pages.allocate() for _ in range(3)]  # the fresh page first, then the cached ones (evicted)
+    assert None not in got and pages.allocate() is None
+    assert pages.lookup([1, 2, 3, 4], 2) == []  # evicted
+
+
+def test_hybrid_family_batched_is_alone(tmp_path):
+    """Gated DeltaNet layers keep their state in the row's slot: chunked prompts and decode rows
+    of several sequences in one call still give each its own ids; no prefix cache."""
+    from strata.runtime.serve.engine import is_recurrent, serving_knobs
+    from support import TINY
+
+    model = load_model(write_checkpoint(TINY["qwen3.5-moe"], tmp_path / "hybrid", std=0.5))
+    assert is_recurrent(model)
+    knobs, page, pages = serving_knobs(model, "cpu", {"ctx": CTX, "PageSize": PAGE}, kv_pages=12, max_num_seqs=ROWS)
+    assert knobs["Batch"] >= ROWS  # a state slot per row
+    serving = open_program(model, "cpu", knobs, cache_dir=tmp_path / "serve", quiet=True)
+    alone = open_program(model, "cpu", {"ctx": CTX}, cache_dir=tmp_path / "alone", quiet=True)
+    scheduler = Scheduler(serving, page_size=page, num_pages=pages, max_num_seqs=ROWS, max_batched_tokens=5,
+                          prefix_cache=False)
+    requests = _requests(8)
+    seqs = [scheduler.add(SeqRequest(p, n, sampling=s)) for p, n, s in requests]
+    while scheduler.has_work():
+        scheduler.step()
+    for (prompt, n, sampling), seq in zip(requests, seqs):
+        assert seq.outputs == generate(alone, prompt, n, sampling=sampling).ids
+    assert scheduler.pages.used == 0 and scheduler.pages.hits == 0
