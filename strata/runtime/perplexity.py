@@ -37,8 +37,10 @@ from strata.errors import StrataError, counter, say
 DEFAULT_CTX = 512
 #: The shortest chunk with two scored tokens (the ± error needs count > 1).
 MIN_CTX = 4
-#: The entries the program is compiled with: the generation loop's and the scorer's.
-ENTRIES = "prefill,decode,log_probs_packed"
+#: The entries the program is compiled with (in seed 003's order): the generation loop's and the
+#: scorer's; with a KL base, `forward` too (whole distributions).
+ENTRIES = "decode,prefill,log_probs_packed"
+KL_ENTRIES = "forward,decode,prefill,log_probs_packed"
 
 
 class PerplexityError(StrataError):
@@ -55,6 +57,11 @@ class PerplexityResult:
     ctx: int
     #: After each chunk: the running (ppl, error).
     running: list[tuple[float, float]] = field(default_factory=list)
+    #: The chunks scored [chunks, ctx]; with a KL base saved: the distributions [chunks, scored, Vocab];
+    #: judged against one: its `kl_divergence.KlStats`.
+    chunk_tokens: np.ndarray | None = None
+    log_probs: np.ndarray | None = None
+    kl: Any = None
 
 
 class NllSums:
@@ -128,51 +135,105 @@ def score_chunks(program: Any, chunks: np.ndarray, batch: int,
             on_chunk(start + j, lp[j, first:ctx - 1])
 
 
+def forward_log_probs(program: Any, chunks: np.ndarray, batch: int,
+                      on_chunk: Callable[[int, np.ndarray], None]) -> None:
+    """Run the chunks `batch` at a time through `forward` (compiled for B = Batch = `batch`: a
+    last group of fewer is padded with copies of its last chunk); `on_chunk(i, log_softmax)` with
+    each chunk's scored positions' whole distributions [ctx - ctx//2 - 1, Vocab] (f32)."""
+    from strata.runtime.kl_divergence import log_softmax
+
+    n, ctx = chunks.shape
+    first = ctx // 2
+    for start in range(0, n, batch):
+        group = chunks[start:start + batch]
+        padded = np.concatenate((group, np.repeat(group[-1:], batch - len(group), axis=0)))
+        (logits,) = program.call("forward", tokens=padded.astype(np.int32))
+        for j in range(len(group)):
+            on_chunk(start + j, log_softmax(np.asarray(logits)[j, first:ctx - 1]))
+
+
 def format_estimate(ppl: float, error: float) -> str:
     return f"{ppl:.4f} +/- {error:.5f}"
 
 
 def run_perplexity(program: Any, ids: Sequence[int], ctx: int, batch: int, bos: int | None, *,
-                   out: TextIO | None = None, source: str = "the text") -> PerplexityResult:
+                   out: TextIO | None = None, source: str = "the text", max_chunks: int | None = None,
+                   keep_log_probs: bool = False, base: Any = None) -> PerplexityResult:
     """Perplexity of `ids` on an opened program with the `log_probs_packed` entry: each chunk's
-    running estimate `[i]PPL +/- ERR` on `out` as it is scored, then the final one."""
+    running estimate `[i]PPL +/- ERR` on `out` as it is scored, then the final one.
+    `keep_log_probs`: through `forward` instead, every scored position's distribution kept in
+    `result.log_probs` (a KL base); `base` (a `kl_divergence.KlBase` of these chunks): through
+    `forward`, judged against it (`result.kl`, its report on `out`)."""
+    from strata.runtime.kl_divergence import KlStats
+
     if batch < 1:
         raise PerplexityError(f"--batch {batch}: give at least 1 chunk per call")
-    chunks = chunk_ids(ids, ctx, bos, source)
+    chunks = chunk_ids(ids, ctx, bos, source)[:max_chunks]
+    if base is not None:
+        chunks = chunks[:len(base.tokens)]
     n = len(chunks)
     sums = NllSums()
     result = PerplexityResult(math.nan, math.nan, 0, n, ctx)
+    result.chunk_tokens = chunks
+    kept: list[np.ndarray] = []
+    kl = KlStats() if base is not None else None
     show = counter("scored", "chunks")
     t0 = time.perf_counter()
+    first = ctx // 2
 
     def on_chunk(i: int, log_probs: np.ndarray) -> None:
+        if log_probs.ndim == 2:  # whole distributions: the targets' log-probabilities out of them
+            targets = chunks[i, first + 1:]
+            if keep_log_probs:
+                kept.append(log_probs)
+            if kl is not None:
+                kl.add(log_probs, base.log_probs[i], targets)
+            log_probs = log_probs[np.arange(len(targets)), targets]
         sums.add(log_probs)
         result.running.append(sums.estimate())
         if out is not None:
-            print(f"[{i + 1}]{format_estimate(*result.running[-1])}", file=out, flush=True)
+            line = kl.chunk_line(i) if kl is not None else f"[{i + 1}]{format_estimate(*result.running[-1])}"
+            print(line, file=out, flush=True)
         if show is not None:
             show(i + 1, n)
 
     say(f"perplexity over {n} chunks of {ctx} tokens ({scored_per_chunk(ctx)} scored each), {batch} per call")
-    score_chunks(program, chunks, batch, on_chunk)
+    if keep_log_probs or kl is not None:
+        forward_log_probs(program, chunks, batch, on_chunk)
+    else:
+        score_chunks(program, chunks, batch, on_chunk)
     took = time.perf_counter() - t0
     say(f"{n * ctx} tokens in {took:.2f} s ({n * ctx / max(took, 1e-9):.1f} tokens/s)")
     result.ppl, result.error = sums.estimate()
     result.count = sums.count
+    result.log_probs = np.stack(kept) if keep_log_probs else None
+    result.kl = kl
     if out is not None:
+        if kl is not None:
+            kl.report(out)
         print(f"Final estimate: PPL = {format_estimate(result.ppl, result.error)}", file=out, flush=True)
     return result
 
 
 def perplexity(model_path: str | Path, text_path: str | Path, *, ctx: int | None = None, batch: int = 4,
                knobs: dict[str, Any] | None = None, cache_dir: str | Path | None = None,
-               out: TextIO | None = sys.stdout) -> PerplexityResult:
+               out: TextIO | None = sys.stdout, max_chunks: int | None = None,
+               kl_base: str | Path | None = None, kl_divergence: bool = False) -> PerplexityResult:
     """`strata perplexity`: the perplexity of the text file `text_path` under `model_path` on
-    the cpu target (see the module docstring); the estimates are printed on `out`."""
+    the cpu target (see the module docstring); the estimates are printed on `out`.
+    `kl_base`: save the scored distributions there (`strata.runtime.kl_divergence`), or with
+    `kl_divergence` judge this model against the ones saved there."""
+    from strata.artifacts.files import check_output_path
     from strata.pipeline import load_model
+    from strata.runtime import kl_divergence as kld
     from strata.runtime.engine import check_tokenizer_fits, model_tokenizer, open_program
     from strata.runtime.tokens import read_text_file
 
+    if kl_divergence and kl_base is None:
+        raise PerplexityError("--kl-divergence compares with a saved base: give --kl-divergence-base FILE")
+    base = kld.read_base(kl_base) if kl_divergence else None
+    if kl_base is not None and base is None:
+        check_output_path(kl_base)  # before the work, not after it
     if not Path(text_path).is_file():
         raise PerplexityError(f"{text_path}: no such file")
     text = read_text_file(text_path)
@@ -180,16 +241,29 @@ def perplexity(model_path: str | Path, text_path: str | Path, *, ctx: int | None
         raise PerplexityError(f"{text_path}: the text is empty; perplexity needs at least two chunks of --ctx tokens")
     model = load_model(model_path)
     limit = int(model.config.max_position_embeddings)
+    if base is not None:
+        if ctx is not None and ctx != base.ctx:
+            raise PerplexityError(f"--ctx {ctx}: the base {kl_base} was saved with chunks of {base.ctx} tokens")
+        ctx = base.ctx
     ctx = ctx if ctx is not None else min(DEFAULT_CTX, limit)
     check_ctx(ctx, limit)
     tokenizer = model_tokenizer(model)
     check_tokenizer_fits(tokenizer, int(model.config.vocab_size))
     ids = tokenizer.encode(text)
     bos = tokenizer.bos_id if tokenizer.adds_bos else None
-    chunk_ids(ids, ctx, bos, str(text_path))  # refuse a short text before compiling
-    knobs = {**(knobs or {}), "ctx": ctx, "entries": ENTRIES}
+    chunks = chunk_ids(ids, ctx, bos, str(text_path))[:max_chunks]  # refuse a short text before compiling
+    if base is not None:
+        kld.check_base(base, kl_base, kld.model_shape(model.config), chunks[:len(base.tokens)])
+    knobs = {**(knobs or {}), "ctx": ctx, "entries": KL_ENTRIES if kl_base is not None else ENTRIES}
+    if kl_base is not None:
+        knobs["Batch"] = batch = min(batch, len(chunks))
     program = open_program(model, "cpu", knobs, cache_dir=cache_dir)
     try:
-        return run_perplexity(program, ids, ctx, batch, bos, out=out, source=str(text_path))
+        result = run_perplexity(program, ids, ctx, batch, bos, out=out, source=str(text_path), max_chunks=max_chunks,
+                                keep_log_probs=kl_base is not None and base is None, base=base)
     finally:
         program.close()
+    if result.log_probs is not None:
+        kld.save_base(kl_base, result.chunk_tokens, result.log_probs, kld.model_shape(model.config))
+        say(f"saved the log-probs of {result.count} scored tokens to {kl_base}")
+    return result
