@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 #: The commands, in the order `strata --help` lists them: modules of this package.
-COMMANDS = ("inspect", "ir", "blueprint", "trace", "compile", "run", "call", "generate", "chat", "tokenize", "perplexity",
+COMMANDS = ("inspect", "ir", "blueprint", "trace", "compile", "run", "call", "generate", "chat", "tokenize", "perplexity", "bench",
             "import_model", "export_model", "view", "verify", "calibrate", "quantize", "demo")
 
 
