@@ -43,3 +43,9 @@ def test_bad_input_is_one_line(tmp_path, capsys, make, ctx, message) -> None:
     assert rc == 1 and out == ""
     assert len(err.splitlines()) == 1 and err.startswith("strata: error: ") and re.search(message, err), err
     assert not (tmp_path / "c").exists()  # refused before compiling
+
+
+def test_kl_divergence_needs_a_base(capsys) -> None:
+    assert main(["perplexity", str(GGUF), "-f", str(TEXT), "--kl-divergence"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == "strata: error: --kl-divergence compares with a saved base: give --kl-divergence-base FILE\n"
