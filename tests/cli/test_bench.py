@@ -1,0 +1,38 @@
+"""`strata bench`: llama-bench's markdown table on standard output (or JSON with -o json), nothing
+of progress when piped, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from strata.cli import main
+from support import ROOT, run_tool
+
+GGUF = ROOT / "tests" / "runtime" / "data" / "tiny-llama-spm-f32.gguf"
+
+
+def test_json_piped(tmp_path) -> None:
+    r = run_tool("bench", str(GGUF), "-p", "4", "-n", "2", "-b", "1,2", "-r", "2", "-o", "json",
+                 "--cache-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert [(d["batch"], d["test"], len(d["samples_ts"])) for d in data] == [
+        (1, "pp4", 2), (1, "tg2", 2), (2, "pp4", 2), (2, "tg2", 2)]
+    assert "\r" not in r.stderr
+
+
+def test_the_table(tmp_path, capsys) -> None:
+    assert main(["bench", str(GGUF), "-p", "3", "-n", "1", "-b", "2", "-r", "1", "--cache-dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["| model | batch | test | t/s |", "| --- | ---: | ---: | ---: |"]
+    assert [re.fullmatch(r"\| tiny-llama-spm-f32\.gguf \| 2 \| (pp3|tg1) \| [0-9.]+ ± [0-9.]+ \|", x).group(1)
+            for x in lines[2:]] == ["pp3", "tg1"]
+
+
+def test_bad_input_is_one_line(capsys) -> None:
+    for argv, message in ((["-b", "2,x"], "got 'x'"), (["-p", "300"], "beyond the model's context of 256"),
+                          (["--set", "Batch=4"], "Batch are the bench's own")):
+        assert main(["bench", str(GGUF), *argv]) == 1
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.splitlines()) == 1 and message in err, err
