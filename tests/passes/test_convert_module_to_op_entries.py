@@ -103,8 +103,8 @@ class Both:
 
     def call(self, entry: str, n_tokens: int = 0, steps: int = 16, **inputs):
         """`n_tokens`: the static S or P of the lowering (0: dynamic)."""
-        extra = {"steps": steps} if entry in ("generate", "sample") else {"max_new": steps} if entry == "generate_until" \
-            else {}
+        loop = {"generate": "steps", "sample": "steps", "generate_until": "max_new"}.get(entry)
+        extra = {loop: steps} if loop else {}
         op = run_entry(self.fn(entry, n_tokens, **extra), self.fam.store, self.state, inputs)
         mod = self.module.call(entry, inputs, steps=steps)
         return op, mod
