@@ -477,7 +477,8 @@ def _gated_delta_net(ex: Exporter, op: O.GatedDeltaNetOp) -> None:
 # an exported prefill or decode does not take): refused, naming the op.
 
 
-@ONNX_EXPORT.register(O.GatedDeltaNetSeqOp, O.TargetLogProbsOp, O.GenerateOp, O.GenerateUntilOp)
+@ONNX_EXPORT.register(O.GatedDeltaNetSeqOp, O.TargetLogProbsOp, O.GenerateOp, O.GenerateUntilOp,
+                      O.GenerateSampledOp)
 def _entries_only(ex: Exporter, op) -> None:
     raise OnnxExportError(f"{op.name}: no ONNX export; the ONNX export covers the one-sequence prefill and decode "
                           "(run the other entries with strata call)")

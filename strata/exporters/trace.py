@@ -77,7 +77,8 @@ for _cls, _ggml in [(O.GetRowsOp, "GET_ROWS"), (O.RmsNormOp, "RMS_NORM"), (O.Mul
                     # ggml's GATED_DELTA_NET runs several sequences too; the others have no ggml op
                     # and show the op level's own name.
                     (O.GatedDeltaNetSeqOp, "GATED_DELTA_NET"), (O.TargetLogProbsOp, "TARGET_LOG_PROBS"),
-                    (O.GenerateOp, "GENERATE"), (O.GenerateUntilOp, "GENERATE_UNTIL")]:
+                    (O.GenerateOp, "GENERATE"), (O.GenerateUntilOp, "GENERATE_UNTIL"),
+                    (O.GenerateSampledOp, "GENERATE_SAMPLED")]:
     TRACE.add(_cls, TraceRule(_ggml))
 # ggml's views are named after what they view.
 for _cls, _ggml, _suffix in [(O.ViewOp, "VIEW", "view"), (O.PermuteOp, "PERMUTE", "permuted"),

@@ -91,6 +91,10 @@ def entry_call(layout: dict, spec, given) -> dict:
     and against the generics and the context of `layout`."""
     entry = layout["entry"]
     args = check_args(entry, spec, given)
+    if "temperature" in args and args["temperature"] < 0:  # 0 is greedy; the sampler divides by the rest
+        raise ValueError(f"{entry}: argument 'temperature' must be >= 0, got {float(args['temperature'])}")
+    if "step" in args and not 0 <= int(args["step"]) < 2**31:
+        raise ValueError(f"{entry}: argument 'step' must be in [0, 2**31), got {int(args['step'])}")
     batch, max_seq = layout["Batch"], layout["MaxSeq"]
     for name in ("tokens", "step_tokens", "token"):
         if name in args:
@@ -511,7 +515,7 @@ def call_input(kind: str, call: dict, shape) -> np.ndarray:
         return rows[0] if kind == "conv_window" else rows[1]
     if kind in ("targets", "weights"):
         return call["args"][kind]
-    if kind in ("start", "eos", "temperature"):
+    if kind in ("start", "eos", "temperature", "step"):
         name = "pos" if kind == "start" else kind
         return np.asarray(call["args"][name]).reshape(1)
     if kind == "key":
@@ -519,20 +523,27 @@ def call_input(kind: str, call: dict, shape) -> np.ndarray:
     raise ValueError(f"call_input: unknown kind {kind!r}")
 
 
-def generate_loop(step, tokens, start, steps: int, eos=None):
-    """The device loops (`op.generate`, `op.generate_until`): `steps` calls of `step(token [Batch, 1],
-    pos)` -> the chosen ids [Batch], each fed the previous ids at the next position, from `tokens`
-    [Batch] at `start` [1]. Returns the ids [Batch, steps] int32 and, with `eos` [1], the number
-    of steps run: it stops once every row has chosen eos, and a row's ids after its eos (and every
-    column after the stop) are eos."""
+def generate_loop(step, tokens, start, steps: int, eos=None, key=None, temperature=None):
+    """The device loops (`op.generate`, `op.generate_until`, `op.generate_sampled`): `steps` calls
+    of `step(token [Batch, 1], pos)` -> the chosen ids [Batch], each fed the previous ids at the
+    next position, from `tokens` [Batch] at `start` [1]. With `key` [2] and `temperature` [1]
+    (a sampling loop) each call is `step(token, pos, key, temperature, pos + 1)`: the last is
+    the draw's counter, the position the drawn token takes (the runtime's loop's step). Returns
+    the ids [Batch, steps] int32 and, with `eos` [1], the number of steps run: it stops once
+    every row has chosen eos, and a row's ids after its eos (and every column after the stop)
+    are eos."""
     tokens = np.asarray(tokens, dtype=np.int32).reshape(-1)
     start = int(np.asarray(start).reshape(-1)[0])
     stop = None if eos is None else int(np.asarray(eos).reshape(-1)[0])
+    sampling = () if key is None else (np.asarray(key, dtype=np.int64).reshape(2),
+                                       np.float32(np.asarray(temperature).reshape(-1)[0]))
     ids = np.full((tokens.shape[0], steps), 0 if stop is None else stop, dtype=np.int32)
     done = np.zeros(tokens.shape[0], dtype=bool)
     count = 0
     for i in range(steps):
-        chosen = np.asarray(step(tokens[:, None], start + i), dtype=np.int32).reshape(-1)
+        pos = start + i
+        draw = (*sampling, np.int32(pos + 1)) if sampling else ()
+        chosen = np.asarray(step(tokens[:, None], pos, *draw), dtype=np.int32).reshape(-1)
         if stop is not None:
             chosen = np.where(done, stop, chosen).astype(np.int32)
         ids[:, i] = chosen

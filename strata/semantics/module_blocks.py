@@ -225,7 +225,7 @@ class Model(Block):
     #: The entries of seed 003 this kind runs (the runner's `call`, strata.semantics.module_entries).
     ENTRIES = ("forward", "next_token", "decode", "prefill", "decode_rows", "prefill_slots", "loss_packed",
                "log_probs_packed", "hidden_packed", "prefill_packed", "step_packed", "decode_paged", "prefill_paged",
-               "step_paged", "generate", "generate_until")
+               "step_paged", "generate", "sample", "generate_until")
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         return self.children["lm_head"].forward(self.children["norm"].forward(x))

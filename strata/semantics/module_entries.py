@@ -18,6 +18,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from strata.semantics.module_blocks import Block, ModuleRunError
+from strata.semantics.sampling import sample
 
 
 def _blocks(block: Block) -> Iterator[Block]:
@@ -139,7 +140,7 @@ def run_entry(root: Block, entry: str, args: dict):
         if entry == "prefill_paged":
             return chunk
         return np.concatenate((chunk, _steps(root, a["step_tokens"].astype(np.int64), a["step_positions"], state)))
-    if entry in ("generate", "generate_until"):
+    if entry in ("generate", "generate_until", "sample"):
         return _generate(root, entry, a)
     raise ModuleRunError(f"the module interpreter has no entry '{entry}'")
 
@@ -165,6 +166,8 @@ def _packed(root: Block, entry: str, a: dict):
 
 
 def _generate(root: Block, entry: str, a: dict):
+    """The loops: each step's logits give each row's argmax or, for sample, the sampler's draw
+    for the row at the counter the drawn token's position (temperature alone; nothing filtered)."""
     steps = int(a["steps"])
     token, pos = a["token"].astype(np.int64), int(a["pos"])
     eos = int(a["eos"]) if entry == "generate_until" else None
@@ -172,7 +175,11 @@ def _generate(root: Block, entry: str, a: dict):
     done = np.zeros(token.shape[0], dtype=bool)
     count = 0
     for i in range(steps):
-        chosen = np.argmax(root.decode(token, pos + i), axis=-1).astype(np.int32)
+        logits = root.decode(token, pos + i)
+        if entry == "sample":
+            chosen = sample(logits, a["key"], pos + i + 1, temperature=a["temperature"])
+        else:
+            chosen = np.argmax(logits, axis=-1).astype(np.int32)
         if eos is not None:
             chosen = np.where(done, eos, chosen)
         ids[:, i] = chosen

@@ -431,7 +431,11 @@ class OpFunctions(InterpreterFunctions):
     def run_generate_until(self, interpreter: Interpreter, op: O.GenerateUntilOp, a: V) -> V:
         return self._loop(op, a)
 
-    def _loop(self, op: O.GenerateOp | O.GenerateUntilOp, a: V):
+    @impl(O.GenerateSampledOp)
+    def run_generate_sampled(self, interpreter: Interpreter, op: O.GenerateSampledOp, a: V) -> V:
+        return (self._loop(op, a),)
+
+    def _loop(self, op: O.GenerateOp | O.GenerateUntilOp | O.GenerateSampledOp, a: V):
         """The step function run `steps` times on the state (host_inputs.generate_loop)."""
         env = self.env
         module = env.fn.parent_op()
@@ -439,9 +443,13 @@ class OpFunctions(InterpreterFunctions):
         if not isinstance(step, func.FuncOp):
             raise InterpreterError(f"{op.name}: no step function {op.callee}")
 
-        def run_step(token: np.ndarray, pos: int) -> np.ndarray:
-            return run_entry(step, env.weights, env.state, {"token": token, "pos": np.int32(pos)})
+        def run_step(token: np.ndarray, pos: int, *draw) -> np.ndarray:
+            inputs = {"token": token, "pos": np.int32(pos)}
+            inputs.update(zip(("key", "temperature", "step"), draw))  # a sampling step's own arguments
+            return run_entry(step, env.weights, env.state, inputs)
 
+        if isinstance(op, O.GenerateSampledOp):
+            return H.generate_loop(run_step, a[0], a[1], _int(op.steps), key=a[2], temperature=a[3])
         return H.generate_loop(run_step, a[0], a[1], _int(op.steps), a[2] if len(a) > 2 else None)
 
     # The collectives: this rank's part; the group (simulated ranks, or one) joins the others.

@@ -31,11 +31,11 @@ ENTRY_KNOBS: dict[str, Any] = {"entries": DEFAULT_ENTRIES, **{g: None for g in (
 
 
 def entry_list(text: str) -> list[str]:
-    """The entries a knob names: comma-separated, or "all" (every entry that lowers)."""
+    """The entries a knob names: comma-separated, or "all" (every entry of seed 003)."""
     from strata.passes.convert_module_to_op import ENTRIES
 
     if text == "all":
-        return [e for e in ENTRIES if e != "sample"]
+        return list(ENTRIES)
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in ENTRIES]
     if unknown or not names:

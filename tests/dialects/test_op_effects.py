@@ -31,7 +31,8 @@ EFFECTFUL = {O.StateOp: {MemoryEffectKind.READ}, O.SetRowsOp: {MemoryEffectKind.
              **{c: {MemoryEffectKind.READ, MemoryEffectKind.WRITE} for c in O.COLLECTIVE_OPS},
              # The device loops' steps read and write the KV cache and the recurrent state.
              O.GenerateOp: {MemoryEffectKind.READ, MemoryEffectKind.WRITE},
-             O.GenerateUntilOp: {MemoryEffectKind.READ, MemoryEffectKind.WRITE}}
+             O.GenerateUntilOp: {MemoryEffectKind.READ, MemoryEffectKind.WRITE},
+             O.GenerateSampledOp: {MemoryEffectKind.READ, MemoryEffectKind.WRITE}}
 OPS = list(O.Op.operations)
 PURE_OPS = [op for op in OPS if op not in EFFECTFUL]
 
@@ -73,7 +74,8 @@ def test_writes_are_writes(cls):
     assert not would_be_trivially_dead(op)  # dce keeps it, used or not
 
 
-@pytest.mark.parametrize("cls", [*O.COLLECTIVE_OPS, O.GenerateOp, O.GenerateUntilOp], ids=lambda c: c.name)
+@pytest.mark.parametrize("cls", [*O.COLLECTIVE_OPS, O.GenerateOp, O.GenerateUntilOp, O.GenerateSampledOp],
+                         ids=lambda c: c.name)
 def test_collectives_and_loops_are_kept(cls):
     op = _instance(cls)
     assert not cls.has_trait(Pure) and not is_side_effect_free(op)

@@ -12,7 +12,8 @@ run alone, 1e-4 on logits:
   log_probs_packed and loss_packed the log-softmax and weighted cross-entropy of HF's logits;
 * the paged entries with a shuffled block table equal the contiguous ones, and HF;
 * forward and next_token without a cache; generate and generate_until against HF's greedy
-  generate.
+  generate; sample against the runtime's loop sampling with the same key and temperature (on
+  the op level's one-sequence prefill and decode), and at temperature 0 against generate.
 
 The max differences are printed (`-s` shows them).
 """
@@ -27,9 +28,13 @@ import pytest
 import torch
 import transformers
 
+from strata.errors import StrataError
 from strata.models import build_module
+from strata.runtime.generate import generate
+from strata.runtime.sampling import SamplingParams
 from strata.semantics.module_interp import ModuleRunner
 from strata.semantics.op_interp import alloc_state, find_function, run_entry, run_function
+from strata.semantics.programs import OpLevelProgram
 from support import HYBRID_FAMILIES, TINY, lower, open_store, write_checkpoint
 
 TOL = 1e-4
@@ -98,7 +103,8 @@ class Both:
 
     def call(self, entry: str, n_tokens: int = 0, steps: int = 16, **inputs):
         """`n_tokens`: the static S or P of the lowering (0: dynamic)."""
-        extra = {"steps": steps} if entry == "generate" else {"max_new": steps} if entry == "generate_until" else {}
+        loop = {"generate": "steps", "sample": "steps", "generate_until": "max_new"}.get(entry)
+        extra = {loop: steps} if loop else {}
         op = run_entry(self.fn(entry, n_tokens, **extra), self.fam.store, self.state, inputs)
         mod = self.module.call(entry, inputs, steps=steps)
         return op, mod
@@ -235,3 +241,45 @@ def test_loops(fam: Family) -> None:
             np.testing.assert_array_equal(op[0, :stop], hf[1:1 + stop])
             assert (op[0, stop:] == eos).all()
         np.testing.assert_array_equal(op, mod)
+
+
+def _prompt_state(fam: Family) -> Both:
+    """A program state after A's prefill at both levels."""
+    p = Both(fam)
+    run_function(p.fn("prefill", 0), fam.store, p.state, np.array(A), 0)
+    p.module.prefill(A, 0)
+    return p
+
+
+def test_sample_loop(fam: Family) -> None:
+    """sample after a prefill draws what the runtime's loop draws with the same seed (key (seed,
+    0)) and temperature, on the op level's prefill and decode: the first id by the loop's
+    prefill, the next four by the entry fed that id; both levels agree; temperature 0 is
+    generate's greedy ids."""
+    program = OpLevelProgram(find_function(lower(fam.cfg, "prefill", ctx=CTX, tokens=0), "prefill"),
+                             find_function(lower(fam.cfg, "decode", ctx=CTX, tokens=0), "decode"), fam.store)
+    sampling = SamplingParams(temperature=0.9, seed=7)
+    want = generate(program, A, 5, sampling=sampling).ids
+    greedy = generate(program, A, 5).ids
+    assert want != greedy  # the draws are not the argmax: the comparison below tells them apart
+    p = _prompt_state(fam)
+    op, mod = p.call("sample", steps=4, token=[[want[0]]], pos=len(A), key=list(sampling.key), temperature=0.9)
+    print(f"[entries] {fam.name:12s} sample ids {op[0].tolist()} runtime {want[1:]} greedy {greedy[1:]}")
+    np.testing.assert_array_equal(op, [want[1:]])
+    np.testing.assert_array_equal(op, mod)
+    cold, hot = _prompt_state(fam), _prompt_state(fam)
+    inputs = {"token": [[greedy[0]]], "pos": len(A)}
+    op, mod = cold.call("sample", steps=4, key=[7, 0], temperature=0.0, **inputs)
+    np.testing.assert_array_equal(op, [greedy[1:]])
+    np.testing.assert_array_equal(op, mod)
+    np.testing.assert_array_equal(hot.call("generate", steps=4, **inputs)[0], op)
+
+
+def test_sample_refuses_bad_arguments(fam: Family) -> None:
+    """A key that is not two int64 and a negative temperature: one-line errors naming them."""
+    p = Both(fam)
+    fn = p.fn("sample", 0, steps=2)
+    for bad, what in (({"key": [1, 2, 3], "temperature": 0.5}, "argument 'key' must have shape \\[2\\], got \\[3\\]"),
+                      ({"key": [1, 2], "temperature": -0.5}, "argument 'temperature' must be >= 0, got -0.5")):
+        with pytest.raises(StrataError, match=f"^sample: {what}$"):
+            run_entry(fn, fam.store, p.state, {"token": [[3]], "pos": 2, **bad})

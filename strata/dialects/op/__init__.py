@@ -30,7 +30,7 @@ The ops live in files by theme: `base` (shape helpers, abstract bases), `leaves`
 `elementwise`, `reduce` (row-wise), `layout` (views, REPEAT, CONCAT, GET_ROWS),
 `matmul` (MUL_MAT, MUL_MAT_ID), `state` (the writes), `attention` (SOFT_MAX, ROPE,
 FLASH_ATTN_EXT), `ssm` (SSM_CONV, GATED_DELTA_NET and its many-sequence form), `loops` (the
-device loops of generate and generate_until), `collective` (ALL_REDUCE, ALL_GATHER and the
+device loops of generate, sample and generate_until), `collective` (ALL_REDUCE, ALL_GATHER and the
 vocabulary-parallel GET_ROWS of a tensor-parallel entry) and `sampling` (`op.sample`: the
 runtime's sampler, which llama.cpp runs outside its graph).
 """
@@ -87,7 +87,7 @@ from strata.dialects.op.layout import (
     ViewOp,
 )
 from strata.dialects.op.leaves import INPUT_KINDS, LEAF_OPS, PARAM_CONVERSIONS, ConstantOp, InputOp, ParamOp, StateOp
-from strata.dialects.op.loops import GenerateOp, GenerateUntilOp
+from strata.dialects.op.loops import GenerateOp, GenerateSampledOp, GenerateUntilOp
 from strata.dialects.op.matmul import MulMatIdOp, MulMatOp, TargetLogProbsOp
 from strata.dialects.op.reduce import SORT_ORDERS, ArgmaxOp, ArgsortOp, RmsNormOp, SumRowsOp
 from strata.dialects.op.sampling import SAMPLE_PARAMS, SAMPLER, SampleOp, sampler_function
@@ -143,6 +143,7 @@ Op = Dialect(
         TargetLogProbsOp,
         GenerateOp,
         GenerateUntilOp,
+        GenerateSampledOp,
         # Sampling (the runtime's sampler, in the program).
         SampleOp,
     ],
@@ -160,4 +161,5 @@ __all__ = [
     "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp", "SAMPLE_PARAMS", "SAMPLER", "SampleOp", "sampler_function",
     "COLLECTIVE_OPS", "GROUPS", "CollectiveOp", "AllReduceOp", "AllGatherOp", "GetRowsShardedOp", "MulMatIdShardedOp",
     "group_attrs", "GatedDeltaNetSeqOp", "TargetLogProbsOp", "GenerateOp", "GenerateUntilOp",
+    "GenerateSampledOp",
 ]

@@ -17,7 +17,7 @@ from strata.ir.ggml_types import TYPES, block_types
 #: The host inputs of an entry (see `InputOp`).
 INPUT_KINDS = ("tokens", "positions", "kv_rows", "kq_mask", "out_ids", "mrope_positions", "state_copy",
                "kv_cells", "token_seq", "state_read", "state_write", "conv_window", "conv_tail",
-               "targets", "weights", "start", "eos", "key", "temperature")
+               "targets", "weights", "start", "eos", "key", "temperature", "step")
 #: The float kinds; every other kind holds integers.
 FLOAT_INPUTS = ("kq_mask", "weights", "temperature")
 
@@ -244,7 +244,8 @@ class InputOp(LeafOp):
     slot it reads, -1: zeros, and writes back, -1: none), `conv_window` / `conv_tail` (the
     rows of the conv table each token's window reads, and that are each sequence's next conv
     state), and the entry's own arguments `targets`, `weights`, `start` (its `pos`), `eos`,
-    `key` and `temperature`.
+    `key` and `temperature`; a sampling step of a device loop reads `step`, its draw's
+    counter (the position the drawn token takes).
 
         %t = op.input "tokens" {name = "inp_tokens"} : tensor<5xi32>
         %p = op.input "mrope_positions" {name = "inp_pos"} : tensor<20xi32>
@@ -276,7 +277,7 @@ class InputOp(LeafOp):
                     f"op.input: a 'mrope_positions' input holds 4 positions per token, got {fmt_shape(shape)}")
         if k == "state_copy":
             require(shape[0] == 1, f"op.input: a 'state_copy' input has one slot per sequence (1), got {fmt_shape(shape)}")
-        scalars = {"start": 1, "eos": 1, "temperature": 1, "key": 2}
+        scalars = {"start": 1, "eos": 1, "temperature": 1, "key": 2, "step": 1}
         if k in scalars:
             require(shape[0] == scalars[k], f"op.input: a '{k}' input holds {scalars[k]} value(s), got {fmt_shape(shape)}")
 

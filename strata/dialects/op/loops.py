@@ -16,7 +16,7 @@ from xdsl.irdl import attr_def, irdl_op_definition, operand_def, result_def, tra
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, SymbolTable
 
 from strata.dialects.op.base import OpBase, elem_of, fmt_shape, require, shape_of, shapes_eq
-from strata.ir.dtypes import IntTensor, is_int
+from strata.ir.dtypes import FloatTensor, IntTensor, is_int
 
 
 class _LoopOp(OpBase):
@@ -95,4 +95,36 @@ class GenerateUntilOp(_LoopOp):
         require(c == () and is_int(elem_of(self.count), 32), f"op.generate_until: count must be tensor<i32>, got {self.count.type}")
 
 
-__all__ = ["GenerateOp", "GenerateUntilOp"]
+@irdl_op_definition
+class GenerateSampledOp(_LoopOp):
+    """`op.generate` whose step draws with the sampler: step i runs `callee` on the previous
+    ids at position start + i with the entry's `key` [2] i64 and `temperature` [1] f32, and
+    the draw's counter start + i + 1 (the position the drawn token takes, as the runtime's
+    loop counts it), so that the loop draws what the runtime's one loop draws.
+
+        %ids = op.generate_sampled @sample_step %t, %p, %k, %temp {steps = 8 : i64}
+            : tensor<1xi32>, tensor<1xi32>, tensor<2xi64>, tensor<1xf32> -> tensor<1x8xi32>
+    """
+
+    name = "op.generate_sampled"
+    callee = attr_def(SymbolRefAttr)
+    steps = attr_def(IntegerAttr)
+    tokens = operand_def(IntTensor)
+    start = operand_def(IntTensor)
+    key = operand_def(IntTensor)
+    temperature = operand_def(FloatTensor)
+    ids = result_def(IntTensor)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+
+    assembly_format = ("$callee $tokens `,` $start `,` $key `,` $temperature attr-dict `:` type($tokens) `,` "
+                       "type($start) `,` type($key) `,` type($temperature) `->` type($ids)")
+
+    def verify_(self) -> None:
+        self._verify_loop()
+        require(shape_of(self.key) == (2,) and is_int(elem_of(self.key), 64),
+                f"op.generate_sampled: key must be tensor<2xi64>, got {self.key.type}")
+        require(shape_of(self.temperature) == (1,) and str(elem_of(self.temperature)) == "f32",
+                f"op.generate_sampled: temperature must be tensor<1xf32>, got {self.temperature.type}")
+
+
+__all__ = ["GenerateOp", "GenerateUntilOp", "GenerateSampledOp"]

@@ -10,7 +10,8 @@ package); it knows no model family. One `func.func` per entry:
   several sequences as one flat row [N, H] (see `CallPlan`): batched rows (`decode_rows`),
   prompts into slots (`prefill_slots`), packed segments (`*_packed`), a paged cache
   (`*_paged`), whole sequences without a cache (`forward`, `next_token`), and the device
-  loops (`generate`, `generate_until`) over a step function (`@greedy_step`).
+  loops (`generate`, `generate_until`, `sample`) over a step function (`@greedy_step`, or
+  `@sample_step`, which draws with the sampler).
 
 The generics a checkpoint does not bind are options: `batch` (Batch), `page_size`
 (PageSize), `rows` and `pages` (Rows, Pages: default Batch and the pages that hold `ctx`),

@@ -12,6 +12,7 @@ binds, and its function's record of its arguments and of what the host computes 
 | decode_paged | the cache's pages | one per row | the rows' slots |
 | prefill_paged, step_paged | the cache's pages | one, masked to rows | the rows' slots |
 | generate, generate_until | (a loop over `@greedy_step`: decode_rows' graph and ARGMAX) | | |
+| sample | (a loop over `@sample_step`: decode_rows' graph and the sampler, `op.sample`) | | |
 
 A row's stream has the row's tokens only when every row has the same static number of them;
 otherwise (a dynamic S) the tokens share one stream, each masked to its own sequence.
@@ -23,11 +24,13 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     ArrayAttr,
+    DenseIntOrFPElementsAttr,
     DictionaryAttr,
     FlatSymbolRefAttr,
     IntegerAttr,
     StringAttr,
     TensorType,
+    f32,
     i32,
     i64,
 )
@@ -53,10 +56,20 @@ LAYOUTS = {
     "prefill_packed": ("cache", "slots"), "step_packed": ("cache", "slots"),
     "decode_paged": ("paged", "slots"), "prefill_paged": ("paged", "slots"), "step_paged": ("paged", "slots"),
 }
-#: The device loops: entry -> its step function (one greedy decode step per row).
-LOOPS = {"generate": "greedy_step", "generate_until": "greedy_step"}
-#: A step function's own signature (seed 003's `step`, choosing the token as well).
-STEP_SIGNATURE = "(token: Tensor[Batch, 1; i32], pos: i32) -> Tensor[Batch; i32]"
+#: The device loops: entry -> its step function (one decode step per row, choosing each row's
+#: token by the argmax or, for sample, by the sampler).
+LOOPS = {"generate": "greedy_step", "sample": "sample_step", "generate_until": "greedy_step"}
+#: A step function's own signature (seed 003's `step`, choosing the token as well); a sampling
+#: step also takes the entry's key and temperature, and its draw's counter `step`.
+STEP_SIGNATURES = {
+    "greedy_step": "(token: Tensor[Batch, 1; i32], pos: i32) -> Tensor[Batch; i32]",
+    "sample_step": "(token: Tensor[Batch, 1; i32], pos: i32, key: Tensor[2; i64], temperature: f32, step: i32) "
+                   "-> Tensor[Batch; i32]",
+}
+#: The sampler's parameters the sample entry does not take: top_k 0, top_p 1, min_p 0 and no
+#: penalties (every token kept; the temperature alone shapes the distribution).
+FIXED_SAMPLE_PARAMS = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0,
+                       "presence_penalty": 0.0, "frequency_penalty": 0.0}
 
 
 def _error(msg: str) -> LoweringError:
@@ -147,13 +160,11 @@ def _times(n: int, tokens: int) -> int:
 def lower_plan_entry(root: BlockInstance, entry: str, opts, n_ctx: int, declared: M.FnOp | None) -> list[func.FuncOp]:
     """The function of an entry that runs by a plan (every entry but one-sequence prefill and
     decode), and for a device loop its step function."""
-    if entry == "sample":
-        raise _error("the 'sample' entry needs the sampling op, which the op level does not have yet")
     env_extra: dict[str, int] = {}
     if entry in LOOPS:
-        steps = opts.steps if entry == "generate" else opts.max_new
-        env_extra = {"Steps" if entry == "generate" else "MaxNew": steps}
-        step = _step_function(root, opts, n_ctx)
+        steps = opts.max_new if entry == "generate_until" else opts.steps
+        env_extra = {"MaxNew" if entry == "generate_until" else "Steps": steps}
+        step = _step_function(root, opts, n_ctx, LOOPS[entry])
         fn = _loop_function(root, entry, steps, n_ctx, step)
         _record(fn, root, entry, declared, env_extra, _layout(root, entry, "cache", "rows", "slots", n_ctx, n_ctx,
                                                              {"Steps": steps}))
@@ -175,23 +186,42 @@ def lower_plan_entry(root: BlockInstance, entry: str, opts, n_ctx: int, declared
     return [fn]
 
 
-def _step_function(root: BlockInstance, opts, n_ctx: int) -> func.FuncOp:
-    """`@greedy_step`: decode_rows' graph at one position for every row, then ARGMAX."""
+def _step_function(root: BlockInstance, opts, n_ctx: int, name: str) -> func.FuncOp:
+    """`@greedy_step`: decode_rows' graph at one position for every row, then ARGMAX;
+    `@sample_step`: the same graph, then `op.sample` of the step's key, temperature and counter
+    (row r's draw is the sampler's row r)."""
     batch = root.dim("Batch")
     plan = CallPlan("decode", "cache", batch, 1, n_ctx, "slots", batch, None, batch)
     block = Block()
     lo = Lowering(block, "decode", plan.tokens, n_ctx, n_ctx, opts.flash_attn, plan=plan,
                   formats=stored_formats(root.block.parent_op()), act_quant=opts.act_quant)
     (logits,) = lo.call(root, "decode_rows")
-    ids = lo.g.expand(lo.g.unary(O.ArgmaxOp, logits, (batch,), "result_ids", elem=i32))
+    if name == "greedy_step":
+        ids = lo.g.expand(lo.g.unary(O.ArgmaxOp, logits, (batch,), "result_ids", elem=i32))
+    else:
+        ids = lo.g.expand(_sample(lo, logits, batch))
     lo.g.finish()
     block.add_op(func.ReturnOp(ids))
-    fn = func.FuncOp(LOOPS["generate"], ((), (ids.type,)), Region(block), visibility="private")
+    fn = func.FuncOp(name, ((), (ids.type,)), Region(block), visibility="private")
     fn.attributes["op.n_ctx"] = IntegerAttr(n_ctx, i64)
     fn.attributes["op.n_kv"] = IntegerAttr(n_ctx, i64)
     _record(fn, root, "decode", None, {}, _layout(root, "decode", "cache", "rows" if batch > 1 else "one", "slots",
-                                                 n_ctx, n_ctx, {}), STEP_SIGNATURE)
+                                                 n_ctx, n_ctx, {}), STEP_SIGNATURES[name])
     return fn
+
+
+def _sample(lo: Lowering, logits, batch: int):
+    """`op.sample` of the logits [Batch, Vocab] by the step's key, counter and temperature (host
+    inputs) and the fixed parameters (`FIXED_SAMPLE_PARAMS`, constants of one value per row)."""
+    key = lo.input("key", (2,), i64, "key")
+    step = lo.input("step", (1,), i32, "step")
+    params = [lo.input("temperature", (1,), f32, "temperature")]
+    for name, kind in O.SAMPLE_PARAMS[1:]:
+        elem = i32 if kind == "i32" else f32
+        value = DenseIntOrFPElementsAttr.from_list(tensor((1,), elem), [FIXED_SAMPLE_PARAMS[name]])
+        params.append(lo.g.add(O.ConstantOp(value), f"sample_{name}"))
+    op = O.SampleOp.build(operands=[logits, key, step, *params, None, None], result_types=[tensor((batch,), i32)])
+    return lo.g.add(op, "result_ids")
 
 
 def _loop_function(root: BlockInstance, entry: str, steps: int, n_ctx: int, step: func.FuncOp) -> func.FuncOp:
@@ -205,6 +235,11 @@ def _loop_function(root: BlockInstance, entry: str, steps: int, n_ctx: int, step
     ids_type = tensor((batch, steps), i32)
     if entry == "generate":
         loop = O.GenerateOp.create(operands=[tokens.result, start.result], result_types=[ids_type], attributes=attrs)
+    elif entry == "sample":
+        key, temperature = O.InputOp("key", tensor((2,), i64)), O.InputOp("temperature", tensor((1,), f32))
+        block.add_ops([key, temperature])
+        loop = O.GenerateSampledOp.create(operands=[tokens.result, start.result, key.result, temperature.result],
+                                          result_types=[ids_type], attributes=attrs)
     else:
         eos = O.InputOp("eos", tensor((1,), i32))
         block.add_op(eos)

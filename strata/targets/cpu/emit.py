@@ -267,14 +267,17 @@ def _gated_delta_net_seq(e: CpuEmitter, op: O.GatedDeltaNetSeqOp) -> None:
     e.assign(op, "gated_delta_net_seq", *args)
 
 
-def _loop(e: CpuEmitter, op: O.GenerateOp | O.GenerateUntilOp) -> None:
-    """`generate_loop(self.<step>, tokens, start, steps[, eos])`: the step is a method too."""
+def _loop(e: CpuEmitter, op: O.GenerateOp | O.GenerateUntilOp | O.GenerateSampledOp) -> None:
+    """`generate_loop(self.<step>, tokens, start, steps[, eos | key=, temperature=])`: the step
+    is a method too."""
     step = op.callee.root_reference.data
     if step not in {fn.sym_name.data for fn in e.entries}:
         raise CpuTargetError(f"cpu target: {op.name}: no step function @{sanitize_label(step)}")
     args = [f"self.{step}", e.ref(op.tokens), e.ref(op.start), str(int(op.steps.value.data))]
     if isinstance(op, O.GenerateUntilOp):
         args.append(e.ref(op.eos))
+    if isinstance(op, O.GenerateSampledOp):
+        args += [f"key={e.ref(op.key)}", f"temperature={e.ref(op.temperature)}"]
     e.kernels_used.add("generate_loop")
     names = [e.locals.fresh(e.labels.get(r, "v")) for r in op.results]
     for r, n in zip(op.results, names):
@@ -284,6 +287,7 @@ def _loop(e: CpuEmitter, op: O.GenerateOp | O.GenerateUntilOp) -> None:
 
 CPU_EMITTER.add(O.GenerateOp, _loop)
 CPU_EMITTER.add(O.GenerateUntilOp, _loop)
+CPU_EMITTER.add(O.GenerateSampledOp, _loop)
 
 
 def emit_cpu(module: ModuleOp, model_name: str | None = None) -> str:

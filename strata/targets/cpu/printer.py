@@ -82,7 +82,8 @@ class CpuEmitter:
         self.model_name = sanitize_label(model_name) if model_name else None
         self.kernels_used: set[str] = set()
         self.reserved = set(_MODULE_NAMES) | set(dir(builtins)) | set(keyword.kwlist)
-        self.reserved |= {name for m in CPU_KERNEL_MODULES for name in dir(m)}
+        self.kernel_names = {name for m in CPU_KERNEL_MODULES for name in dir(m)}
+        self.reserved |= self.kernel_names
         # Model attributes: params, state and constants, by a key that identifies them.
         self.attr_namer = Namer(self.reserved | _MODEL_ATTRS)
         self.params: dict[str, tuple[str, TensorType]] = {}  # ggml name -> (attr, type)
@@ -122,9 +123,12 @@ class CpuEmitter:
         methods = IndentedWriter()
         methods.level = 1
         entry_names: set[str] = set()
+        # A method is reached as self.<name> only, so it may share a kernel's name (the entry
+        # `sample` and the sampler's kernel `sample`, which the methods call as a module function).
+        method_reserved = (self.reserved - self.kernel_names) | _MODULE_NAMES | _MODEL_ATTRS | METHOD_NAMES
         for fn in self.entries:
             name = fn.sym_name.data
-            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name) or name in self.reserved | _MODEL_ATTRS | METHOD_NAMES:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,99}", name) or name in method_reserved:
                 raise CpuTargetError(f"cpu target: entry name {sanitize_label(name)!r} cannot be a method name")
             if name in entry_names:
                 raise CpuTargetError(f"cpu target: two entries named {name!r}")

@@ -55,6 +55,22 @@
 // LOOP:      func.func private @greedy_step() -> tensor<1xi32>
 // LOOP:        %result_ids = op.argmax %result_output {name = "result_ids"} : tensor<1x32xf32> -> tensor<1xi32>
 
+// sample: a device loop over @sample_step (decode of every row, then op.sample of the entry's
+// key and temperature and the loop's draw counter; the other parameters fixed: nothing filtered).
+// RUN: strata-opt %S/Inputs/llama2l.mlir -p 'convert-module-to-op{entry=sample ctx=64 batch=2 steps=4}' | filecheck %s --check-prefix=SAMPLE
+// SAMPLE:      func.func @sample() -> tensor<2x4xi32> attributes {{{.*}}op.args = ["token", "pos", "key", "temperature"], op.arg_types = [tensor<2x1xi32>, i32, tensor<2xi64>, f32]}
+// SAMPLE:        %[[KEY:.*]] = op.input "key" : tensor<2xi64>
+// SAMPLE-NEXT:   %[[TEMP:.*]] = op.input "temperature" : tensor<1xf32>
+// SAMPLE-NEXT:   %{{.*}} = op.generate_sampled @sample_step %{{.*}}, %{{.*}}, %[[KEY]], %[[TEMP]] {steps = 4 : i64} : tensor<2xi32>, tensor<1xi32>, tensor<2xi64>, tensor<1xf32> -> tensor<2x4xi32>
+// SAMPLE:      func.func private @sample_step() -> tensor<2xi32> attributes {{{.*}}op.args = ["token", "pos", "key", "temperature", "step"]
+// SAMPLE:        %key = op.input "key" : tensor<2xi64>
+// SAMPLE-NEXT:   %step = op.input "step" : tensor<1xi32>
+// SAMPLE-NEXT:   %temperature = op.input "temperature" : tensor<1xf32>
+// SAMPLE-NEXT:   %sample_top_k = op.constant dense<0> : tensor<1xi32> {name = "sample_top_k"}
+// SAMPLE-NEXT:   %sample_top_p = op.constant dense<1.000000e+00> : tensor<1xf32> {name = "sample_top_p"}
+// SAMPLE:        %result_ids = op.sample %result_output, %key, %step, %temperature, %sample_top_k, %sample_top_p, {{.*}} -> tensor<2xi32>
+// SAMPLE-NEXT:   func.return %result_ids : tensor<2xi32>
+
 // The hybrid family's Gated DeltaNet per slot: the conv state's K-1 columns and the tokens in
 // one table, each token's window gathered (conv_window), the next conv state (conv_tail) and the
 // delta rule's state written back at state_write; GATED_DELTA_NET_SEQ over the rows' sequences.
@@ -73,7 +89,7 @@
 // HYBRID:      op.set_rows %cache_s_l0, %new_state-0, %state_write
 
 // Every entry's IR round-trips.
-// RUN: strata-opt %S/Inputs/qwen35moe_4l.mlir -p 'convert-module-to-op{entry=prefill_slots,step_paged,hidden_packed,generate_until ctx=32 batch=2 page_size=8 tokens=3}' > %t.op.mlir
+// RUN: strata-opt %S/Inputs/qwen35moe_4l.mlir -p 'convert-module-to-op{entry=prefill_slots,step_paged,hidden_packed,generate_until,sample ctx=32 batch=2 page_size=8 tokens=3}' > %t.op.mlir
 // RUN: strata-opt %t.op.mlir | diff %t.op.mlir -
 
 // Bad options are one-line errors.

@@ -113,3 +113,20 @@ func.func @until() -> (tensor<2x8xi32>, tensor<i32>) {
   %ids, %n = op.generate_until @step %t, %p, %e {steps = 8 : i64} : tensor<2xi32>, tensor<1xi32>, tensor<1xi32> -> tensor<2x8xi32>, tensor<i32>
   func.return %ids, %n : tensor<2x8xi32>, tensor<i32>
 }
+
+// -----
+
+// op.generate_sampled: the key is two int64.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.generate_sampled: key must be tensor<2xi64>, got tensor<2xi32>
+func.func private @step() -> tensor<2xi32> {
+  %t = op.input "tokens" : tensor<2xi32>
+  func.return %t : tensor<2xi32>
+}
+func.func @sample() -> tensor<2x8xi32> {
+  %t = op.input "tokens" : tensor<2xi32>
+  %p = op.input "start" : tensor<1xi32>
+  %k = op.input "tokens" : tensor<2xi32>
+  %temp = op.input "temperature" : tensor<1xf32>
+  %ids = op.generate_sampled @step %t, %p, %k, %temp {steps = 8 : i64} : tensor<2xi32>, tensor<1xi32>, tensor<2xi32>, tensor<1xf32> -> tensor<2x8xi32>
+  func.return %ids : tensor<2x8xi32>
+}

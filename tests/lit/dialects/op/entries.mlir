@@ -47,6 +47,7 @@ func.func @flash_attn_streams(%q: tensor<3x4x1x16xf32>, %k: tensor<3x2x8x16xf32>
 // CHECK-NEXT:    %e = op.input "eos" : tensor<1xi32>
 // CHECK-NEXT:    %key = op.input "key" : tensor<2xi64>
 // CHECK-NEXT:    %temp = op.input "temperature" : tensor<1xf32>
+// CHECK-NEXT:    %n = op.input "step" : tensor<1xi32>
 // CHECK-NEXT:    func.return
 func.func @inputs() {
   %c = op.input "kv_cells" : tensor<32xi64>
@@ -62,6 +63,7 @@ func.func @inputs() {
   %e = op.input "eos" : tensor<1xi32>
   %key = op.input "key" : tensor<2xi64>
   %temp = op.input "temperature" : tensor<1xf32>
+  %n = op.input "step" : tensor<1xi32>
   func.return
 }
 
@@ -76,6 +78,9 @@ func.func @inputs() {
 // CHECK-LABEL: func.func @generate_until(
 // CHECK:         %ids, %n = op.generate_until @greedy_step %t, %p, %e {steps = 8 : i64} : tensor<2xi32>, tensor<1xi32>, tensor<1xi32> -> tensor<2x8xi32>, tensor<i32>
 // CHECK-NEXT:    func.return %ids, %n : tensor<2x8xi32>, tensor<i32>
+// CHECK-LABEL: func.func @sample(
+// CHECK:         %ids = op.generate_sampled @greedy_step %t, %p, %k, %temp {steps = 8 : i64} : tensor<2xi32>, tensor<1xi32>, tensor<2xi64>, tensor<1xf32> -> tensor<2x8xi32>
+// CHECK-NEXT:    func.return %ids : tensor<2x8xi32>
 func.func private @greedy_step() -> tensor<2xi32> {
   %t = op.input "tokens" : tensor<2xi32>
   func.return %t : tensor<2xi32>
@@ -92,4 +97,12 @@ func.func @generate_until() -> (tensor<2x8xi32>, tensor<i32>) {
   %e = op.input "eos" : tensor<1xi32>
   %ids, %n = op.generate_until @greedy_step %t, %p, %e {steps = 8 : i64} : tensor<2xi32>, tensor<1xi32>, tensor<1xi32> -> tensor<2x8xi32>, tensor<i32>
   func.return %ids, %n : tensor<2x8xi32>, tensor<i32>
+}
+func.func @sample() -> tensor<2x8xi32> {
+  %t = op.input "tokens" : tensor<2xi32>
+  %p = op.input "start" : tensor<1xi32>
+  %k = op.input "key" : tensor<2xi64>
+  %temp = op.input "temperature" : tensor<1xf32>
+  %ids = op.generate_sampled @greedy_step %t, %p, %k, %temp {steps = 8 : i64} : tensor<2xi32>, tensor<1xi32>, tensor<2xi64>, tensor<1xf32> -> tensor<2x8xi32>
+  func.return %ids : tensor<2x8xi32>
 }

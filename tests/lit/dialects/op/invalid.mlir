@@ -74,7 +74,7 @@
 // -----
 
 // op.input: the kind is one of a fixed set.
-// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.input: unknown kind 'token' (expected one of tokens, positions, kv_rows, kq_mask, out_ids, mrope_positions, state_copy, kv_cells, token_seq, state_read, state_write, conv_window, conv_tail, targets, weights, start, eos, key, temperature)
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.input: unknown kind 'token' (expected one of tokens, positions, kv_rows, kq_mask, out_ids, mrope_positions, state_copy, kv_cells, token_seq, state_read, state_write, conv_window, conv_tail, targets, weights, start, eos, key, temperature, step)
 %i = op.input "token" : tensor<5xi32>
 
 // -----
