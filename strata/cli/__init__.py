@@ -15,7 +15,7 @@ import argparse
 
 #: The commands, in the order `strata --help` lists them: modules of this package.
 COMMANDS = ("inspect", "ir", "blueprint", "trace", "compile", "run", "call", "generate", "chat", "tokenize",
-            "import_model", "export_model", "view", "verify", "calibrate", "quantize", "demo")
+            "import_model", "export_model", "view", "verify", "score", "calibrate", "quantize", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
