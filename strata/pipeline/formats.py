@@ -229,6 +229,7 @@ def export_onnx_file(model: Any, entry: str, tokens: int, knobs: dict[str, Any],
         int4 = None if recipe is None else _w4a16_stage(model, w4a16_dir, Path(tmp) / "q", quiet)
         store = int4 if int4 is not None else model.open_weights(quiet=quiet)
         proto = export_entry(model, store, entry, tokens, knobs, int4=int4)
+    nbits = sum(n.op_type == "MatMulNBits" for n in proto.graph.node)
     content, data = serialize_onnx(proto, data_path.name)
     if data is not None:
         check_output_path(data_path)
@@ -236,7 +237,9 @@ def export_onnx_file(model: Any, entry: str, tokens: int, knobs: dict[str, Any],
     write_output(output, content)
     if data is not None:  # too large to check in memory: checked as saved
         check_onnx_file(output)
-    how = "" if int4 is None else f", {len(int4.weights)} int4 weights as MatMulNBits (block {int4.block})"
+    # a weight read another way too (a tied embedding) is written dequantized, f32
+    how = "" if int4 is None else (f", {nbits} int4 weights as MatMulNBits (block {int4.block})"
+                                   + (f", {len(int4.weights) - nbits} dequantized" if nbits < len(int4.weights) else ""))
     return (f"exported the {entry} of {model.source} ({tokens} token{'s' * (tokens != 1)}, ctx {knobs['ctx']}{how}) "
             f"to {output}{f' and {data_path.name}' if data is not None else ''} in {time.perf_counter() - t0:.2f} s")
 

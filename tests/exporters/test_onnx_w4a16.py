@@ -20,7 +20,7 @@ from strata.pipeline import entry_pipeline, load_model, lower  # noqa: E402
 from strata.quant.w4a16 import W4A16Weights, plan_model, quantize_weights, write_w4a16  # noqa: E402
 from strata.semantics.op_interp import alloc_state, find_function, run_function  # noqa: E402
 from strata.targets.onnxruntime.program import OrtEntry  # noqa: E402
-from support import TINY, tiny, write_checkpoint  # noqa: E402
+from support import HYBRID_FAMILIES, TINY, tiny, write_checkpoint  # noqa: E402
 
 PROMPT = [11, 30, 42, 7, 60]
 DECODE_STEPS = 3
@@ -31,8 +31,9 @@ CTX = 32
 # f32 scale, as `strata.ir.int4.dequantize_int4_block` does, so the weights are bit-equal. What
 # remains is the order of the f32 sums (MLAS's blocked FMA kernels against numpy's) and ORT's
 # own exp/sqrt. A dot product of K terms in f32 errs by at most ~K*u (u = 2^-24; K <= 320:
-# 2e-5) of sum |x*w|, typically ~sqrt(K)*u (1e-6), carried through 2 layers and the head;
-# measured max |diff| / max |logit|: 1.1e-6 (untied), 8.8e-7 (tied). The bar, 1e-5 of the
+# 2e-5) of sum |x*w|, typically ~sqrt(K)*u (1e-6), carried through 2-4 layers and the head;
+# measured max |diff| / max |logit|: 1.1e-6 (untied), 8.8e-7 (tied), 1.3e-6 (the Qwen3.5-MoE,
+# with Gated DeltaNet and f32 routed experts). The bar, 1e-5 of the
 # largest logit, lies between the typical and the worst-case bound, and is the f32 judge's
 # (tests/verify/test_onnx_judge.py).
 REL_TOL = 1e-5
@@ -47,7 +48,9 @@ def _small(**changes):
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("w4a16-onnx")
     return {"untied": write_checkpoint(_small(), root / "untied", std=0.05),
-            "tied": write_checkpoint(_small(tie_word_embeddings=True, name="tied"), root / "tied", std=0.05)}
+            "tied": write_checkpoint(_small(tie_word_embeddings=True, name="tied"), root / "tied", std=0.05),
+            # Gated DeltaNet layers and routed experts (MUL_MAT_ID, f32) beside int4 projections
+            "qwen3_5_moe": write_checkpoint(HYBRID_FAMILIES["qwen3_5_moe"], root / "qwen3_5_moe")}
 
 
 def _export(capsys, model, out, *extra: str) -> onnx.ModelProto:
@@ -67,7 +70,7 @@ def _reference(model, weights, steps: int):
     return rows
 
 
-@pytest.mark.parametrize("which", ["untied", "tied"])
+@pytest.mark.parametrize("which", ["untied", "tied", "qwen3_5_moe"])
 def test_matmulnbits_for_the_linear_layers_and_the_interpreters_logits(models, tmp_path, capsys, which):
     model = load_model(models[which])
     prefill = _export(capsys, models[which], tmp_path / "p.onnx", "--tokens", str(len(PROMPT)))
@@ -77,9 +80,12 @@ def test_matmulnbits_for_the_linear_layers_and_the_interpreters_logits(models, t
     plan = plan_model(model)
     write_w4a16(model, plan, tmp_path / "q")
     stage = W4A16Weights.open(tmp_path / "q")
-    linears = {f"blk.{i}.{w}.weight" for i in range(model.config.num_layers)
-               for w in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")}
-    assert linears <= set(plan.weights)
+    if which != "qwen3_5_moe":
+        linears = {f"blk.{i}.{w}.weight" for i in range(model.config.num_layers)
+                   for w in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")}
+        assert linears <= set(plan.weights)
+    else:
+        assert len(plan.weights) == 40
     tied = which == "tied"
     # a tied head is the embedding table, which GET_ROWS reads too: the export keeps it f32
     packed = [n for n in plan.weights if not (tied and n == "token_embd.weight")]
@@ -91,12 +97,13 @@ def test_matmulnbits_for_the_linear_layers_and_the_interpreters_logits(models, t
         assert {(a["bits"], a["block_size"]) for a in attrs} == {(4, 128)}
         inits = {t.name: onnx.numpy_helper.to_array(t) for t in graph.graph.initializer}
         ref = quantize_weights(model.open_weights(quiet=True), packed, 128)
-        for name in packed:  # MatMulNBits' inputs are the stage's bytes, and no f32 copy is left
-            b, s, z = ref[name]
-            base = sanitize(name)
-            assert np.array_equal(inits[f"{base}_Q4"], b) and np.array_equal(inits[f"{base}_scales"], s)
-            assert np.array_equal(inits[f"{base}_zero_points"], z)
-            assert base not in inits
+        # MatMulNBits' inputs are the stage's bytes (the exporter shares equal small constants, so
+        # they are compared by content, not by name), and no f32 copy of a packed weight is left
+        def key(*arrays):
+            return tuple((a.dtype.str, a.shape, a.tobytes()) for a in arrays)
+
+        assert sorted(key(*(inits[i] for i in n.input[1:])) for n in nbits) == sorted(key(*ref[n]) for n in packed)
+        assert not {sanitize(n) for n in packed} & set(inits)
         onnx.checker.check_model(graph, full_check=True)
 
     want = _reference(model, stage, DECODE_STEPS)
@@ -109,8 +116,8 @@ def test_matmulnbits_for_the_linear_layers_and_the_interpreters_logits(models, t
     worst = max(float(np.abs(g.astype(np.float64) - w).max() / max(1.0, float(np.abs(w).max())))
                 for g, w in zip(got, want))
     assert worst < REL_TOL, worst
-    # and int4 is what ran: the f32 model's logits are far from these (max |diff| 0.45-0.48 measured,
-    # logits of std ~0.8)
+    # and int4 is what ran: the f32 model's logits are far from these (max |diff| 0.45-1.3 measured,
+    # logits of std 0.8-1.0)
     assert float(np.abs(got[0] - f32).max()) > 100 * REL_TOL * max(1.0, float(np.abs(f32).max()))
 
 
