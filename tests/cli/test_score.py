@@ -59,7 +59,7 @@ def test_the_gate_passes_with_the_figures_last(scored, tmp_path):
     from strata.verify.metrics import logit_metrics
 
     m = load_model(model)
-    ids, logits, frac = run_epu(cache, PROMPT, STEPS, tmp_path / "logits.bin")  # not inside the cache: not strata's
+    ids, logits, frac = run_epu(cache, PROMPT, STEPS, tmp_path / "logits.bin")
     assert [tok for tok, _ in printed] == ids
     worst = {"rank": 0, "rel": 0.0, "top": 1.0}
     for i, (_, (rank, rel, top)) in enumerate(printed):
