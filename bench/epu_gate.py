@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from strata.dialects import parse_ir  # noqa: E402
-from strata.epu import build_epu, compile_epu, ort_logits, run_epu  # noqa: E402
+from strata.targets.epu.build import build_epu, run_epu  # noqa: E402
+from strata.targets.epu.stages import compile_epu  # noqa: E402
+from strata.verify.epu_gate import ort_logits  # noqa: E402
 from strata.models import save_random_checkpoint  # noqa: E402
 from strata.pipeline import load_config, load_model  # noqa: E402
 from strata.targets.epu.cost import QCU, step_cost  # noqa: E402

@@ -15,8 +15,8 @@ import argparse
 
 #: The commands, in the order `strata --help` lists them: modules of this package.
 COMMANDS = ("inspect", "ir", "blueprint", "trace", "compile", "run", "call", "generate", "chat", "serve", "tokenize",
-            "perplexity", "bench",
-            "import_model", "export_model", "view", "verify", "calibrate", "quantize", "demo")
+            "perplexity", "bench", "import_model", "export_model", "view", "verify", "score", "calibrate", "quantize",
+            "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

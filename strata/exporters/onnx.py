@@ -23,6 +23,12 @@ ARGSORT's stable order, primitive ops give RMS_NORM, ROPE and FLASH_ATTN_EXT) an
 float32 as the numpy kernels do (`strata.semantics.kernels`), in their order of operations
 where it matters (ROPE's angles in float64, SILU as x / (1 + exp(-x)), CLAMP's NaN rule).
 
+With `int4=` (a w4a16 stage, `strata.quant.w4a16.W4A16Weights`), each of its int4 weights that
+the entry reads only as a 2-D MUL_MAT weight becomes ONNX Runtime's
+`com.microsoft.MatMulNBits` on the stage's packed bytes (bits 4, the stage's block); the
+model then imports the `com.microsoft` opset too. Pass the stage as `weights` as well, so that
+the other params (and an int4 weight read another way, a tied embedding) are the stage's.
+
 Shapes must be static: lower the entry with a token count (`tokens=N`). onnx is imported only
 when this module is used.
 """
@@ -62,7 +68,7 @@ def check_onnx_file(path) -> None:
     _check(str(path), str(path))
 
 
-def export_onnx(fn: func.FuncOp, weights: Any, *, check: bool = True):
+def export_onnx(fn: func.FuncOp, weights: Any, *, check: bool = True, int4: Any = None):
     """The op-level function `fn` (one entry) as an ONNX ModelProto; `weights` maps the params'
     stored names to arrays (a WeightStore). Checked with onnx.checker (full_check) unless told
     not, or unless its weights exceed INLINE_LIMIT: the checker then needs the saved files
@@ -72,7 +78,7 @@ def export_onnx(fn: func.FuncOp, weights: Any, *, check: bool = True):
             if isinstance(r.type, TensorType) and DYNAMIC_INDEX in r.type.get_shape():
                 raise OnnxExportError(f"@{fn.sym_name.data}: {describe(op)} has a dynamic shape ({r.type}); "
                                       "the ONNX export needs a static token count (lower with tokens=N)")
-    model = Exporter(fn, weights).run()
+    model = Exporter(fn, weights, int4).run()
     if check and initializer_bytes(model) <= INLINE_LIMIT:
         _check(model, f"@{fn.sym_name.data}")
     return model

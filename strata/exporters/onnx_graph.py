@@ -31,6 +31,8 @@ OPSET = 21
 #: The graph inputs that carry a call's first position, in order of preference (a recurrent
 #: state is reset when it is 0); without one the graph takes a `start` input [1] int64.
 POSITION_INPUTS = ("positions", "kv_rows", "mrope_positions")
+#: The domain of ONNX Runtime's contrib ops (MatMulNBits, for int4 weights).
+MS_DOMAIN = "com.microsoft"
 
 
 class OnnxExportError(StrataError):
@@ -66,9 +68,13 @@ VIEW_LIKE = (O.ViewOp, O.ReshapeOp, O.PermuteOp, O.TransposeOp)
 class Exporter:
     """Builds one graph: nodes, initializers, inputs, outputs, names and element types."""
 
-    def __init__(self, fn: func.FuncOp, weights: Any):
+    def __init__(self, fn: func.FuncOp, weights: Any, int4: Any = None):
         self.onnx = onnx_module()
         self.fn, self.weights = fn, weights
+        # int4 weights written as MatMulNBits' initializers: a `strata.quant.w4a16.W4A16Weights`
+        # (`.weights` its names, `.packed(name)`, `.block`), or None
+        self.int4 = int4
+        self.packed_params: dict[SSAValue, str] = {}  # an int4 op.param's result -> its stored name
         self.nodes: list = []
         self.initializers: list = []
         self.inputs: list = []  # the host inputs' value infos
@@ -287,8 +293,10 @@ class Exporter:
         graph = onnx.helper.make_graph(self.nodes, sanitize(self.fn.sym_name.data), self.inputs + self.state_inputs,
                                        outputs,
                                        initializer=self.initializers)
-        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", OPSET)],
-                                       producer_name="strata", ir_version=10)
+        opsets = [onnx.helper.make_opsetid("", OPSET)]
+        if any(n.domain == MS_DOMAIN for n in self.nodes):
+            opsets.append(onnx.helper.make_opsetid(MS_DOMAIN, 1))
+        model = onnx.helper.make_model(graph, opset_imports=opsets, producer_name="strata", ir_version=10)
         n_kv = self.fn.attributes.get("op.n_kv")
         meta = {"strata.entry": self.fn.sym_name.data,
                 "strata.inputs": json.dumps({kind: name for kind, (name, _) in self.host.items()}),

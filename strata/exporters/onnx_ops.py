@@ -10,6 +10,7 @@ import numpy as np
 
 from strata.dialects import op as O
 from strata.exporters.onnx_graph import (
+    MS_DOMAIN,
     ONNX_EXPORT,
     VIEW_LIKE,
     Alias,
@@ -41,6 +42,8 @@ def _collective(ex: Exporter, op) -> None:
 def _param(ex: Exporter, op: O.ParamOp) -> None:
     if op.piece is not None:
         raise OnnxExportError(f"op.param '{op.tensor_name.data}' is one rank's piece: {SHARDED}")
+    if _packed_int4(ex, op):
+        return
     # The interpreter's param: the stored tensor, converted and checked against the IR type.
     array = read_param(op, ex.weights)
     try:
@@ -49,6 +52,33 @@ def _param(ex: Exporter, op: O.ParamOp) -> None:
         raise OnnxExportError(f"op.param '{op.tensor_name.data}': its element type {array.dtype} has no ONNX "
                               f"equivalent ({e})") from None
     ex.set(op, name)
+
+
+def _packed_int4(ex: Exporter, op: O.ParamOp) -> bool:
+    """An int4 weight read only as the weight of 2-D MUL_MATs is left packed, for MatMulNBits
+    (`_mul_mat`); one read any other way (a tied embedding's GET_ROWS) is its dequantized f32."""
+    name = op.tensor_name.data
+    if ex.int4 is None or name not in ex.int4.weights or len(shape_of(op.result)) != 2:
+        return False
+    n, k = ex.int4.weights[name]["N"], ex.int4.weights[name]["K"]
+    if tuple(shape_of(op.result)) != (n, k):
+        raise OnnxExportError(f"op.param '{name}': the model reads it as {list(shape_of(op.result))}, the int4 "
+                              f"weights hold it as [{n}, {k}] (weights of another model?)")
+    if not op.result.uses or not all(isinstance(u.operation, O.MulMatOp) and u.index == 0 for u in op.result.uses):
+        return False
+    ex.packed_params[op.result] = name
+    return True
+
+
+def _matmul_nbits(ex: Exporter, name: str, x: str, base: str) -> str:
+    """x [..., K] @ W^T with W int4: ONNX Runtime's MatMulNBits on the packed bytes, zero points and
+    scales of the w4a16 stage (the same bytes MatMulNBitsQuantizer writes; f32 compute)."""
+    b, scales, zp = ex.int4.packed(name)
+    n, k = ex.int4.weights[name]["N"], ex.int4.weights[name]["K"]
+    base_w = sanitize(name)
+    inputs = [x, ex.const(b, f"{base_w}_Q4"), ex.const(scales, f"{base_w}_scales"),
+              ex.const(zp, f"{base_w}_zero_points")]
+    return ex.node("MatMulNBits", inputs, base, domain=MS_DOMAIN, K=k, N=n, bits=4, block_size=ex.int4.block)
 
 
 @ONNX_EXPORT.register(O.ConstantOp)
@@ -313,6 +343,9 @@ def _matmul_bt(ex: Exporter, a: str, b: str, sa, sb, base: str) -> str:
 
 @ONNX_EXPORT.register(O.MulMatOp)
 def _mul_mat(ex: Exporter, op: O.MulMatOp) -> None:
+    if op.lhs in ex.packed_params:
+        ex.set(op, _matmul_nbits(ex, ex.packed_params[op.lhs], ex.f32(ex.get(op.rhs)), label_of(op)))
+        return
     a, b = ex.f32(ex.get(op.lhs)), ex.f32(ex.get(op.rhs))
     ex.set(op, _matmul_bt(ex, a, b, shape_of(op.lhs), shape_of(op.rhs), label_of(op)))
 

@@ -184,26 +184,52 @@ def import_tensorviz_with_weights(path: str | Path, weights_dir: Path | None, se
     return text
 
 
-def export_onnx_file(model: Any, entry: str, tokens: int, knobs: dict[str, Any], output: str | Path) -> str:
+#: The precision recipes the ONNX export writes: None (the model's own weights, f32 compute)
+#: and w4a16 (int4 weights as MatMulNBits, f32 activations).
+ONNX_RECIPES = ("w4a16",)
+
+
+def check_onnx_recipe(recipe: str | None, w4a16_dir: str | Path | None) -> None:
+    """Refuse, before any work, a recipe the ONNX export cannot write, or a stage without w4a16."""
+    if recipe is not None and recipe not in ONNX_RECIPES:
+        raise StrataError(f"export: --recipe {recipe} has no ONNX export (ONNX Runtime runs int4 weights as "
+                          "MatMulNBits: --recipe w4a16; without --recipe the model's own weights)")
+    if w4a16_dir is not None and recipe != "w4a16":
+        raise StrataError("export: --w4a16 DIR (a w4a16 stage's int4 weights) goes with --recipe w4a16")
+
+
+def export_onnx_file(model: Any, entry: str, tokens: int, knobs: dict[str, Any], output: str | Path,
+                     recipe: str | None = None, w4a16_dir: str | Path | None = None) -> str:
     """One entry of `model` written as an ONNX file (beside it FILE.data holds the weights of a
-    model over 1 GiB); returns a one-line summary."""
+    model over 1 GiB); returns a one-line summary. `recipe` w4a16: the int4 weights of
+    `strata.quant.w4a16` (the model's own, quantized here without SmoothQuant, or those of the
+    stage `w4a16_dir`: a `strata quantize --w4a16` output, or OUT/w4a16/q of an EPU compile) as
+    com.microsoft.MatMulNBits, every other param as that stage holds it."""
+    import sys
+    import tempfile
     import time
 
     from strata.artifacts.files import check_not_an_input, check_output_path, write_output
-    from strata.errors import StrataError
     from strata.exporters.onnx import check_onnx_file
     from strata.exporters.onnx_file import serialize_onnx
     from strata.targets.onnxruntime.program import export_entry
 
+    check_onnx_recipe(recipe, w4a16_dir)
     data_path = Path(output).with_name(Path(output).name + ".data")
-    check_output_path(output, model.input_files())
-    check_not_an_input(data_path, model.input_files(), "the weights beside the output")
+    inputs = model.input_files()
+    if w4a16_dir is not None:
+        inputs = {**inputs, Path(w4a16_dir): f"the w4a16 stage {w4a16_dir}"}
+    check_output_path(output, inputs)
+    check_not_an_input(data_path, inputs, "the weights beside the output")
     if tokens > knobs["ctx"]:
         raise StrataError(f"--tokens {tokens} exceeds the context of {knobs['ctx']} (--ctx)")
     t0 = time.perf_counter()
-    import sys
-
-    proto = export_entry(model, model.open_weights(quiet=not sys.stderr.isatty()), entry, tokens, knobs)
+    quiet = not sys.stderr.isatty()
+    with tempfile.TemporaryDirectory(prefix="strata-w4a16-") as tmp:
+        int4 = None if recipe is None else _w4a16_stage(model, w4a16_dir, Path(tmp) / "q", quiet)
+        store = int4 if int4 is not None else model.open_weights(quiet=quiet)
+        proto = export_entry(model, store, entry, tokens, knobs, int4=int4)
+    nbits = sum(n.op_type == "MatMulNBits" for n in proto.graph.node)
     content, data = serialize_onnx(proto, data_path.name)
     if data is not None:
         check_output_path(data_path)
@@ -211,5 +237,22 @@ def export_onnx_file(model: Any, entry: str, tokens: int, knobs: dict[str, Any],
     write_output(output, content)
     if data is not None:  # too large to check in memory: checked as saved
         check_onnx_file(output)
-    return (f"exported the {entry} of {model.source} ({tokens} token{'s' * (tokens != 1)}, ctx {knobs['ctx']}) "
+    # a weight read another way too (a tied embedding) is written dequantized, f32
+    how = "" if int4 is None else (f", {nbits} int4 weights as MatMulNBits (block {int4.block})"
+                                   + (f", {len(int4.weights) - nbits} dequantized" if nbits < len(int4.weights) else ""))
+    return (f"exported the {entry} of {model.source} ({tokens} token{'s' * (tokens != 1)}, ctx {knobs['ctx']}{how}) "
             f"to {output}{f' and {data_path.name}' if data is not None else ''} in {time.perf_counter() - t0:.2f} s")
+
+
+def _w4a16_stage(model: Any, given: str | Path | None, scratch: Path, quiet: bool) -> Any:
+    """The w4a16 stage `given` (checked to be this model's), or the model's weights quantized into `scratch`."""
+    from strata.quant.w4a16 import W4A16Weights, plan_model, write_w4a16
+
+    if given is None:
+        write_w4a16(model, plan_model(model), scratch, store=model.open_weights(quiet=quiet))
+        return W4A16Weights.open(scratch)
+    stage = W4A16Weights.open(given)
+    if stage.info.get("model") != model.name:
+        raise StrataError(f"{given}: a w4a16 stage of model '{stage.info.get('model')}', not of {model.source} "
+                          f"('{model.name}')")
+    return stage

@@ -120,7 +120,7 @@ def check_projections(weights, rows: int = 4, seed: int = 0) -> dict[str, float]
     return out
 
 
-def _check_llama(cfg) -> None:
+def check_llama(cfg) -> None:
     problems = [what for what, bad in (
         ("attention biases", getattr(cfg, "attention_bias", False) or getattr(cfg, "o_bias", False)),
         ("q/k norms", getattr(cfg, "qk_norm", False)),
@@ -136,7 +136,7 @@ def llama_prefill_onnx(cfg, weights: Any, packed: Mapping[str, tuple[np.ndarray,
     `weights.get(name)` gives f32 tensors by llama.cpp name; `packed` the MatMulNBits tensors
     (B, scales, zero points) and K of the weights that are int4 (`packed_of`)."""
     onnx = _onnx()
-    _check_llama(cfg)
+    check_llama(cfg)
     g = _Graph()
     hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     eps = np.float32(cfg.rms_norm_eps)

@@ -161,7 +161,8 @@ def stage(out: Path, name: str, inputs: Mapping[str, Any], build: Callable[[Path
 #: The stages of an EPU output, in build order; beside them OUT holds only TOP and the g++ build.
 STAGES = ("calibrate", "smoothquant", "w4a16", "fixed", "cpp")
 BUILD = "build"
-BUILD_FILES = frozenset({"model", "model.sha256", ".model.tmp"})
+#: what build.py writes into OUT/build: the driver, its stamp, and run_epu's default logits file
+BUILD_FILES = frozenset({"model", "model.sha256", ".model.tmp", "logits.bin"})
 FORMAT = "strata-epu/v1"
 
 

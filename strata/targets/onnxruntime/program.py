@@ -170,16 +170,17 @@ class OrtProgram:
         pass
 
 
-def export_entry(model: Any, store: Any, entry: str, tokens: int, knobs: Mapping[str, Any]):
+def export_entry(model: Any, store: Any, entry: str, tokens: int, knobs: Mapping[str, Any], int4: Any = None):
     """One entry of `model` (a loaded model: its module level) as an ONNX ModelProto, `tokens`
-    tokens at any position (start unknown)."""
+    tokens at any position (start unknown); `int4`: a w4a16 stage whose int4 weights become
+    MatMulNBits (`strata.exporters.onnx.export_onnx`)."""
     from strata.exporters.onnx import export_onnx
     from strata.passes.pipelines import entry_pipeline, lowered
     from strata.semantics.op_interp import find_function
 
     spec = entry_pipeline(entry, tokens=tokens if entry == "prefill" else 0, start=-1, ctx=knobs["ctx"],
                           kv_pad=knobs["kv_pad"], flash_attn=knobs["flash_attn"])
-    return export_onnx(find_function(lowered(model.module, spec)), store)
+    return export_onnx(find_function(lowered(model.module, spec)), store, int4=int4)
 
 
 def open_onnxruntime(model: Any, store: Any, knobs: Mapping[str, Any], prompt_len: int,

@@ -48,6 +48,9 @@ def test_logits_and_greedy_ids_are_the_interpreters(built):
     # a different prompt gives different logits (the program reads its input)
     _, other, _ = run_epu(out, [1, 2, 3], 1)
     assert not np.array_equal(other[0], logits[0])
+    # the logits file run_epu leaves in OUT/build is strata's own: the output is reused after it
+    assert (out / "build" / "logits.bin").is_file()
+    assert compile_epu(model, out, {"ctx": 32})[1] == []
 
 
 def test_stepped_driver_is_its_own_loop(built):
