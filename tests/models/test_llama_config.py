@@ -4,6 +4,7 @@ family's fields (strata.models.llama_config)."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 import transformers
 
 from strata.errors import StrataError
+from strata.frontends import hf_config
 from strata.frontends.hf_config import ConfigError, write_hf_config
 from strata.models import read_config as load_hf_config
 from strata.models.llama_config import LlamaConfig, RopeScaling
@@ -313,10 +315,18 @@ def test_config_json_that_is_a_directory(tmp_path: Path) -> None:
     _assert_cli_error(tmp_path, expected)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")
-def test_unreadable_config(tmp_path: Path) -> None:
+def test_unreadable_config(tmp_path: Path, monkeypatch) -> None:
+    # Root (CI's user) reads a file whatever its mode, so the refusal a user gets from the kernel
+    # is made at the reader's open instead.
     path = _write(tmp_path, LLAMA)
-    path.chmod(0)
+    real_open = open
+
+    def open_as_a_user(file, *args, **kwargs):
+        if os.path.realpath(file) == os.path.realpath(path):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(hf_config, "open", open_as_a_user, raising=False)
     with pytest.raises(ConfigError, match="config.json: cannot read: Permission denied"):
         load_hf_config(tmp_path)
 

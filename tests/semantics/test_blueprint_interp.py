@@ -12,8 +12,10 @@ from xdsl.dialects import func
 
 from strata.dialects import parse_ir
 from blueprint_step import C, DIMS, DK, DV, HID, HK, HV, INTER, KCONV, NE, TOPK, VOCAB, _decode_fn, _decode_text, _tiny_state, _tiny_weights  # noqa: F401
+from ort_int4 import ort_dequantize_int4, ort_quantize_int4
 from strata.dialects.blueprint import NODE_OPS, Blueprint, GroupOp, YieldOp
 from strata.ir import fp8
+from strata.ir.int4 import pack_int4
 from strata.semantics.blueprint_interp import (
     BLUEPRINT_INTERPRETER,
     BlueprintRunError,
@@ -435,19 +437,35 @@ def test_fp8_expert_weights_per_expert():
 
 
 def test_int4_formula_is_onnx_runtimes():
-    w = np.array([[-1.5, 0.5, 6.0, 13.5]], np.float32)
-    q, scale, zp = quantize_int4_block(w, 4)
+    # Blocks of 16 (ORT's smallest), the rest of each block 0, which min(., 0) and max(., 0) include anyway.
+    w = np.zeros((1, 16), np.float32)
+    w[0, :4] = [-1.5, 0.5, 6.0, 13.5]
+    q, scale, zp = quantize_int4_block(w, 16)
     # mn = -1.5, mx = 13.5, scale = 1, zp = roundf(1.5) = 2; q = roundf(x + 2) half away from
     # zero (0.5 -> 1, 2.5 -> 3), clamped to 15 (15.5 -> 16 -> 15)
     np.testing.assert_array_equal(scale, [[1.0]])
     assert zp.tolist() == [[2]]
-    assert q.tolist() == [[1, 3, 8, 15]]
-    np.testing.assert_array_equal(dequantize_int4_block(q, scale, zp, 4), [[-1.0, 1.0, 6.0, 13.0]])
+    assert q[0, :4].tolist() == [1, 3, 8, 15]
+    np.testing.assert_array_equal(dequantize_int4_block(q, scale, zp, 16)[0, :4], [-1.0, 1.0, 6.0, 13.0])
     assert roundf(np.array([0.5, -0.5, 1.5, 2.5, -2.5])).tolist() == [1, -1, 2, 3, -3]
+    _assert_onnx_runtime_agrees(w, q, scale, zp)
     # all positive: mn is clamped to 0, so zp = 0; all zero: scale 0, dequantizes to 0
-    q, scale, zp = quantize_int4_block(np.array([[1.0, 3.0], [0.0, 0.0]], np.float32), 2)
-    assert zp.tolist() == [[0], [0]] and q[0].tolist() == [5, 15] and q[1].tolist() == [0, 0]
-    assert dequantize_int4_block(q, scale, zp, 2)[1].tolist() == [0, 0]
+    w = np.zeros((2, 16), np.float32)
+    w[0, :2] = [1.0, 3.0]
+    q, scale, zp = quantize_int4_block(w, 16)
+    assert zp.tolist() == [[0], [0]] and q[0, :2].tolist() == [5, 15] and not q[1].any()
+    assert not dequantize_int4_block(q, scale, zp, 16)[1].any()
+    _assert_onnx_runtime_agrees(w, q, scale, zp)
+
+
+def _assert_onnx_runtime_agrees(w, q, scale, zp):
+    """ORT's own quantizer writes the bytes ours pack to, and its MatMulNBits dequantizes them as ours does."""
+    b, zpp = pack_int4(q, zp, 16)
+    ort_b, ort_scale, ort_zp = ort_quantize_int4(w, 16)
+    np.testing.assert_array_equal(b, ort_b)
+    np.testing.assert_array_equal(scale, ort_scale)
+    np.testing.assert_array_equal(zpp, ort_zp)
+    np.testing.assert_array_equal(ort_dequantize_int4(b, scale, zpp, 16, w.shape[1]), dequantize_int4_block(q, scale, zp, 16))
 
 
 def test_int4_weights():

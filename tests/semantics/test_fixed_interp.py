@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from xdsl.dialects import func
 
+from ort_int4 import ort_dequantize_int4
 from strata.dialects import parse_ir
 from strata.dialects.fixed import Fixed
 from strata.ir.int4 import dequantize_int4_block, pack_int4, quantize_int4_block
@@ -182,7 +183,10 @@ def test_dequant_int4_matches_ort_formula():
     # against ORT's float dequantization: plus |q - zp| <= 15 times the scale's 0.5 * 2^-fs
     orig = (q.astype(np.float64) - np.repeat(zp, block, -1)[:, :k]) * np.repeat(scale.astype(np.float64), block, -1)[:, :k]
     assert ulp_err(y, orig, fy).max() <= 0.5 + 15 * 0.5
-    assert np.abs(exact - orig).max() < 2.0 ** -26  # ORT's own f32 dequantization
+    assert np.abs(exact - orig).max() < 2.0 ** -26
+    # `orig` is ORT's: MatMulNBits on the same bytes computes it, then rounds it to f32 (half an ulp)
+    ort = ort_dequantize_int4(b, scale, zpp, block, k).astype(np.float64)
+    assert (np.abs(ort - orig) <= np.abs(orig) * 2.0 ** -24).all()
 
 
 def test_matmul_w4a16():

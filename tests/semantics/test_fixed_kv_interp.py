@@ -60,16 +60,20 @@ def rows(shape, frac, scale=1.0):
 
 def test_decode_through_the_cache_is_prefill_attention_on_the_int8_rows():
     q, k, v = rows((N, HQ * HD), 27), rows((N, HKV * HD), 27, 3.5), rows((N, HKV * HD), 28, 3.5)
+    # two entries beyond the int8 range (127 steps of 4/127), which fixed.quant_int8 must clip
+    k[0, 0], k[1, 3] = to_fixed(np.array(6.0), 27), to_fixed(np.array(-6.0), 27)
     s = int(to_fixed(np.array(4.0 / 127), 31))
-    # what the cache holds: the rows quantized to int8 and back (fixed.quant_int8, dequant_int8)
-    k8 = np.clip(np.round(from_fixed(k, 27) / from_fixed(np.array(s), 31)), -127, 127)
-    assert np.abs(k8).max() <= 127
     state: dict = {}
     stepped = []
     for i in range(N):  # one row per call, the cache of N positions persisting in `state`
         (y,) = run_fixed(step_fn(1, N), {}, [q[i:i + 1], k[i:i + 1], v[i:i + 1], np.array([i], np.int32)], state=state)
         stepped.append(y[0])
     assert set(state) == {"cache_k_l0", "cache_v_l0"} and state["cache_k_l0"].dtype == np.int8
+    # what the cache holds: each row divided by its head's scale, rounded, clipped to +-127
+    for name, x, frac in (("cache_k_l0", k, 27), ("cache_v_l0", v, 28)):
+        want = np.clip(np.round(from_fixed(x, frac) / from_fixed(np.array(s), 31)), -127, 127)
+        np.testing.assert_array_equal(state[name], want.astype(np.int8), err_msg=name)
+    assert (state["cache_k_l0"][0, 0], state["cache_k_l0"][1, 3]) == (127, -127)
     # the same integers as fixed.attention over the dequantized cache rows, causal, from position 0
     (kd,) = run_fixed(fn_of(f"""func.func @f(%c: tensor<{N}x{HKV * HD}xi8>, %s: {F((HKV,), 31)}) -> {F((N, HKV * HD), 27)} {{
   %y = fixed.dequant_int8 %c, %s {{head_dim = {HD} : i64}} : tensor<{N}x{HKV * HD}xi8>, {F((HKV,), 31)} -> {F((N, HKV * HD), 27)}

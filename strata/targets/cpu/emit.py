@@ -59,8 +59,12 @@ def _param(e: CpuEmitter, op: O.ParamOp) -> None:
     name, read = op.tensor_name.data, (op.stored_name, op.conversion, op.piece)
     if e.param_reads.setdefault(name, read) != read:
         raise CpuTargetError(f"cpu target: tensor '{sanitize_label(name)}' is read two ways")
-    if read[1] is not None:  # the verifier admits only O.PARAM_CONVERSIONS, and each has a kernel here
-        e.kernels_used.add(CPU_PARAM_CONVERSIONS[read[1][0]])
+    if read[1] is not None:  # the verifier admits only O.PARAM_CONVERSIONS; one without a kernel here is refused
+        kernel = CPU_PARAM_CONVERSIONS.get(read[1][0])
+        if kernel is None:
+            raise CpuTargetError(f"cpu target: op.param '{sanitize_label(name)}': no kernel for conversion "
+                                 f"'{read[1][0]}'")
+        e.kernels_used.add(kernel)
     e._bind_attribute(e.params, name, "tensor", op.result)
 
 
