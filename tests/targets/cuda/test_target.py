@@ -110,7 +110,7 @@ def test_quantized_recipes_match_blueprint(ckpts, tmp_path, monkeypatch, fam, re
     monkeypatch.setattr(BI, "quantize_weight", weight)
     model = load_model(ckpts[fam])
     store = model.open_weights(quiet=True)
-    knobs = {"ctx": 32, "recipe": recipe, "kv": "contiguous"}
+    knobs = {**target("cuda").knobs, "ctx": 32, "recipe": recipe, "kv": "contiguous"}
     want_ids, want = _blueprint_greedy(lower(model, target("cuda").pipeline(knobs)), store, STEPS)
     ids, got = load_model_py(_cuda(ckpts[fam], tmp_path / "c", recipe)).Model(store).generate(PROMPT, STEPS)
     assert ids == want_ids
@@ -195,7 +195,7 @@ def test_unknown_group_rule_is_one_line_error(ckpts):
     from strata.targets import target
     from strata.targets.cuda.emit import emit_cuda
 
-    module = lower(load_model(ckpts["qwen3"]), target("cuda").pipeline({"ctx": 32, "recipe": "f32", "kv": "contiguous"}))
+    module = lower(load_model(ckpts["qwen3"]), target("cuda").pipeline({**target("cuda").knobs, "ctx": 32, "recipe": "f32"}))
     g = next(op for op in module.walk() if isinstance(op, B.GroupOp) and op.rule.data == "qk_norm_rows")
     g.rule = StringAttr("mystery_rule")
     with pytest.raises(CodegenError, match="no CUDA kernel for group rule 'mystery_rule'"):
