@@ -220,7 +220,7 @@ def add_sampling(p: argparse.ArgumentParser) -> None:
 
 
 def sampling_of(args: argparse.Namespace):
-    """The `SamplingParams` of the sampling flags (a filter given at temperature 0 is warned about)."""
+    """The `SamplingParams` of the sampling flags (a filter or a seed given at temperature 0 is warned about)."""
     from strata.errors import warn
     from strata.runtime.sampling import SamplingParams
 
@@ -229,7 +229,8 @@ def sampling_of(args: argparse.Namespace):
                             frequency_penalty=args.frequency_penalty, seed=args.seed)
     if params.temperature == 0:
         unused = [flag for flag, on in (("--top-k", params.top_k > 0), ("--top-p", params.top_p < 1),
-                                        ("--min-p", params.min_p > 0)) if on]
+                                        ("--min-p", params.min_p > 0), ("--seed", args.seed is not None)) if on]
         if unused:
-            warn(f"{', '.join(unused)} do nothing at temperature 0 (greedy); give --temperature to sample")
+            warn(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing at temperature 0 (greedy); "
+                 "give --temperature to sample")
     return params
