@@ -99,8 +99,6 @@ def test_a_sampled_step_has_the_models_logits(model):
 
 
 def test_onnxruntime_samples_on_the_host_with_the_same_sampler(model):
-    if model.config.arch != "LlamaForCausalLM":
-        pytest.skip("one family is enough for the host sampler")
     from strata.runtime.engine import open_program
 
     ort = open_program(model, "cpu", {"ctx": 32}, via="onnxruntime", prompt_len=len(PROMPT))
