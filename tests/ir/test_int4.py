@@ -9,22 +9,9 @@ import pytest
 
 from strata.ir.int4 import Int4Error, dequantize_int4_block, pack_int4, quantize_int4_block, roundf, unpack_int4
 
-ort_capi = pytest.importorskip("onnxruntime.capi._pybind_state")
+pytest.importorskip("onnxruntime")
 
-
-def ort_quantize(w: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """ONNX Runtime's quantizer on W [N, K] (ONNX's weight is W^T [K, N]), as
-    DefaultWeightOnlyQuantizer.qbits_block_quant calls it."""
-    b = np.ascontiguousarray(w.T.astype(np.float32))
-    k, n = b.shape
-    nb = -(-k // block)
-    if nb * block > k:
-        b = np.pad(b, ((0, nb * block - k), (0, 0)))
-    packed = np.zeros((n, nb, block // 2), np.uint8)
-    zp = np.zeros((n, (nb + 1) // 2), np.uint8)
-    scales = np.zeros((n, nb), np.float32)
-    ort_capi.quantize_matmul_4bits(packed, b, scales, zp, block, n, k, False)
-    return packed, scales, zp
+from ort_int4 import ort_quantize_int4 as ort_quantize  # noqa: E402 - ONNX Runtime's quantizer on W [N, K]
 
 
 def ours(w: np.ndarray, block: int):
