@@ -171,5 +171,5 @@ def seed_file(number: str) -> Path:
 
     found = sorted(SEEDS.glob(f"{number}_*.txt")) if SEEDS.is_dir() else []
     if not found:
-        pytest.skip(f"seed {number} is not beside the checkout ({SEEDS})")
+        pytest.skip(f"no ../shared/seeds/{number}_*.txt beside the checkout")
     return found[0]
