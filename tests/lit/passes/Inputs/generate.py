@@ -34,7 +34,7 @@ MODELS = {
 }
 
 #: Hybrid models, from llama.cpp's reference checkpoints (tests/data/llamacpp).
-REFS = {"qwen35moe_4l.mlir": HERE.parents[3] / "data" / "llamacpp" / "qwen3.5-moe-tiny"}
+REFS = {"qwen35moe_4l.mlir": HERE.parents[2] / "data" / "llamacpp" / "qwen3.5-moe-tiny"}
 
 #: SmoothQuant's input for the smoothquant pass's tests: the `linears` section of `strata
 #: calibrate` on seeded random weights of these models (2 random prompts of 4 tokens).
