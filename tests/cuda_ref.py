@@ -113,12 +113,22 @@ class Bp:
         """The node's weight after its format (dequantized), f32: what the reference multiplies by."""
         return torch.from_numpy(np.array(self.env().node_weight(op), np.float32))
 
+    @staticmethod
+    def weight_precision(op):
+        """The precision the blueprint assigned to the node's weight (None: f32)."""
+        return op.attributes["precision"].fields().get("weight") if "precision" in op.attributes else None
+
+    def weight_elem(self, op) -> str:
+        """The element type of the node's weight: "fp8", "int4", "bf16" or "f32"."""
+        f = self.weight_precision(op)
+        return f.elem.data if f is not None else "f32"
+
     def kernel_weight(self, op):
         """The node's weight as the kernels read it: fp8 q + block scales, packed int4 + scales and
         zero points, or the dense (f32, bf16-rounded when its format is bf16) weight."""
         from strata.targets.cuda.kernels import gemm
 
-        f = op.attributes["precision"].fields().get("weight") if "precision" in op.attributes else None
+        f = self.weight_precision(op)
         elem = f.elem.data if f is not None else "f32"
         if elem == "fp8":  # each part quantized as stored (its own scale grid), then converted
             block = tuple(f.block_sizes) if len(f.block_sizes) == 2 else fp8.BLOCK

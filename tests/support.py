@@ -19,8 +19,13 @@ from strata.pipeline import Model, entry_pipeline, load_model, run_pipeline
 from strata.semantics.op_interp import find_function
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Beside the checkout, not in it: the seed documents and third-party vocabularies. Tests that read
+#: them skip with a reason naming the folder when it is absent.
 SEEDS = ROOT.parent / "shared" / "seeds"
 REFS = ROOT.parent / "shared" / "refs"
+#: llama.cpp's traces and per-op values for four tiny random checkpoints, kept in the project
+#: (tests/data/README.md says how they were made).
+LLAMACPP = ROOT / "tests" / "data" / "llamacpp"
 EXAMPLES = ROOT / "examples"
 
 #: Tiny configs, one per architecture of the llama family; tests vary them with `tiny(...)`.
@@ -166,5 +171,5 @@ def seed_file(number: str) -> Path:
 
     found = sorted(SEEDS.glob(f"{number}_*.txt")) if SEEDS.is_dir() else []
     if not found:
-        pytest.skip(f"seed {number} is not beside the checkout ({SEEDS})")
+        pytest.skip(f"no ../shared/seeds/{number}_*.txt beside the checkout")
     return found[0]

@@ -5,8 +5,8 @@ one line."""
 
 from __future__ import annotations
 
+import json
 import sys
-import time
 
 import pexpect
 
@@ -30,26 +30,54 @@ def _reply(child) -> str:
     return child.before
 
 
+def _said(before: str, typed: str) -> str:
+    """The reply after the terminal's echo of the typed line, its newlines as the program wrote them."""
+    echo, _, reply = before.partition(typed + "\r\n")
+    assert not echo.strip(), before
+    return reply.replace("\r\n", "\n")
+
+
+def _ok(*args) -> str:
+    r = run_tool(*map(str, args))
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def _generated(model, tmp_path, messages, flags) -> str:
+    """`strata generate`'s reply to the chat template rendered on `messages`, as text."""
+    f = tmp_path / "messages.json"
+    f.write_text(json.dumps(messages), encoding="utf-8")
+    ids = ",".join(map(str, json.loads(_ok("tokenize", model, "--messages", f))))
+    out = _ok("generate", model, "--prompt-ids", ids, "--ctx", "128", "--cache-dir", tmp_path / "cache", *flags)
+    return _ok("tokenize", model, "--decode", out.rpartition("ids=")[2].strip()).removesuffix("\n")
+
+
 def test_a_scripted_session(text_model, tmp_path):
-    child = _spawn(text_model, tmp_path, "--max-new-tokens", "6", "--temperature", "0.8", "--seed", "4")
+    flags = ["--max-new-tokens", "6", "--temperature", "0.8", "--seed", "4"]
+    child = _spawn(text_model, tmp_path, *flags)
     try:
         child.sendline("Hello there")
-        first = _reply(child)
-        assert "Hello there" in first  # the typed line is echoed by the terminal, the reply follows
+        first = _said(_reply(child), "Hello there")  # the typed line is echoed by the terminal, the reply follows
         child.sendline("And then?")
-        second = _reply(child)
-        assert "And then?" in second
+        second = _said(_reply(child), "And then?")
         child.sendline("/reset")
         child.expect_exact("history cleared")
         child.expect_exact("> ")
         child.sendline("Hello there")
-        again = _reply(child)  # a fresh history and the same seed: the first reply again
-        assert again.split("Hello there", 1)[1] == first.split("Hello there", 1)[1]
+        again = _said(_reply(child), "Hello there")  # a fresh history and the same seed: the first reply again
+        assert again == first
         child.sendline("/exit")
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
     assert child.exitstatus == 0
+    # The model saw the history: the second reply is the one to the whole conversation (the
+    # session's seed draws at the same positions as `strata generate --seed`), and not the one to
+    # the last message alone.
+    history = [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": first},
+               {"role": "user", "content": "And then?"}]
+    assert second == _generated(text_model, tmp_path, history, flags)
+    assert second != _generated(text_model, tmp_path, history[2:], flags)
 
 
 def test_ctrl_c_stops_the_reply_not_the_session(text_model, tmp_path):
@@ -57,8 +85,8 @@ def test_ctrl_c_stops_the_reply_not_the_session(text_model, tmp_path):
     child = _spawn(text_model, tmp_path, "--max-new-tokens", "200", "--target", "cuda", "--interpret")
     try:
         child.sendline("Tell me a long story")
-        child.expect_exact("Tell me a long story")
-        time.sleep(3)
+        child.expect_exact("Tell me a long story\r\n")
+        child.expect(".")  # the reply's first character: it is being written
         child.sendintr()
         child.expect_exact("reply stopped")
         child.expect_exact("> ")

@@ -1,6 +1,10 @@
 """`strata tokenize`: a tokenizer alone (an HF tokenizer directory, a vocabulary-only GGUF, a
 model directory), ids printed as llama-tokenize prints them, --decode, --messages with the chat
-template (its text or its ids), and one-line errors."""
+template (its text or its ids), and one-line errors.
+
+The real vocabularies are llama.cpp's test suite's and Qwen2's, in ../shared/refs/tokenizers beside
+the checkout (third-party files the project does not keep); the tests that read them skip, naming
+it, when it is absent. The errors are checked on the project's own tiny Llama GGUF."""
 
 from __future__ import annotations
 
@@ -8,9 +12,12 @@ import json
 
 import pytest
 
-from support import REFS, run_tool
+from support import REFS, ROOT, run_tool
 
 TOK = REFS / "tokenizers"
+needs_refs = pytest.mark.skipif(not TOK.is_dir(), reason="no ../shared/refs/tokenizers beside the checkout")
+#: Llama 2's SentencePiece vocabulary on a tiny random model, kept in the project.
+TINY_SPM = ROOT / "tests" / "runtime" / "data" / "tiny-llama-spm.gguf"
 QWEN_GGUF = TOK / "gguf" / "ggml-vocab-qwen2.gguf"
 QWEN_HF = TOK / "hf" / "qwen2"
 SPM_GGUF = TOK / "gguf" / "ggml-vocab-llama-spm.gguf"
@@ -29,6 +36,7 @@ def _ok(*args) -> str:
     return r.stdout
 
 
+@needs_refs
 @pytest.mark.parametrize("source", [QWEN_GGUF, QWEN_HF, SPM_GGUF], ids=["qwen2-gguf", "qwen2-hf", "llama-spm-gguf"])
 def test_ids_as_llama_tokenize_prints_them(source, tmp_path):
     vocab = SPM_GGUF if source == SPM_GGUF else QWEN_GGUF
@@ -40,6 +48,7 @@ def test_ids_as_llama_tokenize_prints_them(source, tmp_path):
     assert _ok(source, "--prompt", "Hello world", "--no-bos").startswith("[")
 
 
+@needs_refs
 def test_decode_and_a_file_byte_for_byte(tmp_path):
     assert _ok(QWEN_HF, "--decode", "9707,1879") == "Hello world\n"
     assert _ok(QWEN_GGUF, "--decode", "[9707, 1879]") == "Hello world\n"  # what tokenize printed
@@ -48,6 +57,7 @@ def test_decode_and_a_file_byte_for_byte(tmp_path):
     assert _ok(QWEN_HF, "--file", f) == "[9707, 1879, 198]\n"  # the trailing newline is a token
 
 
+@needs_refs
 def test_messages_through_the_chat_template(tmp_path):
     from strata.runtime.text import load_tokenizer
 
@@ -83,7 +93,7 @@ def test_bad_input_is_one_line(tmp_path, args, message):
     (tmp_path / "M.json").write_text('[{"role": "user", "content": "Hi"}]', encoding="utf-8")
     (tmp_path / "T.jinja").write_text("{% for m in messages %}\n{{ m.content }\n", encoding="utf-8")
     args = [str(tmp_path / a) if a.endswith((".json", ".jinja")) else a for a in args]
-    r = run_tool("tokenize", str(QWEN_HF), *args)
+    r = run_tool("tokenize", str(TINY_SPM), *args)
     assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 

@@ -28,7 +28,7 @@ def doc() -> dict:
 def seed() -> dict:
     found = sorted(SEEDS.glob("001_*.txt")) if SEEDS.is_dir() else []
     if not found:
-        pytest.skip("seed 001 is not available")
+        pytest.skip("no ../shared/seeds/001_*.txt beside the checkout")
     return json.loads(found[0].read_text())
 
 

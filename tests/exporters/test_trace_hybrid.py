@@ -1,4 +1,4 @@
-"""The op level of the hybrid and MoE families equals llama.cpp's own graphs (../shared/refs/llamacpp):
+"""The op level of the hybrid and MoE families equals llama.cpp's own graphs (tests/data/llamacpp):
 `strata trace` of each tiny reference checkpoint, prefill (3 tokens) and a decode step, row for
 row (node_N / leaf_N normalised); and executed on the checkpoint's weights, every op's sum is the
 one llama-eval-callback logged, to 1e-3 of the tensor's magnitude Σ|x| (llama.cpp keeps its KV
@@ -16,15 +16,12 @@ from strata.exporters.trace import parse_trace
 from strata.pipeline import entry_pipeline, load_model, lower
 from strata.semantics.op_interp import alloc_state, find_function, run_function
 from strata.verify.llamacpp import parse_callback_log
-from support import REFS, run_tool
+from support import LLAMACPP, run_tool
 
-LLAMACPP = REFS / "llamacpp"
 MODELS = ["qwen3-moe-tiny", "qwen3.5-tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"]
-#: The commands of the reference traces (the README of ../shared/refs/llamacpp): "hello" is
+#: The commands of the reference traces (tests/data/README.md): "hello" is
 #: 256, 257, 78; the decode-shaped step is "h" (71) at position 0.
 ENTRIES = {"prefill": (["--tokens", "3"], [256, 257, 78]), "decode": (["--start", "0"], [71])}
-
-pytestmark = pytest.mark.skipif(not LLAMACPP.is_dir(), reason="no ../shared/refs/llamacpp beside the checkout")
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRIES))

@@ -18,11 +18,9 @@ from strata.ir.text import print_ir
 from strata.ir.weights import WeightError, write_safetensors
 from strata.models import read_config
 from strata.pipeline import load_model
-from support import REFS, run_tool
+from support import LLAMACPP, run_tool
 
-LLAMACPP = REFS / "llamacpp"
 TINY = ["qwen3-moe-tiny", "qwen3.5-tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"]
-pytestmark = pytest.mark.skipif(not LLAMACPP.is_dir(), reason="no ../shared/refs/llamacpp beside the checkout")
 
 
 @pytest.mark.parametrize("name", TINY)

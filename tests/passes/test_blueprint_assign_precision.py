@@ -107,7 +107,7 @@ def _seed_precision(n: dict, node: NodeOp) -> dict:
 def test_fp8_bf16head_is_seed_001():
     seeds = sorted(SEEDS.glob("001_*.txt")) if SEEDS.is_dir() else []
     if not seeds:
-        pytest.skip(f"seed 001 is absent ({SEEDS} has no 001_*.txt)")
+        pytest.skip("no ../shared/seeds/001_*.txt beside the checkout")
     seed = json.loads(seeds[0].read_text())
     _, after = run("fp8-bf16head")
     ir_nodes = {n.node.data: n for n in nodes(after)}
@@ -145,7 +145,7 @@ def test_seed_nodes_without_ids_in_the_module_match_by_op_and_role():
     """The seed's nodes of every layer (not only layer 0) have the contract of their (op, role)."""
     seeds = sorted(SEEDS.glob("001_*.txt")) if SEEDS.is_dir() else []
     if not seeds:
-        pytest.skip(f"seed 001 is absent ({SEEDS} has no 001_*.txt)")
+        pytest.skip("no ../shared/seeds/001_*.txt beside the checkout")
     seed = json.loads(seeds[0].read_text())
     _, after = run("fp8-bf16head")
     by_key_and_tail: dict[tuple, NodeOp] = {}

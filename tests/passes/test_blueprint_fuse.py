@@ -75,7 +75,7 @@ def test_every_node_in_exactly_one_group_and_group_counts(layers):
     assert [g.rule.data for g in groups(m)][-4:] == ["ffn_residual_add", *SEED_GROUPS_OUTSIDE[2:]]
 
 
-@pytest.mark.skipif(not SEED, reason="seed 001 is not in ../shared/seeds")
+@pytest.mark.skipif(not SEED, reason="no ../shared/seeds/001_*.txt beside the checkout")
 def test_seed_001_grouping_and_rule_names():
     seed = json.loads(Path(SEED[0]).read_text())
     nodes = seed["nodes"]

@@ -1,6 +1,6 @@
 """`strata perplexity` is llama-perplexity: on a tiny f32 Llama GGUF with Llama 2's SentencePiece
 vocabulary, the same text and context give llama-perplexity's running and final estimates
-(its output kept beside the data by make_perplexity_data.py) within 0.1% relative; batching
+(its output kept beside the data by make_perplexity_data.py) within 0.01% relative; batching
 chunks changes nothing; the chunking, BOS rule and scored half as llama-perplexity's."""
 
 from __future__ import annotations
@@ -47,9 +47,14 @@ def test_equals_llama_perplexity(opened) -> None:
     running, ppl, err, chunks = llama_perplexity()
     got = P.run_perplexity(program, ids, CTX, 3, bos)  # 3 per call: the last call has 2 of the 8 chunks
     assert got.chunks == chunks == len(running) and got.count == chunks * (CTX - CTX // 2 - 1)
-    assert abs(got.ppl / ppl - 1) < 1e-3, (got.ppl, ppl)
-    assert abs(got.error / err - 1) < 1e-3, (got.error, err)
-    np.testing.assert_allclose([r[0] for r in got.running], running, rtol=1e-3)
+    # Both score in f32 (numpy here, ggml there) and llama-perplexity prints 9 or more significant
+    # digits, so what differs is f32 rounding in the logits and log-softmax: a PPL's relative
+    # difference is the mean NLL's absolute one. Measured: 2.4e-5 (PPL), 7e-6 (its error),
+    # 6.3e-5 (the running estimate after the first chunk, 31 tokens). Log-probabilities rounded
+    # to f16 on the way (3.7e-4 on the running estimate) fail this.
+    assert abs(got.ppl / ppl - 1) < 1e-4, (got.ppl, ppl)
+    assert abs(got.error / err - 1) < 1e-4, (got.error, err)
+    np.testing.assert_allclose([r[0] for r in got.running], running, rtol=1e-4)
 
 
 def test_batching_chunks_changes_nothing(opened) -> None:

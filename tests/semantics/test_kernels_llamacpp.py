@@ -1,6 +1,6 @@
 """Strata's op-level IR reproduces llama.cpp's own graphs and values for the hybrid families.
 
-The Qwen3.5 and Qwen3.5-MoE tiny checkpoints of ../shared/refs/llamacpp, written op by op in
+The Qwen3.5 and Qwen3.5-MoE tiny checkpoints of tests/data/llamacpp, written op by op in
 Strata's IR as llama.cpp's qwen35.cpp / qwen35moe.cpp build them (the tests stand in for the
 expansion of those families, to check the ops): the trace must equal llama.cpp's row for row,
 and every op's sum the sum that llama-eval-callback logged. The GGUF stores the
@@ -16,9 +16,7 @@ import numpy as np
 import pytest
 
 from strata.verify.llamacpp import parse_callback_log
-from support import REFS
-
-LLAMACPP = REFS / "llamacpp"
+from support import LLAMACPP
 
 E, VOCAB, N_CTX = 64, 320, 256
 HEADS, KV_HEADS, HD, N_ROT, SECTIONS = 4, 2, 32, 8, (2, 1, 1, 0)
@@ -282,8 +280,6 @@ def _callback_sums(path) -> list[tuple[str, float]]:
     return [(row.name, row.sum) for row in parse_callback_log(path).rows]
 
 
-@pytest.mark.skipif(not (LLAMACPP / "qwen3.5-tiny" / "prefill.callback.log").is_file(),
-                    reason="no llama.cpp references beside the checkout (../shared/refs/llamacpp)")
 @pytest.mark.parametrize("model", ["qwen3.5-tiny", "qwen3.5-moe-tiny"])
 @pytest.mark.parametrize("entry, tokens", [("prefill", [256, 257, 78]), ("decode", [71])])
 def test_qwen35_graph_and_values_equal_llama_cpp(model: str, entry: str, tokens: list[int]) -> None:
@@ -322,7 +318,6 @@ def test_qwen35_graph_and_values_equal_llama_cpp(model: str, entry: str, tokens:
         np.testing.assert_allclose(getattr(cpu, name).astype(np.float32), buffer.astype(np.float32), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.skipif(not LLAMACPP.is_dir(), reason="no llama.cpp references beside the checkout")
 def test_every_ggml_op_of_the_reference_graphs_has_an_op() -> None:
     """Each ggml op in the four families' traces (Qwen3-MoE, Qwen3.5, Qwen3.5-MoE, Qwen3-Next)
     is the trace row of some op of the dialect."""

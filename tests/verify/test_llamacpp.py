@@ -8,7 +8,7 @@ import pytest
 from strata.cli import main
 from strata.pipeline import load_model
 from strata.verify.llamacpp import VerifyError, compare, parse_callback_log, strata_values
-from support import REFS, tiny, write_checkpoint
+from support import LLAMACPP, tiny, write_checkpoint
 
 TOKENS = (5, 17, 3, 40)
 
@@ -69,28 +69,27 @@ def test_not_a_log(tmp_path, model_dir, capsys):
     assert "missing.log: no such llama-eval-callback log" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not (REFS / "llamacpp").is_dir(), reason="no ../shared/refs/llamacpp beside the checkout")
+#: llama.cpp's logs for the four tiny checkpoints of tests/data/llamacpp.
+REFERENCES = ["qwen3-moe-tiny", "qwen3.5-tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"]
+LOGS = [(name, entry) for name in REFERENCES for entry in ("prefill", "decode")]
+
+
 def test_reference_logs_parse():
-    for d in sorted(p for p in (REFS / "llamacpp").iterdir() if p.is_dir()):
+    for d in (LLAMACPP / name for name in REFERENCES):
         for entry in ("prefill", "decode"):
             log = parse_callback_log(d / f"{entry}.callback.log")
             assert len(log.tokens) == (3 if entry == "prefill" else 1) and len(log.rows) > 50
 
 
-LOGS = [(d.name, entry) for d in sorted((REFS / "llamacpp").glob("*-tiny")) for entry in ("prefill", "decode")]
-
-
-@pytest.mark.skipif(not LOGS, reason="no ../shared/refs/llamacpp beside the checkout")
 @pytest.mark.parametrize("name, entry", LOGS)
 def test_every_shipped_log_agrees(name, entry, capsys):
     """llama.cpp's own values for the hybrid and MoE families, op by op (its GGUF bakes 1 + w,
     -exp(A_log) and a V-head order; Strata's op.param conversions give the same tensors)."""
-    d = REFS / "llamacpp" / name
+    d = LLAMACPP / name
     assert main(["verify", str(d), "--against", str(d / f"{entry}.callback.log")]) == 0
     assert "ops agree" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(not LOGS, reason="no ../shared/refs/llamacpp beside the checkout")
 def test_a_wrong_weight_is_found_where_it_is_used(tmp_path, capsys):
     import shutil
 
@@ -99,10 +98,10 @@ def test_a_wrong_weight_is_found_where_it_is_used(tmp_path, capsys):
     from strata.ir.weights import write_safetensors
 
     d = tmp_path / "m"
-    shutil.copytree(REFS / "llamacpp" / "qwen3.5-tiny", d)
+    shutil.copytree(LLAMACPP / "qwen3.5-tiny", d)
     tensors = load_file(str(d / "model.safetensors"))
     tensors["model.layers.1.linear_attn.A_log"] = tensors["model.layers.1.linear_attn.A_log"] + 0.5
     write_safetensors(d / "model.safetensors", tensors, {"format": "pt"})
-    assert main(["verify", str(d), "--against", str(REFS / "llamacpp" / "qwen3.5-tiny" / "prefill.callback.log")]) == 1
+    assert main(["verify", str(d), "--against", str(LLAMACPP / "qwen3.5-tiny" / "prefill.callback.log")]) == 1
     out = capsys.readouterr().out
     assert "diverges: MUL 'gate-1'" in out, out

@@ -12,7 +12,7 @@ import pytest
 
 from strata.cli import main
 from strata.pipeline import load_model
-from support import REFS
+from support import LLAMACPP
 
 DATA = Path(__file__).resolve().parent / "data"
 LLAMAS = ("llama-tiny", "llama3-tiny")
@@ -73,11 +73,10 @@ def test_norm_topk_prob_false_is_named_where_it_shows(capsys):
         assert rc == 0 and out.startswith("all 108 ops agree"), out
 
 
-@pytest.mark.skipif(not (REFS / "llamacpp" / "qwen3-next-tiny").is_dir(), reason="no ../shared/refs/llamacpp")
 def test_norm_topk_prob_false_is_named_for_qwen3_next_too(tmp_path, capsys):
     """qwen3next.cpp renormalises too; the log of the norm_topk_prob: true model is llama.cpp's
     for the false one (the GGUF has no key for it)."""
-    ref = REFS / "llamacpp" / "qwen3-next-tiny"
+    ref = LLAMACPP / "qwen3-next-tiny"
     d = tmp_path / "next"
     shutil.copytree(ref, d, ignore=shutil.ignore_patterns("*.log", "*.txt"))
     config = json.loads((d / "config.json").read_text())

@@ -1,4 +1,4 @@
-// convert-module-to-op on the Qwen3.5-MoE tiny checkpoint of ../shared/refs/llamacpp
+// convert-module-to-op on the Qwen3.5-MoE tiny checkpoint of tests/data/llamacpp
 // (Inputs/qwen35moe_4l.mlir: three Gated DeltaNet layers, then gated attention; routed
 // experts and a shared expert in every layer), as llama.cpp's qwen35moe.cpp builds it.
 

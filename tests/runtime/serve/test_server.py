@@ -193,14 +193,20 @@ def test_faults_are_errors_and_leak_nothing(server):
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0).models.list()
 
-    # a client gone mid-stream: its request is cancelled and its pages freed
+    # a client gone mid-stream: its request is cancelled, stops early and its pages are freed
+    # (uncancelled, the 120 tokens take about 0.15 s here; the cancel comes after one or two)
+    before, longest = _metrics(server), 120
     with httpx2.Client(timeout=30) as c:
         with c.stream("POST", server.url + "/v1/completions", headers=AUTH,
-                      json={"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0, "stream": True}) as r:
+                      json={"prompt": "Once upon a time", "max_tokens": longest, "temperature": 0, "stream": True}) as r:
             lines = r.iter_lines()
             assert next(lines).startswith("data: ")
     m = _idle(server)
     assert m["strata_requests_running"] == 0 and m["strata_kv_pages_used"] == 0
+    cancelled = 'strata_requests_finished_total{finish_reason="cancelled"}'
+    assert m.get(cancelled, 0) - before.get(cancelled, 0) == 1, server.stderr()
+    made = m["strata_generation_tokens_total"] - before["strata_generation_tokens_total"]
+    assert made < longest, server.stderr()
     assert httpx2.get(server.url + "/health").json() == {"status": "ok"}
     assert "request " in server.stderr() and "Traceback" not in server.stderr()
 

@@ -161,6 +161,10 @@ def test_generate_greedy(models, compiled):
 # The generated module
 
 
+#: Environment variables of OpenBLAS, OpenMP, MKL, GotoBLAS, BLIS, Accelerate and numexpr.
+BLAS_SETTINGS = ("OPENBLAS_", "OMP_", "MKL_", "GOTO", "BLIS_", "VECLIB_", "NUMEXPR_")
+
+
 def test_generated_code_is_self_contained(models, compiled, tmp_path):
     out = compiled["llama", True]
     source = (out / "model.py").read_text()
@@ -197,7 +201,10 @@ def test_generated_code_is_self_contained(models, compiled, tmp_path):
         np.testing.assert_array_equal(got, np.load("want.npy"))
         print("ok")
     """)
-    env = {"PYTHONPATH": os.pathsep.join(sorted(site) + [str(out)]), "PATH": os.environ.get("PATH", "")}
+    # The BLAS and thread settings travel with it: they choose which kernel (and so which last bit)
+    # numpy's GEMM computes, and this checks the generated code, not the BLAS.
+    blas = {k: v for k, v in os.environ.items() if k.startswith(BLAS_SETTINGS)}
+    env = {"PYTHONPATH": os.pathsep.join(sorted(site) + [str(out)]), "PATH": os.environ.get("PATH", ""), **blas}
     r = subprocess.run([sys.executable, "-S", "-c", script], check=False, cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

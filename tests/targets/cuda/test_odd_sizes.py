@@ -401,6 +401,7 @@ def test_quantized_weights_at_odd_sizes(odd_checkpoints, cfg, recipe):
     """The GEMV (1 row) and GEMM (70 rows) of each weight format on every projection, experts
     included (60 of them with fp8, 6 with int4): fp8 blocks of 128 and int4 blocks along K
     larger than the odd dims."""
+    ran = set()  # (mode, node kind, weight element) of each quantizable node that ran
     for mode in ("decode", "prefill"):
         b = blueprint(odd_checkpoints, cfg, mode, recipe)
         rows = 1 if mode == "decode" else ROWS
@@ -409,6 +410,12 @@ def test_quantized_weights_at_odd_sizes(odd_checkpoints, cfg, recipe):
             kind = tuple(op.name.removeprefix("blueprint.") for op in nodes)
             if set(kind) & set(QUANTIZED):
                 run_group(b, g, _rows(kind, rows), POS[mode])
+                ran |= {(mode, op.name.removeprefix("blueprint."), b.weight_elem(op)) for op in nodes
+                        if op.name.removeprefix("blueprint.") in QUANTIZED}
+    # The recipe's format reached the kernels: the projections, and the experts where there are some.
+    quantized = {"fp8-bf16head": "fp8", "w4a16": "int4"}[recipe]
+    kinds = ("linear", "expert_gate_up", "expert_down") if cfg in ("odd_qwen3_next", "odd_qwen35_moe") else ("linear",)
+    assert {(mode, kind, quantized) for mode in ("decode", "prefill") for kind in kinds} <= ran, sorted(ran)
 
 
 # ---------------------------------------------------------------------------------------------

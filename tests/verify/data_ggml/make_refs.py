@@ -72,7 +72,7 @@ SPECS: dict[str, dict] = {
                "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
                "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
                                    "mrope_section": [4, 6, 6], "mrope_interleaved": True}},
-    # ../shared/refs/llamacpp/qwen3.5-moe-tiny's spec: 8 experts, 2 per token, a shared expert,
+    # tests/data/llamacpp/qwen3.5-moe-tiny's spec: 8 experts, 2 per token, a shared expert,
     # 3 Gated DeltaNet layers and a gated attention layer; value heads of 16 (half a Q8_0 block).
     "qwen35moe": json.loads((ORACLE / "specs" / "qwen3.5-moe-tiny.json").read_text()) if ORACLE.is_dir() else {},
 }

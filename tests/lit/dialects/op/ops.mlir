@@ -302,7 +302,7 @@ func.func @flash_attn_ext(%q: tensor<4x5x16xf32>, %k: tensor<2x8x16xf32>, %v: te
 }
 
 // The ops of the hybrid and MoE families (Qwen3-MoE, Qwen3.5, Qwen3-Next), with the
-// shapes of llama.cpp's graphs for the tiny checkpoints in ../shared/refs/llamacpp.
+// shapes of llama.cpp's graphs for the tiny checkpoints in tests/data/llamacpp.
 
 // CHECK-LABEL: func.func @hybrid_inputs(
 // CHECK-NEXT:    %p = op.input "mrope_positions" {name = "inp_pos"} : tensor<12xi32>

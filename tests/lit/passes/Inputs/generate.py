@@ -33,8 +33,8 @@ MODELS = {
                             rope_theta=1000000.0, tie_word_embeddings=True),
 }
 
-#: Hybrid models, from llama.cpp's reference checkpoints beside the checkout.
-REFS = {"qwen35moe_4l.mlir": HERE.parents[4] / "shared" / "refs" / "llamacpp" / "qwen3.5-moe-tiny"}
+#: Hybrid models, from llama.cpp's reference checkpoints (tests/data/llamacpp).
+REFS = {"qwen35moe_4l.mlir": HERE.parents[2] / "data" / "llamacpp" / "qwen3.5-moe-tiny"}
 
 #: SmoothQuant's input for the smoothquant pass's tests: the `linears` section of `strata
 #: calibrate` on seeded random weights of these models (2 random prompts of 4 tokens).
