@@ -43,13 +43,6 @@ def test_the_record_reads_back():
     assert (origin.kind.data, origin.instance, origin.member_name) == ("std.nn.linear", "layers.0.attention.q_proj", None)
 
 
-def test_carry_origin_keeps_a_records_own():
-    module = _parse(TEXT)
-    param, mm = list(module.walk())[2:4]
-    O.carry_origin(param, mm)  # mm has its own record: it stays
-    assert O.origin_of(mm).member_name is None
-
-
 @pytest.mark.parametrize("bad, error", [
     ('#op.block<"", "layers.0">', VerifyException),
     ('#op.block<"std.nn.linear", "layers..0">', VerifyException),

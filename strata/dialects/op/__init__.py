@@ -90,7 +90,7 @@ from strata.dialects.op.layout import (
 from strata.dialects.op.leaves import INPUT_KINDS, LEAF_OPS, PARAM_CONVERSIONS, ConstantOp, InputOp, ParamOp, StateOp
 from strata.dialects.op.loops import GenerateOp, GenerateSampledOp, GenerateUntilOp
 from strata.dialects.op.matmul import MulMatIdOp, MulMatOp, TargetLogProbsOp
-from strata.dialects.op.origin import ORIGIN, BlockOriginAttr, carry_origin, origin_of
+from strata.dialects.op.origin import ORIGIN, BlockOriginAttr, origin_of
 from strata.dialects.op.reduce import SORT_ORDERS, ArgmaxOp, ArgsortOp, RmsNormOp, SumRowsOp
 from strata.dialects.op.sampling import SAMPLE_PARAMS, SAMPLER, SampleOp, sampler_function
 from strata.dialects.op.ssm import GatedDeltaNetOp, GatedDeltaNetSeqOp, SsmConvOp
@@ -163,5 +163,5 @@ __all__ = [
     "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp", "SAMPLE_PARAMS", "SAMPLER", "SampleOp", "sampler_function",
     "COLLECTIVE_OPS", "GROUPS", "CollectiveOp", "AllReduceOp", "AllGatherOp", "GetRowsShardedOp", "MulMatIdShardedOp",
     "group_attrs", "GatedDeltaNetSeqOp", "TargetLogProbsOp", "GenerateOp", "GenerateUntilOp",
-    "GenerateSampledOp", "ORIGIN", "BlockOriginAttr", "origin_of", "carry_origin",
+    "GenerateSampledOp", "ORIGIN", "BlockOriginAttr", "origin_of",
 ]

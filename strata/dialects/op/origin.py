@@ -12,7 +12,7 @@ The root instance (the whole model) has the path "": its host inputs and what an
 around the layers (the device loops, the sampler's draw) are the model's. The later levels
 group ops by this record (convert-op-to-blueprint makes one blueprint block of each layer's
 mixer and FFN), so they need not recognise a block by its tensors' names, which are the
-family's. A pass that replaces ops carries the record of what it replaces.
+family's. A pass that replaces ops must give the new ones the record of what they replace.
 """
 
 from __future__ import annotations
@@ -84,11 +84,3 @@ def origin_of(op: Operation) -> BlockOriginAttr | None:
     attr = op.attributes.get(ORIGIN)
     return attr if isinstance(attr, BlockOriginAttr) else None
 
-
-def carry_origin(source: Operation, *targets: Operation) -> None:
-    """Give the ops that replace `source` its record (where they have none of their own)."""
-    origin = origin_of(source)
-    if origin is None:
-        return
-    for op in targets:
-        op.attributes.setdefault(ORIGIN, origin)

@@ -1,7 +1,7 @@
 """The recognisers of convert-op-to-blueprint: one per kind of block (embedding, Gated
 DeltaNet, attention, sparse MoE, dense FFN, head). Each finds its subgraphs in the op level
-from their anchors (the params of its block instances, by the members' names below the
-layer: `attention.q_proj.weight`, and the ops using them), reads the hyperparameters and
+from their anchors (the params of its block instances, by the instances' paths below the
+layer, `attention.q_proj`, and the members' names; and the ops using them), reads the hyperparameters and
 sizes off those ops, and emits the block's blueprint nodes in the block's order. Which
 recogniser a layer's mixer and FFN take is their block kind (`MIXERS`, `FFNS`).
 
@@ -56,23 +56,24 @@ FFNS = {"std.moe.sparse": "moe_ffn", "std.nn.mlp": "ffn"}
 
 
 class Members:
-    """The params below one block instance (a layer, the model), by their path below it and
-    the member's name: `attention.q_proj.weight` is member `weight` of `<path>.attention.q_proj`."""
+    """The params below one block instance (a layer, the model), by the path of their instance
+    below it: `p["attention.q_proj"]` is the `weight` of `<path>.attention.q_proj`, and
+    `p["attention", "conv1d"]` the member `conv1d` of `<path>.attention`."""
 
     def __init__(self, graph: OpGraph, path: str):
         self.graph, self.path = graph, path
 
-    def _where(self, key: str) -> tuple[str, str]:
-        sub, _, member = key.rpartition(".")
+    def _where(self, key: str | tuple[str, str]) -> tuple[str, str]:
+        sub, member = key if isinstance(key, tuple) else (key, "weight")
         return ".".join(p for p in (self.path, sub) if p), member
 
-    def __getitem__(self, key: str) -> O.ParamOp:
+    def __getitem__(self, key: str | tuple[str, str]) -> O.ParamOp:
         return self.graph.param(*self._where(key))
 
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: str | tuple[str, str]) -> bool:
         return bool(self.graph.params_of(*self._where(key)))
 
-    def all(self, key: str) -> list[O.ParamOp]:
+    def all(self, key: str | tuple[str, str]) -> list[O.ParamOp]:
         return self.graph.params_of(*self._where(key))
 
     def kind(self, sub: str) -> str | None:
@@ -220,39 +221,39 @@ def gdn(em: Emitter, layer: int, p: Members, h: SSAValue) -> SSAValue:
     """A Gated DeltaNet block: input norm, qkvz and ba projections, gates, conv (+ its
     snapshot outside prefill), l2 norm, recurrence, gated norm, out projection, residual add."""
     g, d, blk = em.graph, em.dims, f"l{layer}.gdn"
-    net = g.reach(g.user(p["attention.conv1d"].result, O.SsmConvOp, "op.ssm_conv").results[0],
+    net = g.reach(g.user(p["attention", "conv1d"].result, O.SsmConvOp, "op.ssm_conv").results[0],
                   O.GatedDeltaNetOp, "op.gated_delta_net")
     _, _, dk = shape(net.operands[0])
     _, hv, dv = shape(net.operands[2])
     # q and k may reach the op repeated to the value heads: the key heads come from the conv's
     # channels, 2 * lin_k_heads * lin_k_dim + lin_v_heads * lin_v_dim.
-    channels = shape(p["attention.conv1d"].result)[0]
+    channels = shape(p["attention", "conv1d"].result)[0]
     hk = (channels - hv * dv) // (2 * dk)
     d.set("lin_k_heads", hk, "op.ssm_conv's channels")
     d.set("lin_k_dim", dk, "op.gated_delta_net's q")
     d.set("lin_v_heads", hv, "op.gated_delta_net's v")
     d.set("lin_v_dim", dv, "op.gated_delta_net's v")
-    xn = _norm(em, B.RmsNormOp, blk, "input_norm", p["attention_norm.weight"], h)
+    xn = _norm(em, B.RmsNormOp, blk, "input_norm", p["attention_norm"], h)
     qkvz = _linear(em, blk, "qkvz", "qkvz", xn, list(_qkv_z(g, p)), "qkvz",
                    "lin_k_heads*lin_k_dim*2+lin_v_heads*lin_v_dim*2")
     gates_point = {"gate": "softplus", "decay": "head" if shape(net.operands[3])[-1] == 1 else "channel"}
-    if "attention.in_proj_ba.weight" in p:
+    if "attention.in_proj_ba" in p:
         # llama.cpp's ssm_ba holds [b | a] per key head; the node reads all b rows, then all a rows.
         r = hv // hk
-        name = p["attention.in_proj_ba.weight"].tensor_name.data
-        d.check("lin_v_heads*2", shape(p["attention.in_proj_ba.weight"].result)[0], name)
-        g.mul_mat_of(p["attention.in_proj_ba.weight"])
+        name = p["attention.in_proj_ba"].tensor_name.data
+        d.check("lin_v_heads*2", shape(p["attention.in_proj_ba"].result)[0], name)
+        g.mul_mat_of(p["attention.in_proj_ba"])
         (ba,) = em.node(B.LinearOp, blk, "ba", [xn], [("ba", "n", "lin_v_heads*2", _f32())],
                         param=em.weight(name, "ungroup_rows", [hk, 0, 2, r, r]), role="ba")
     else:
-        ba = _linear(em, blk, "ba", "ba", xn, [p["attention.in_proj_b.weight"], p["attention.in_proj_a.weight"]], "ba",
+        ba = _linear(em, blk, "ba", "ba", xn, [p["attention.in_proj_b"], p["attention.in_proj_a"]], "ba",
                      "lin_v_heads*2", _f32())
     decay, beta = em.node(B.GdnGatesOp, blk, "gates", [ba],
                           [("decay", "n", "lin_v_heads", _f32()), ("beta", "n", "lin_v_heads", _f32())],
-                          weights=_strings([em.weight(p["attention.A_log"].tensor_name.data).data,
-                                            em.weight(p["attention.dt_bias"].tensor_name.data).data]),
+                          weights=_strings([em.weight(p["attention", "A_log"].tensor_name.data).data,
+                                            em.weight(p["attention", "dt_bias"].tensor_name.data).data]),
                           point=gates_point)
-    conv_op = g.user(p["attention.conv1d"].result, O.SsmConvOp, "op.ssm_conv")
+    conv_op = g.user(p["attention", "conv1d"].result, O.SsmConvOp, "op.ssm_conv")
     concat = root(conv_op.operands[0]).owner
     if not isinstance(concat, O.ConcatOp):
         raise ConversionError(f"convert-op-to-blueprint: {blk}'s op.ssm_conv does not read [state | rows]")
@@ -260,7 +261,7 @@ def gdn(em: Emitter, layer: int, p: Members, h: SSAValue) -> SSAValue:
     conv_dim = d.check("lin_k_heads*lin_k_dim*2+lin_v_heads*lin_v_dim", shape(conv_op.results[0])[-1],
                        f"{blk}.conv")
     (conv,) = em.node(B.Conv1dUpdateOp, blk, "conv", [qkvz], [("conv", "n", conv_dim, _f32())],
-                      param=em.weight(p["attention.conv1d"].tensor_name.data),
+                      param=em.weight(p["attention", "conv1d"].tensor_name.data),
                       effects=_effects(("conv", "update")), slots=_strings([conv_slot]))
     if em.mode != "prefill":
         em.node(B.StateSnapshotOp, blk, "conv_ckpt", [conv], [],
@@ -278,12 +279,12 @@ def gdn(em: Emitter, layer: int, p: Members, h: SSAValue) -> SSAValue:
                       effects=_effects(("h", "update")), slots=_strings([h_slot]),
                       point={"decay": gates_point["decay"], "gate_act": "silu"},
                       grouped=_grouped(net, hk, hv))
-    _, norm = g.normed(p["attention.norm.weight"])
+    _, norm = g.normed(p["attention.norm"])
     (gated,) = em.node(B.GatedRmsNormOp, blk, "out_norm", [qkvz, core],
                        [("gated", "n", "lin_v_heads*lin_v_dim", None)],
-                       param=em.weight(p["attention.norm.weight"].tensor_name.data), eps=float_attr(norm, "eps"))
-    o = _linear(em, blk, "out", "gdn_out", gated, [p["attention.out_proj.weight"]], "o", "hidden")
-    o = reduced(em, blk, g.mul_mat_of(p["attention.out_proj.weight"]), o, "o_sum")
+                       param=em.weight(p["attention.norm"].tensor_name.data), eps=float_attr(norm, "eps"))
+    o = _linear(em, blk, "out", "gdn_out", gated, [p["attention.out_proj"]], "o", "hidden")
+    o = reduced(em, blk, g.mul_mat_of(p["attention.out_proj"]), o, "o_sum")
     (y,) = em.node(B.ResidualAddOp, blk, "add", [h, o], [("y", "n", "hidden", None)])
     return y
 
@@ -291,9 +292,9 @@ def gdn(em: Emitter, layer: int, p: Members, h: SSAValue) -> SSAValue:
 def _qkv_z(g: OpGraph, p: Members) -> tuple[O.ParamOp, O.ParamOp]:
     """The qkv and z projections' weights: their own Linears, or the two pieces llama.cpp's
     converter makes of one `in_proj_qkvz` (qkv: the piece whose product the conv reads)."""
-    if "attention.in_proj_qkvz.weight" not in p:
-        return p["attention.in_proj_qkv.weight"], p["attention.in_proj_z.weight"]
-    pieces = p.all("attention.in_proj_qkvz.weight")
+    if "attention.in_proj_qkvz" not in p:
+        return p["attention.in_proj_qkv"], p["attention.in_proj_z"]
+    pieces = p.all("attention.in_proj_qkvz")
     conv_reads = [w for w in pieces if g.users(g.mul_mat_of(w).results[0], O.ConcatOp)]
     if len(pieces) != 2 or len(conv_reads) != 1:
         raise ConversionError("convert-op-to-blueprint: in_proj_qkvz is not read as two pieces, qkv (into the "
@@ -324,27 +325,27 @@ def attention(em: Emitter, layer: int, p: Members, h: SSAValue) -> SSAValue:
     """An attention block: input norm, q (with its gate), k, v, q/k norms, rope, KV write,
     attention over the cache, the output gate, o, residual add."""
     g, d, blk = em.graph, em.dims, f"l{layer}.attn"
-    q_mm, k_mm, v_mm = (g.mul_mat_of(p[f"attention.{w}_proj.weight"]) for w in "qkv")
+    q_mm, k_mm, v_mm = (g.mul_mat_of(p[f"attention.{w}_proj"]) for w in "qkv")
     q_rope, k_rope = _rope_of(g, q_mm.results[0]), _rope_of(g, k_mm.results[0])
     _, heads, hd = shape(q_rope.operands[0])
     _, kv_heads, _ = shape(k_rope.operands[0])
     d.set("q_heads", heads, f"{blk}'s q rope")
     d.set("kv_heads", kv_heads, f"{blk}'s k rope")
     d.set("head_dim", hd, f"{blk}'s q rope")
-    gated = shape(p["attention.q_proj.weight"].result)[0] == 2 * heads * hd
-    xn = _norm(em, B.RmsNormOp, blk, "input_norm", p["attention_norm.weight"], h)
+    gated = shape(p["attention.q_proj"].result)[0] == 2 * heads * hd
+    xn = _norm(em, B.RmsNormOp, blk, "input_norm", p["attention_norm"], h)
     q_dim = "q_heads*head_dim*2" if gated else "q_heads*head_dim"
-    q = _linear(em, blk, "q", "q", xn, [p["attention.q_proj.weight"]], "qg" if gated else "q", q_dim)
+    q = _linear(em, blk, "q", "q", xn, [p["attention.q_proj"]], "qg" if gated else "q", q_dim)
     gate = None
     if gated:
         q, gate = em.node(B.SplitOp, blk, "q_split", [q], [("q", "n", "q_heads*head_dim", None),
                                                             ("gate", "n", "q_heads*head_dim", None)],
                           point={"layout": "interleaved"})
-    k = _linear(em, blk, "k", "k", xn, [p["attention.k_proj.weight"]], "k", "kv_heads*head_dim")
-    v = _linear(em, blk, "v", "v", xn, [p["attention.v_proj.weight"]], "v", "kv_heads*head_dim")
-    if "attention.q_norm.weight" in p:
-        q = _norm_heads(em, blk, "q_norm", p["attention.q_norm.weight"], q, "qn", "q_heads*head_dim")
-        k = _norm_heads(em, blk, "k_norm", p["attention.k_norm.weight"], k, "kn", "kv_heads*head_dim")
+    k = _linear(em, blk, "k", "k", xn, [p["attention.k_proj"]], "k", "kv_heads*head_dim")
+    v = _linear(em, blk, "v", "v", xn, [p["attention.v_proj"]], "v", "kv_heads*head_dim")
+    if "attention.q_norm" in p:
+        q = _norm_heads(em, blk, "q_norm", p["attention.q_norm"], q, "qn", "q_heads*head_dim")
+        k = _norm_heads(em, blk, "k_norm", p["attention.k_norm"], k, "kn", "kv_heads*head_dim")
     rope = {key: q_rope.attributes[key] for key in ("mode", "n_dims", "freq_base", "freq_scale", "sections")
             if key in q_rope.attributes}
     if q_rope.freq_factors is not None:  # llama3 scaling: each pair's frequency divided by its factor
@@ -369,8 +370,8 @@ def attention(em: Emitter, layer: int, p: Members, h: SSAValue) -> SSAValue:
                    scale=float_attr(flash[0], "scale"))
     if gate is not None:
         (a,) = em.node(B.SigmoidGateMulOp, blk, "gate_mul", [gate, a], [("ag", "n", "q_heads*head_dim", None)])
-    o = _linear(em, blk, "o", "o", a, [p["attention.o_proj.weight"]], "o", "hidden")
-    o = reduced(em, blk, g.mul_mat_of(p["attention.o_proj.weight"]), o, "o_sum")
+    o = _linear(em, blk, "o", "o", a, [p["attention.o_proj"]], "o", "hidden")
+    o = reduced(em, blk, g.mul_mat_of(p["attention.o_proj"]), o, "o_sum")
     (y,) = em.node(B.ResidualAddOp, blk, "add", [h, o], [("y", "n", "hidden", None)])
     return y
 
@@ -383,53 +384,53 @@ def _norm_heads(em: Emitter, blk: str, name: str, param: O.ParamOp, x: SSAValue,
 
 
 def _post_norm(em: Emitter, blk: str, p: Members, h: SSAValue) -> SSAValue:
-    return _norm(em, B.RmsNormOp, blk, "post_norm", p["mlp_norm.weight"], h)
+    return _norm(em, B.RmsNormOp, blk, "post_norm", p["mlp_norm"], h)
 
 
 def moe(em: Emitter, layer: int, p: Members, h: SSAValue) -> SSAValue:
     """A sparse MoE block: post norm, router, top-k, routed experts (gate-up, SiLU, down),
     the shared expert and its gate when there is one, the blend, residual add."""
     g, d, blk = em.graph, em.dims, f"l{layer}.moe_ffn"
-    _, inter, _ = shape(p["mlp.gate_exps"].result)
+    _, inter, _ = shape(p["mlp", "gate_exps"].result)
     # the router's experts: all of them (a rank's expert weights hold fewer with whole experts per rank)
-    d.set("experts", shape(p["mlp.router.weight"].result)[0], p["mlp.router.weight"].tensor_name.data)
-    d.set("moe_inter", inter, p["mlp.gate_exps"].tensor_name.data)
-    whole_experts = bool(g.users(p["mlp.gate_exps"].result, O.MulMatIdShardedOp))
+    d.set("experts", shape(p["mlp.router"].result)[0], p["mlp.router"].tensor_name.data)
+    d.set("moe_inter", inter, p["mlp", "gate_exps"].tensor_name.data)
+    whole_experts = bool(g.users(p["mlp", "gate_exps"].result, O.MulMatIdShardedOp))
     by_rank = sharded_attrs(em) if whole_experts else {}
-    gate_id = g.user(p["mlp.gate_exps"].result, (O.MulMatIdOp, O.MulMatIdShardedOp), "op.mul_mat_id")
+    gate_id = g.user(p["mlp", "gate_exps"].result, (O.MulMatIdOp, O.MulMatIdShardedOp), "op.mul_mat_id")
     d.set("top_k", shape(gate_id.operands[2])[-1], f"{blk}'s expert ids")
-    logits_mm = g.mul_mat_of(p["mlp.router.weight"])
+    logits_mm = g.mul_mat_of(p["mlp.router"])
     norm_topk = _normalises(g, logits_mm)
     xn = _post_norm(em, blk, p, h)
     (logits,) = em.node(B.RouterOp, blk, "router", [xn], [("router_logits", "n", "experts", None)],
-                        param=em.weight(p["mlp.router.weight"].tensor_name.data))
+                        param=em.weight(p["mlp.router"].tensor_name.data))
     topk_w, topk_id = em.node(B.TopKOp, blk, "top_k", [logits], [("topk_w", "n", "top_k", _f32()),
                                                                    ("topk_id", "n", "top_k", i32)],
                               norm=norm_topk)
     shared = p.kind("mlp.shared_expert") is not None
     (egu,) = em.node(B.ExpertGateUpOp, blk, "experts_gate_up", [xn, topk_id],
                      [("egu", "n*top_k", "moe_inter*2", None)],
-                     param=em.weight(p["mlp.gate_exps"].tensor_name.data),
-                     concat=_strings([em.weight(p["mlp.up_exps"].tensor_name.data).data]), **by_rank)
+                     param=em.weight(p["mlp", "gate_exps"].tensor_name.data),
+                     concat=_strings([em.weight(p["mlp", "up_exps"].tensor_name.data).data]), **by_rank)
     sgu = None
     if shared:
-        d.set("shared_inter", shape(p["mlp.shared_expert.gate.weight"].result)[0],
-              p["mlp.shared_expert.gate.weight"].tensor_name.data)
+        d.set("shared_inter", shape(p["mlp.shared_expert.gate"].result)[0],
+              p["mlp.shared_expert.gate"].tensor_name.data)
         sgu = _linear(em, blk, "shared_gate_up", "shared_gate_up", xn,
-                      [p["mlp.shared_expert.gate.weight"], p["mlp.shared_expert.up.weight"]], "sgu", "shared_inter*2")
+                      [p["mlp.shared_expert.gate"], p["mlp.shared_expert.up"]], "sgu", "shared_inter*2")
     (eact,) = em.node(B.SiluMulOp, blk, "experts_act", [egu], [("eact", "n*top_k", "moe_inter", _f32())])
     (edown,) = em.node(B.ExpertDownOp, blk, "experts_down", [eact, topk_id], [("edown", "n*top_k", "hidden", None)],
-                       param=em.weight(p["mlp.down_exps"].tensor_name.data), **by_rank)
+                       param=em.weight(p["mlp", "down_exps"].tensor_name.data), **by_rank)
     blend_in = [topk_w, edown]
     point = None
     if sgu is not None:
         (sact,) = em.node(B.SiluMulOp, blk, "shared_act", [sgu], [("sact", "n", "shared_inter", _f32())])
-        sdown = _linear(em, blk, "shared_down", "shared_down", sact, [p["mlp.shared_expert.down.weight"]], "sdown", "hidden")
-        sg = _linear(em, blk, "shared_gate", "shared_gate", xn, [p["mlp.shared_expert_gate.weight"]], "sg", "1", _f32())
+        sdown = _linear(em, blk, "shared_down", "shared_down", sact, [p["mlp.shared_expert.down"]], "sdown", "hidden")
+        sg = _linear(em, blk, "shared_gate", "shared_gate", xn, [p["mlp.shared_expert_gate"]], "sg", "1", _f32())
         blend_in += [sdown, sg]
         point = {"shared_gate": "sigmoid"}
     (f,) = em.node(B.BlendOp, blk, "blend", blend_in, [("f", "n", "hidden", None)], point=point)
-    down_id = g.user(p["mlp.down_exps"].result, (O.MulMatIdOp, O.MulMatIdShardedOp), "op.mul_mat_id")
+    down_id = g.user(p["mlp", "down_exps"].result, (O.MulMatIdOp, O.MulMatIdShardedOp), "op.mul_mat_id")
     f = reduced(em, blk, down_id, f, "f_sum", depth=d["top_k"] + 8)  # past the slots' views and sums
     (y,) = em.node(B.ResidualAddOp, blk, "add", [h, f], [("y", "n", "hidden", None)])
     return y
@@ -448,12 +449,12 @@ def _normalises(g: OpGraph, logits_mm) -> bool:
 def ffn(em: Emitter, layer: int, p: Members, h: SSAValue) -> SSAValue:
     """A dense SwiGLU FFN block: post norm, merged gate-up projection, SiLU, down, residual add."""
     d, blk = em.dims, f"l{layer}.ffn"
-    d.set("inter", shape(p["mlp.gate.weight"].result)[0], p["mlp.gate.weight"].tensor_name.data)
+    d.set("inter", shape(p["mlp.gate"].result)[0], p["mlp.gate"].tensor_name.data)
     xn = _post_norm(em, blk, p, h)
-    gu = _linear(em, blk, "gate_up", "gate_up", xn, [p["mlp.gate.weight"], p["mlp.up.weight"]], "gu", "inter*2")
+    gu = _linear(em, blk, "gate_up", "gate_up", xn, [p["mlp.gate"], p["mlp.up"]], "gu", "inter*2")
     (act,) = em.node(B.SiluMulOp, blk, "act", [gu], [("act", "n", "inter", _f32())])
-    dn = _linear(em, blk, "down", "down", act, [p["mlp.down.weight"]], "d", "hidden")
-    dn = reduced(em, blk, em.graph.mul_mat_of(p["mlp.down.weight"]), dn, "d_sum")
+    dn = _linear(em, blk, "down", "down", act, [p["mlp.down"]], "d", "hidden")
+    dn = reduced(em, blk, em.graph.mul_mat_of(p["mlp.down"]), dn, "d_sum")
     (y,) = em.node(B.ResidualAddOp, blk, "add", [h, dn], [("y", "n", "hidden", None)])
     return y
 
