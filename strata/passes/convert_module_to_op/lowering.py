@@ -293,11 +293,6 @@ class Lowering:
         finally:  # what an entry builds after its model's call is the model's too
             self.g.origin = outer if outer is not None else origin
 
-    @property
-    def root_origin(self) -> O.BlockOriginAttr | None:
-        """The record of the model (the instance of the first `call`)."""
-        return self._root
-
     @staticmethod
     def suffix(inst: BlockInstance) -> str:
         """llama.cpp's tensor-name suffix: `-<layer>` inside a layer, none outside."""

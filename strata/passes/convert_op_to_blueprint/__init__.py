@@ -9,9 +9,9 @@ nodes are grouped by it: the model's `embedding` makes the embed block, each lay
 (`std.attn.gated_delta_net` a Gated DeltaNet, `std.attn.grouped_query` and `std.attn.gated`
 attention) and of its `mlp` sub (`std.moe.sparse` a sparse MoE, `std.nn.mlp` a dense FFN),
 and the model's `norm` and `lm_head` the head. The params' tensor names (the family's) only
-name the weights the nodes read. Sibling projections of one input are merged as seed 001 merges them
-(qkv + z -> `qkvz`, b + a -> `ba`, gate + up -> `gate_up`): a linear's `concat` lists the
-weights whose rows follow its `param`'s.
+name the weights the nodes read. Sibling projections of one input are merged as seed 001
+merges them (qkv + z -> `qkvz`, b + a -> `ba`, gate + up -> `gate_up`): a linear's `concat`
+lists the weights whose rows follow its `param`'s.
 
 The function is `(tokens: !blueprint.edge<"n", "1", i32>) -> (next ids, logits)` with
 attributes `blueprint.mode`, `blueprint.rows` (0: a prefill of any length), `blueprint.layers` (each layer's kind),

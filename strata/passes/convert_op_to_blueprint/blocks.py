@@ -1,9 +1,9 @@
 """The recognisers of convert-op-to-blueprint: one per kind of block (embedding, Gated
 DeltaNet, attention, sparse MoE, dense FFN, head). Each finds its subgraphs in the op level
-from their anchors (the params of its block instances, by the instances' paths below the
-layer, `attention.q_proj`, and the members' names; and the ops using them), reads the hyperparameters and
-sizes off those ops, and emits the block's blueprint nodes in the block's order. Which
-recogniser a layer's mixer and FFN take is their block kind (`MIXERS`, `FFNS`).
+from their anchors (the params of its block instances, by the instance's path below the
+layer, `attention.q_proj`, and the member's name; and the ops using them), reads the
+hyperparameters and sizes off those ops, and emits the block's blueprint nodes in the block's
+order. Which recogniser a layer's mixer and FFN take is their block kind (`MIXERS`, `FFNS`).
 
 Node ids are seed 001's (`l0.gdn.qkvz`), edge ids too (`l0.gdn.xn`): `<block>.<name>`,
 with blocks `embed`, `l<i>.gdn`, `l<i>.attn`, `l<i>.moe_ffn`, `l<i>.ffn` and `head`.

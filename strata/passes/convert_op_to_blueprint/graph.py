@@ -78,7 +78,8 @@ class OpGraph:
             if m:
                 found[m.group(1)].add(int(m.group(2)))
         if len(found) > 1:
-            raise ConversionError(f"convert-op-to-blueprint: the model has several arrays of layers ({', '.join(sorted(found))})")
+            raise ConversionError("convert-op-to-blueprint: the model has several arrays of layers "
+                                  f"({', '.join(sorted(found))})")
         return [(i, f"{name}.{i}") for name, indices in found.items() for i in sorted(indices)]
 
     def kind(self, path: str) -> str | None:
