@@ -206,6 +206,21 @@ def test_the_records_name_the_instances():
     assert (q.kind.data, q.instance, q.member_name) == ("std.nn.linear", "layers.1.attention.q_proj", "weight")
 
 
+def test_a_tied_weight_is_recorded_as_its_owners_member():
+    """qwen2 ties its LM head to the embedding: both reads of the table are the embedding's
+    weight (one op, to cse), the product is the LM head's."""
+    from support import TINY, lower
+
+    from strata.dialects import op as O
+
+    fn = next(f for f in lower(TINY["qwen2"], "decode").walk() if isinstance(f, func.FuncOp))
+    tables = [op for op in fn.body.block.ops if isinstance(op, O.ParamOp) and op.tensor_name.data == "token_embd.weight"]
+    assert len(tables) == 2
+    assert {(O.origin_of(t).instance, O.origin_of(t).member_name) for t in tables} == {("embedding", "weight")}
+    head = next(op for op in fn.body.block.ops if isinstance(op, O.MulMatOp) and op.label == "result_output")
+    assert O.origin_of(head).instance == "lm_head" and head.operands[0].owner in tables
+
+
 def test_tensor_parallel_and_sampler_ops_record_their_blocks():
     from support import TINY, module_of
 

@@ -8,6 +8,9 @@ leaf that is a member of the block (an `op.param`), the member's name:
     %x = op.mul_mat %w, %h {name = "Qcur-1", op.block = #op.block<"std.nn.linear", "layers.1.attention.q_proj">} : ...
     %w = op.param "blk.1.attn_q.weight" {op.block = #op.block<"std.nn.linear", "layers.1.attention.q_proj", "weight">} : ...
 
+A param's record names the instance that owns the tensor: a tied LM head reads its weight as
+the embedding's member (`#op.block<"std.nn.embedding", "embedding", "weight">`), so the two
+reads of a tied weight are the same op and cse may merge them; the product is the LM head's.
 The root instance (the whole model) has the path "": its host inputs and what an entry adds
 around the layers (the device loops, the sampler's draw) are the model's. The later levels
 group ops by this record (convert-op-to-blueprint makes one blueprint block of each layer's

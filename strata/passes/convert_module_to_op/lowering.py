@@ -336,7 +336,7 @@ class Lowering:
         source = t.ggml if label != t.ggml else None
         fmt, order = self.formats.get(label, (None, None))
         op = O.ParamOp(label, tensor(shape or t.shape, elem), convert, args, source, split, fmt, order)
-        op.attributes[O.ORIGIN] = block_origin(inst, name)
+        op.attributes[O.ORIGIN] = block_origin(*_owner(inst, name))
         v = self.g.add(op)
         v.name_hint = value_hint(label)
         return v
@@ -378,6 +378,31 @@ class Lowering:
             return v
 
         return self.once(("state", name), make)
+
+
+def _owner(inst: BlockInstance, name: str) -> tuple[BlockInstance, str]:
+    """The instance whose member param `name` of `inst` is, and the member's name: its own, or
+    for a `tied` sub's weight the param it is tied to (lm_head's weight is embedding's), so that
+    both reads of a tied weight are one param."""
+    tied = inst.knob("tied")
+    if name != "weight" or not isinstance(tied, StringAttr):
+        return inst, name
+    owner = inst
+    while owner.parent is not None:
+        owner = owner.parent
+    *path, member = tied.data.split(".")
+    node: BlockInstance | list[BlockInstance] = owner
+    for segment in path:  # a sub by name, an element of an array by its index
+        if isinstance(node, list):
+            node = node[int(segment)] if segment.isdigit() and int(segment) < len(node) else None  # type: ignore[assignment]
+        else:
+            node = node.children.get(segment)  # type: ignore[assignment]
+        if node is None:
+            break
+    if not isinstance(node, BlockInstance) or member not in node.params:
+        raise LoweringError(f"convert-module-to-op: {inst.name}: tied to '{tied.data}', which is not a param of a "
+                            "block instance")
+    return node, member
 
 
 def block_origin(inst: BlockInstance, member: str = "") -> O.BlockOriginAttr:

@@ -154,8 +154,14 @@ def _state_of(em: "Emitter", value: SSAValue, what: str) -> str:
 
 
 def embedding_table(g: OpGraph) -> O.ParamOp:
-    """The token embedding's table (member `weight` of the model's `embedding`)."""
-    return g.param("embedding", "weight")
+    """The token embedding's table (member `weight` of the model's `embedding`; a tied LM head
+    reads the same member, as a second op.param or, after cse, the same one): the read the
+    lookup gathers from."""
+    tables = g.params_of("embedding", "weight")
+    if not tables:
+        return g.param("embedding", "weight")  # (the one-line error)
+    looked_up = [t for t in tables if g.users(t.result, (O.GetRowsOp, O.GetRowsShardedOp))]
+    return (looked_up or tables)[0]
 
 
 def embed(em: Emitter, tokens: SSAValue) -> SSAValue:

@@ -339,7 +339,7 @@
 // QWEN2-NEXT: %Kcur-1_3 = op.rope %Kcur-1_2, %inp_pos {n_dims = 4 : i64, mode = "neox", freq_base = 1.000000e+06 : f64, freq_scale = 1.000000e+00 : f64, name = "Kcur-1", op.block = #op.block<"std.attn.grouped_query", "layers.1.attention">} : tensor<5x2x4xf32>, tensor<5xi32> -> tensor<5x2x4xf32>
 // QWEN2-NOT: attn_output.bias
 // QWEN2-NOT: "output.weight"
-// QWEN2: %token_embd.weight_1 = op.param "token_embd.weight" {op.block = #op.block<"std.nn.linear", "lm_head", "weight">} : tensor<32x16xf32>
+// QWEN2: %token_embd.weight_1 = op.param "token_embd.weight" {op.block = #op.block<"std.nn.embedding", "embedding", "weight">} : tensor<32x16xf32>
 // QWEN2-NEXT: %result_output = op.mul_mat %token_embd.weight_1, %result_norm {name = "result_output", op.block = #op.block<"std.nn.linear", "lm_head">} : tensor<32x16xf32>, tensor<1x16xf32> -> tensor<1x32xf32>
 
 // -----------------------------------------------------------------------------
