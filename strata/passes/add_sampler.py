@@ -17,6 +17,8 @@ its arguments, given by the caller at each step:
 V and the logits' element type are those of the module's entries (which must agree); R is
 `rows` (the rows of one step's logits: 1 for one sequence). In a tensor-parallel module the
 sampler carries the entries' `op.ranks`: every rank holds the whole logits and draws the same id.
+Its `op.sample` records the model's block instance (`op.block` of the root, as the entries'
+host inputs do): the draw is the model's, not one layer's.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Attribute
 from xdsl.passes import ModulePass
 
-from strata.dialects.op.sampling import SAMPLER, sampler_function
+from strata.dialects.op.origin import ORIGIN, BlockOriginAttr, origin_of
+from strata.dialects.op.sampling import SAMPLER, SampleOp, sampler_function
 from strata.errors import StrataError
 
 
@@ -74,4 +77,20 @@ class AddSamplerPass(ModulePass):
         ranks = {f.attributes["op.ranks"] for f in op.ops if isinstance(f, func.FuncOp) and "op.ranks" in f.attributes}
         if len(ranks) == 1:  # a tensor-parallel program: every rank draws the same id from the same logits
             sampler.attributes["op.ranks"] = ranks.pop()
+        model = _model_origin(op)
+        if model is not None:
+            for sample in sampler.walk():
+                if isinstance(sample, SampleOp):
+                    sample.attributes[ORIGIN] = model
         op.body.block.add_op(sampler)
+
+
+def _model_origin(module: ModuleOp) -> BlockOriginAttr | None:
+    """The record of the model (the root instance, path "") in the module's entries, if any."""
+    for fn in module.ops:
+        if isinstance(fn, func.FuncOp):
+            for op in fn.walk():
+                origin = origin_of(op)
+                if origin is not None and origin.instance == "":
+                    return origin
+    return None

@@ -148,3 +148,86 @@ def test_bad_calls_are_reported(model) -> None:
     decode = lower(cfg, "decode")
     with pytest.raises(InterpreterError, match="exceed n_kv"):
         run_function(decode, weights, alloc_state(decode), TOKENS[:1], CTX)
+
+
+# ---------------------------------------------------------------------------------------------
+# Each op records the block instance it was expanded from (op.block)
+
+
+def _records(module) -> list[tuple[str, str, str, str | None]]:
+    """(function, op name, instance path, member) of every op; fails on an op with no record."""
+    from strata.dialects import op as O
+
+    out = []
+    for fn in module.walk():
+        if not isinstance(fn, func.FuncOp):
+            continue
+        for op in fn.body.block.ops:
+            if isinstance(op, func.ReturnOp):
+                continue
+            origin = O.origin_of(op)
+            assert origin is not None, f"@{fn.sym_name.data}: {op.name} records no block instance"
+            out.append((fn.sym_name.data, op.name, origin.instance, origin.member_name))
+    return out
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3.5-moe"])
+@pytest.mark.parametrize("entry", ["prefill", "decode", "decode_rows", "prefill_packed", "decode_paged", "generate"])
+def test_every_op_records_its_block_instance(family, entry):
+    from support import TINY, lower
+
+    from strata.passes.convert_module_to_op import ENTRIES
+
+    assert entry in ENTRIES
+    records = _records(lower(TINY[family], entry))
+    assert records
+    for fn, name, path, member in records:
+        # a param is a member of its instance; nothing else is
+        assert (member is not None) == (name == "op.param"), (fn, name, path, member)
+        if name == "op.input":  # host inputs are the model's
+            assert path == "", (fn, name, path)
+
+
+def test_the_records_name_the_instances():
+    from support import TINY, lower
+
+    from strata.dialects import op as O
+
+    fn = next(f for f in lower(TINY["llama"], "decode").walk() if isinstance(f, func.FuncOp))
+    by_label = {op.label: O.origin_of(op) for op in fn.body.block.ops if isinstance(op, O.OpBase) and op.label}
+    # Qcur-1's last op is the rope (the projection and the reshape before it share the name)
+    assert (by_label["Qcur-1"].kind.data, by_label["Qcur-1"].instance) == ("std.attn.grouped_query", "layers.1.attention")
+    q_mm = next(op for op in fn.body.block.ops if isinstance(op, O.MulMatOp) and op.label == "Qcur-1")
+    assert (O.origin_of(q_mm).kind.data, O.origin_of(q_mm).instance) == ("std.nn.linear", "layers.1.attention.q_proj")
+    assert (by_label["ffn_inp-0"].kind.data, by_label["ffn_inp-0"].instance) == ("std.layer.decoder", "layers.0")
+    assert by_label["result_output"].instance == "lm_head"
+    params = {op.tensor_name.data: O.origin_of(op) for op in fn.body.block.ops if isinstance(op, O.ParamOp)}
+    q = params["blk.1.attn_q.weight"]
+    assert (q.kind.data, q.instance, q.member_name) == ("std.nn.linear", "layers.1.attention.q_proj", "weight")
+
+
+def test_a_tied_weight_is_recorded_as_its_owners_member():
+    """qwen2 ties its LM head to the embedding: both reads of the table are the embedding's
+    weight (one op, to cse), the product is the LM head's."""
+    from support import TINY, lower
+
+    from strata.dialects import op as O
+
+    fn = next(f for f in lower(TINY["qwen2"], "decode").walk() if isinstance(f, func.FuncOp))
+    tables = [op for op in fn.body.block.ops if isinstance(op, O.ParamOp) and op.tensor_name.data == "token_embd.weight"]
+    assert len(tables) == 2
+    assert {(O.origin_of(t).instance, O.origin_of(t).member_name) for t in tables} == {("embedding", "weight")}
+    head = next(op for op in fn.body.block.ops if isinstance(op, O.MulMatOp) and op.label == "result_output")
+    assert O.origin_of(head).instance == "lm_head" and head.operands[0].owner in tables
+
+
+def test_tensor_parallel_and_sampler_ops_record_their_blocks():
+    from support import TINY, module_of
+
+    from strata.passes.pipelines import run_pipeline
+
+    module = run_pipeline(module_of(TINY["llama"]), "shard-tensor-parallel{tp=2},convert-module-to-op{entry=decode},"
+                                                    "add-sampler")
+    records = _records(module)
+    assert ("decode", "op.all_reduce", "layers.0.attention.o_proj", None) in records
+    assert ("sample_logits", "op.sample", "", None) in records

@@ -13,6 +13,7 @@ from support import HYBRID_FAMILIES, TINY, greedy, lower, lower_fn, max_diff, op
 from xdsl.dialects import func
 
 from strata.dialects import blueprint as B
+from strata.dialects import op as O
 from strata.passes.convert_op_to_blueprint import ConversionError, ConvertOpToBlueprintPass, convert_function
 from strata.semantics.blueprint_interp import run_blueprint
 from strata.semantics.op_interp import alloc_state, run_function
@@ -92,12 +93,73 @@ def test_modes():
 def test_a_layer_without_known_blocks_is_a_one_line_error():
     module = lower(TINY["llama"], "decode")
     fn = next(op for op in module.walk() if isinstance(op, func.FuncOp))
-    for op in fn.walk():  # rename layer 1's attention weights: no block is recognised
-        if op.name == "op.param" and op.tensor_name.data.startswith("blk.1.attn_"):
-            op.attributes["tensor"] = type(op.tensor_name)(op.tensor_name.data.replace("attn_", "xattn_"))
+    for op in fn.walk():  # layer 1's attention recorded as a block kind nobody knows
+        origin = O.origin_of(op)
+        if origin is not None and origin.instance == "layers.1.attention":
+            op.attributes[O.ORIGIN] = O.BlockOriginAttr("std.attn.unknown", origin.instance, origin.member.data)
     with pytest.raises(ConversionError, match="neither attention nor a Gated DeltaNet") as e:
         ConvertOpToBlueprintPass().apply(None, module)  # type: ignore[arg-type]
     assert "\n" not in str(e.value)
+
+
+def test_an_op_level_without_block_records_is_a_one_line_error():
+    module = lower(TINY["llama"], "decode")
+    for op in module.walk():
+        op.attributes.pop(O.ORIGIN, None)
+    with pytest.raises(ConversionError, match="records no block instances") as e:
+        ConvertOpToBlueprintPass().apply(None, module)  # type: ignore[arg-type]
+    assert "\n" not in str(e.value)
+
+
+def _unusual(names: dict) -> dict:
+    """A family's name table with every llama.cpp segment spelled otherwise (`blk` -> `nblk`,
+    `attn_q` -> `nattn_q`; the names keep their order): no tensor keeps a name llama.cpp gives it."""
+    return {key: ("n" + ggml if ggml else ggml, hf) for key, (ggml, hf) in names.items()}
+
+
+def _ggml_names(module) -> dict[str, str]:
+    """module path of each param -> its llama.cpp name."""
+    from strata.dialects.instances import find_model, instantiate
+
+    out: dict[str, str] = {}
+    todo = [instantiate(find_model(module))]
+    while todo:
+        inst = todo.pop()
+        out.update({t.path: t.ggml for t in inst.params.values()})
+        for child in inst.children.values():
+            todo.extend(child if isinstance(child, list) else [child])
+    return out
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3.5-moe"])
+def test_blocks_are_grouped_by_their_instances_not_by_tensor_names(family, monkeypatch):
+    """A family whose tensors have names nobody taught convert-op-to-blueprint (its name table
+    changed) gives the blueprint of the usual names, node for node, each weight renamed."""
+    import strata.models.llama as llama_family
+    import strata.models.qwen35 as qwen35_family
+
+    from support import module_of
+
+    cfg = TINY[family]
+    usual = module_of(cfg)
+    table = llama_family if family == "llama" else qwen35_family
+    monkeypatch.setattr(table, "NAMES", _unusual(table.NAMES))
+    renamed = module_of(cfg)
+    old, new = _ggml_names(usual), _ggml_names(renamed)
+    assert not set(old.values()) & set(new.values())
+    for entry, mode, rows in (("decode", "decode", 1), ("prefill", "prefill", 4)):
+        want = convert_function(lower_fn(usual, entry, tokens=rows if entry == "prefill" else 0), mode, rows)
+        got = convert_function(lower_fn(renamed, entry, tokens=rows if entry == "prefill" else 0), mode, rows)
+        def usual_names(text: str) -> str:
+            for path in new:
+                text = text.replace(f'"{new[path]}"', f'"{old[path]}"')
+            return text
+
+        # the weight table is sorted by name: the same reads, maybe in another order
+        tables = [sorted(usual_names(str(w)) for w in fn.attributes.pop("blueprint.weights").entries)  # type: ignore[attr-defined]
+                  for fn in (want, got)]
+        assert tables[0] == tables[1]
+        assert usual_names(str(got)) == str(want)
 
 
 def test_deterministic():

@@ -9,7 +9,8 @@ Leaves are ops too: `op.param` names a weight in the weight store, `op.state` a
 persistent buffer (the KV cache, a recurrent state), `op.input` a value the host
 prepares for an entry (tokens, positions, cache rows, mask, output rows, state slots),
 `op.constant` a small derived table. Every op may carry a `name` attribute: the ggml
-tensor name (`Qcur-0`).
+tensor name (`Qcur-0`), and an `op.block` attribute: the module-level block instance it
+was expanded from (`origin`).
 
 Types are builtin tensors so that the later levels can refine them in place: a
 quantized weight (seed 001's fp8 block128x128, seed 004's int4 block-128 asymmetric)
@@ -89,6 +90,7 @@ from strata.dialects.op.layout import (
 from strata.dialects.op.leaves import INPUT_KINDS, LEAF_OPS, PARAM_CONVERSIONS, ConstantOp, InputOp, ParamOp, StateOp
 from strata.dialects.op.loops import GenerateOp, GenerateSampledOp, GenerateUntilOp
 from strata.dialects.op.matmul import MulMatIdOp, MulMatOp, TargetLogProbsOp
+from strata.dialects.op.origin import ORIGIN, BlockOriginAttr, origin_of
 from strata.dialects.op.reduce import SORT_ORDERS, ArgmaxOp, ArgsortOp, RmsNormOp, SumRowsOp
 from strata.dialects.op.sampling import SAMPLE_PARAMS, SAMPLER, SampleOp, sampler_function
 from strata.dialects.op.ssm import GatedDeltaNetOp, GatedDeltaNetSeqOp, SsmConvOp
@@ -147,7 +149,7 @@ Op = Dialect(
         # Sampling (the runtime's sampler, in the program).
         SampleOp,
     ],
-    [],
+    [BlockOriginAttr],
 )
 
 __all__ = [
@@ -161,5 +163,5 @@ __all__ = [
     "MulMatIdOp", "SsmConvOp", "GatedDeltaNetOp", "SAMPLE_PARAMS", "SAMPLER", "SampleOp", "sampler_function",
     "COLLECTIVE_OPS", "GROUPS", "CollectiveOp", "AllReduceOp", "AllGatherOp", "GetRowsShardedOp", "MulMatIdShardedOp",
     "group_attrs", "GatedDeltaNetSeqOp", "TargetLogProbsOp", "GenerateOp", "GenerateUntilOp",
-    "GenerateSampledOp",
+    "GenerateSampledOp", "ORIGIN", "BlockOriginAttr", "origin_of",
 ]

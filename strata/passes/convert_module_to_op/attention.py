@@ -276,7 +276,7 @@ def _rope(lo: Lowering, inst: BlockInstance, head_dim: int):
                                 f"'{scaling.get('rope_type')}' is not supported")
         factors = llama3_freq_factors(theta, head_dim, scaling)
         freq = lo.once(("rope_freqs", tuple(factors)), lambda: lo.g.add(O.ConstantOp(
-            DenseIntOrFPElementsAttr.from_list(tensor((head_dim // 2,)), factors), "rope_freqs")))
+            DenseIntOrFPElementsAttr.from_list(tensor((head_dim // 2,)), factors), "rope_freqs")), shared=True)
     attrs = {
         "n_dims": IntegerAttr(n_dims, i64),
         "mode": StringAttr(mode),

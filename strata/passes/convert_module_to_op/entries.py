@@ -41,7 +41,14 @@ from strata.dialects import op as O
 from strata.dialects.instances import BlockInstance
 from strata.ir.dtypes import DTypeError, dtype_named
 from strata.ir.shapes import Expr, ShapeSyntaxError, parse_fn_signature
-from strata.passes.convert_module_to_op.lowering import CallPlan, Lowering, LoweringError, stored_formats, tensor
+from strata.passes.convert_module_to_op.lowering import (
+    CallPlan,
+    Lowering,
+    LoweringError,
+    block_origin,
+    stored_formats,
+    tensor,
+)
 
 #: Every entry of seed 003, in its order.
 ENTRIES = ("forward", "next_token", "decode", "prefill", "decode_rows", "prefill_slots", "loss_packed",
@@ -246,6 +253,10 @@ def _loop_function(root: BlockInstance, entry: str, steps: int, n_ctx: int, step
         loop = O.GenerateUntilOp.create(operands=[tokens.result, start.result, eos.result],
                                         result_types=[ids_type, TensorType(i32, ())], attributes=attrs)
     block.add_ops([loop, func.ReturnOp(*loop.results)])
+    model = block_origin(root)  # the loop and its inputs are the model's
+    for op in block.ops:
+        if not isinstance(op, func.ReturnOp):
+            op.attributes[O.ORIGIN] = model
     fn = func.FuncOp(entry, ((), tuple(r.type for r in loop.results)), Region(block))
     fn.attributes["op.n_ctx"] = IntegerAttr(n_ctx, i64)
     fn.attributes["op.n_kv"] = IntegerAttr(n_ctx, i64)

@@ -11,7 +11,10 @@ block function it expands (`forward`, `prefill`, `decode`, ...):
             ...
 
 `lo.call(child, "forward", x)` dispatches on the child's kind, so a block composes its
-children without knowing which kinds they are.
+children without knowing which kinds they are. Every op an expansion creates records the
+instance it was expanded from (`op.block`, see `strata.dialects.op.origin`): the graph
+builder stamps the instance of the innermost `call`, `lo.param` the member too, and the host
+inputs and the tables every layer shares are the model's (the root instance's).
 """
 
 from __future__ import annotations
@@ -72,12 +75,16 @@ class GraphBuilder:
     def __init__(self, block: Block, act_quant: bool = True):
         self.block = block
         self._created: list[Operation] = []
+        #: The block instance whose expansion creates ops now (each op's `op.block`).
+        self.origin: O.BlockOriginAttr | None = None
         #: Whether a product of a block-quantized weight quantizes its activations as ggml-cpu does.
         self.act_quant = act_quant
 
     def add(self, op: Operation, label: str | None = None) -> SSAValue:
         if label is not None:
             op.attributes["name"] = StringAttr(label)
+        if self.origin is not None:
+            op.attributes.setdefault(O.ORIGIN, self.origin)
         self._created.append(op)
         res = op.results[0]
         if label is not None:
@@ -241,6 +248,7 @@ class Lowering:
         #: state_copy), stamped on the root block by the family; absent: seed 000's leaf_N.
         self.input_names: dict[str, str] = {}
         self._leaves: dict[Hashable, SSAValue] = {}
+        self._root: O.BlockOriginAttr | None = None
 
     def input_name(self, key: str) -> str | None:
         """llama.cpp's name of the graph input `key` (positions, k_rows, v_rows, out_ids,
@@ -276,7 +284,14 @@ class Lowering:
         method = getattr(expansion, fn, None)
         if method is None:
             raise LoweringError(f"convert-module-to-op: block kind '{inst.kind}' has no expansion of '{fn}'")
-        return method(self, inst, *args, **kwargs)
+        outer = self.g.origin
+        self.g.origin = origin = block_origin(inst)
+        if self._root is None:
+            self._root = origin
+        try:
+            return method(self, inst, *args, **kwargs)
+        finally:  # what an entry builds after its model's call is the model's too
+            self.g.origin = outer if outer is not None else origin
 
     @staticmethod
     def suffix(inst: BlockInstance) -> str:
@@ -286,11 +301,18 @@ class Lowering:
 
     # -- leaves ---------------------------------------------------------------------------
 
-    def once(self, key: Hashable, make) -> SSAValue:
-        """The leaf for `key`, made by `make()` the first time it is asked for."""
+    def once(self, key: Hashable, make, shared: bool = False) -> SSAValue:
+        """The leaf for `key`, made by `make()` the first time it is asked for; a `shared` one
+        (a host input, a table every layer reads) is the model's, whichever block asks first."""
         value = self._leaves.get(key)
         if value is None:
-            value = self._leaves[key] = make()
+            outer = self.g.origin
+            if shared and self._root is not None:
+                self.g.origin = self._root
+            try:
+                value = self._leaves[key] = make()
+            finally:
+                self.g.origin = outer
         return value
 
     def param(self, inst: BlockInstance, name: str, *, convert: str | None = None,
@@ -313,7 +335,9 @@ class Lowering:
         label = ggml or t.ggml
         source = t.ggml if label != t.ggml else None
         fmt, order = self.formats.get(label, (None, None))
-        v = self.g.add(O.ParamOp(label, tensor(shape or t.shape, elem), convert, args, source, split, fmt, order))
+        op = O.ParamOp(label, tensor(shape or t.shape, elem), convert, args, source, split, fmt, order)
+        op.attributes[O.ORIGIN] = block_origin(*_owner(inst, name))
+        v = self.g.add(op)
         v.name_hint = value_hint(label)
         return v
 
@@ -342,7 +366,7 @@ class Lowering:
             v.name_hint = hint
             return v
 
-        return self.once(("input", key or (kind, hint)), make)
+        return self.once(("input", key or (kind, hint)), make, shared=True)
 
     def state(self, name: str, shape: tuple[int, ...], elem: Attribute, recurrent: bool = False) -> SSAValue:
         """The persistent buffer `name` (`op.state`), made once; a `recurrent` one starts each
@@ -354,6 +378,36 @@ class Lowering:
             return v
 
         return self.once(("state", name), make)
+
+
+def _owner(inst: BlockInstance, name: str) -> tuple[BlockInstance, str]:
+    """The instance whose member param `name` of `inst` is, and the member's name: its own, or
+    for a `tied` sub's weight the param it is tied to (lm_head's weight is embedding's), so that
+    both reads of a tied weight are one param."""
+    tied = inst.knob("tied")
+    if name != "weight" or not isinstance(tied, StringAttr):
+        return inst, name
+    owner = inst
+    while owner.parent is not None:
+        owner = owner.parent
+    *path, member = tied.data.split(".")
+    node: BlockInstance | list[BlockInstance] = owner
+    for segment in path:  # a sub by name, an element of an array by its index
+        if isinstance(node, list):
+            node = node[int(segment)] if segment.isdigit() and int(segment) < len(node) else None  # type: ignore[assignment]
+        else:
+            node = node.children.get(segment)  # type: ignore[assignment]
+        if node is None:
+            break
+    if not isinstance(node, BlockInstance) or member not in node.params:
+        raise LoweringError(f"convert-module-to-op: {inst.name}: tied to '{tied.data}', which is not a param of a "
+                            "block instance")
+    return node, member
+
+
+def block_origin(inst: BlockInstance, member: str = "") -> O.BlockOriginAttr:
+    """The `op.block` record of an op expanded from `inst` (of its member `member`)."""
+    return O.BlockOriginAttr(inst.kind, inst.path, member)
 
 
 def string_dict(inst: BlockInstance, attr: str) -> dict[str, str]:

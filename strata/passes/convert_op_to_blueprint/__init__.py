@@ -3,11 +3,15 @@
 Each op-level function becomes a blueprint function of the same name whose nodes are seed
 001's semantic nodes (embed, rms_norm, `linear` with its role, gdn_gates, conv1d_update, ...),
 found from the op level's subgraphs by the recognisers of `blocks.py`, one per kind of block.
-A layer's blocks are told apart by the params it uses (llama.cpp's tensor names): a
-`ssm_conv1d` makes a Gated DeltaNet, `attn_q` attention, `ffn_gate_inp` a sparse MoE,
-`ffn_gate` a dense FFN. Sibling projections of one input are merged as seed 001 merges them
-(qkv + z -> `qkvz`, b + a -> `ba`, gate + up -> `gate_up`): a linear's `concat` lists the
-weights whose rows follow its `param`'s.
+Each op records the module-level block instance it was expanded from (`op.block`), and the
+nodes are grouped by it: the model's `embedding` makes the embed block, each layer
+(`layers.<i>`) its mixer and FFN blocks, chosen by the kinds of its `attention` sub
+(`std.attn.gated_delta_net` a Gated DeltaNet, `std.attn.grouped_query` and `std.attn.gated`
+attention) and of its `mlp` sub (`std.moe.sparse` a sparse MoE, `std.nn.mlp` a dense FFN),
+and the model's `norm` and `lm_head` the head. The params' tensor names (the family's) only
+name the weights the nodes read. Sibling projections of one input are merged as seed 001
+merges them (qkv + z -> `qkvz`, b + a -> `ba`, gate + up -> `gate_up`): a linear's `concat`
+lists the weights whose rows follow its `param`'s.
 
 The function is `(tokens: !blueprint.edge<"n", "1", i32>) -> (next ids, logits)` with
 attributes `blueprint.mode`, `blueprint.rows` (0: a prefill of any length), `blueprint.layers` (each layer's kind),
@@ -50,10 +54,7 @@ _FFNS = {"moe_ffn": blocks.moe, "ffn": blocks.ffn}
 
 
 def _element(graph: OpGraph):
-    table = graph.params.get("token_embd.weight")
-    if table is None:
-        raise ConversionError("convert-op-to-blueprint: no token_embd.weight")
-    return table.result.type.get_element_type()  # type: ignore[attr-defined]
+    return blocks.embedding_table(graph).result.type.get_element_type()  # type: ignore[attr-defined]
 
 
 def convert_function(fn: func.FuncOp, mode: str = "decode", rows: int = 1) -> func.FuncOp:
@@ -69,14 +70,15 @@ def convert_function(fn: func.FuncOp, mode: str = "decode", rows: int = 1) -> fu
     em = blocks.Emitter(block, graph, Dims(), _element(graph), mode)
     h = blocks.embed(em, block.args[0])
     kinds = []
-    for layer in sorted(graph.layers):
-        params = graph.layers[layer]
+    layers = graph.layers()
+    if [i for i, _ in layers] != list(range(len(layers))):
+        raise ConversionError(f"convert-op-to-blueprint: layers {[i for i, _ in layers]} are not 0..{len(layers) - 1}")
+    for layer, path in layers:
+        params = blocks.Members(graph, path)
         kind = blocks.mixer_kind(params)
         kinds.append(kind)
         h = _MIXERS[kind](em, layer, params, h)
         h = _FFNS[blocks.ffn_kind(params)](em, layer, params, h)
-    if sorted(graph.layers) != list(range(len(kinds))):
-        raise ConversionError(f"convert-op-to-blueprint: layers {sorted(graph.layers)} are not 0..{len(kinds) - 1}")
     nxt, logits = blocks.head(em, h)
     block.add_op(func.ReturnOp(nxt, logits))
     out = func.FuncOp(fn.sym_name.data, (block.arg_types, [nxt.type, logits.type]), Region(block))

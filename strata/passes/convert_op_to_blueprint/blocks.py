@@ -1,7 +1,9 @@
 """The recognisers of convert-op-to-blueprint: one per kind of block (embedding, Gated
 DeltaNet, attention, sparse MoE, dense FFN, head). Each finds its subgraphs in the op level
-from their anchors (params and the ops using them), reads the hyperparameters and sizes
-off those ops, and emits the block's blueprint nodes in the block's order.
+from their anchors (the params of its block instances, by the instance's path below the
+layer, `attention.q_proj`, and the member's name; and the ops using them), reads the
+hyperparameters and sizes off those ops, and emits the block's blueprint nodes in the block's
+order. Which recogniser a layer's mixer and FFN take is their block kind (`MIXERS`, `FFNS`).
 
 Node ids are seed 001's (`l0.gdn.qkvz`), edge ids too (`l0.gdn.xn`): `<block>.<name>`,
 with blocks `embed`, `l<i>.gdn`, `l<i>.attn`, `l<i>.moe_ffn`, `l<i>.ffn` and `head`.
@@ -46,6 +48,39 @@ def _strings(items: Sequence[str]) -> ArrayAttr[StringAttr]:
     return ArrayAttr([StringAttr(s) for s in items])
 
 
+#: The kind of a layer's mixer (its `attention` sub) -> the layer kind it makes.
+MIXERS = {"std.attn.grouped_query": "full_attention", "std.attn.gated": "full_attention",
+          "std.attn.gated_delta_net": "linear_attention"}
+#: The kind of a layer's FFN (its `mlp` sub) -> the blueprint block it makes.
+FFNS = {"std.moe.sparse": "moe_ffn", "std.nn.mlp": "ffn"}
+
+
+class Members:
+    """The params below one block instance (a layer, the model), by the path of their instance
+    below it: `p["attention.q_proj"]` is the `weight` of `<path>.attention.q_proj`, and
+    `p["attention", "conv1d"]` the member `conv1d` of `<path>.attention`."""
+
+    def __init__(self, graph: OpGraph, path: str):
+        self.graph, self.path = graph, path
+
+    def _where(self, key: str | tuple[str, str]) -> tuple[str, str]:
+        sub, member = key if isinstance(key, tuple) else (key, "weight")
+        return ".".join(p for p in (self.path, sub) if p), member
+
+    def __getitem__(self, key: str | tuple[str, str]) -> O.ParamOp:
+        return self.graph.param(*self._where(key))
+
+    def __contains__(self, key: str | tuple[str, str]) -> bool:
+        return bool(self.graph.params_of(*self._where(key)))
+
+    def all(self, key: str | tuple[str, str]) -> list[O.ParamOp]:
+        return self.graph.params_of(*self._where(key))
+
+    def kind(self, sub: str) -> str | None:
+        """The kind of the instance `sub` below this one."""
+        return self.graph.kind(f"{self.path}.{sub}" if self.path else sub)
+
+
 class Emitter:
     """Appends blueprint nodes to a block, naming nodes and edges, and records the weights
     the nodes read (with the op level's conversion of each)."""
@@ -55,9 +90,10 @@ class Emitter:
         self.weights: dict[str, WeightReadAttr] = {}
         self.states: dict[str, Attribute] = {}
 
-    def weight(self, name: str, convert: str | None = None, args: Sequence[int] = ()) -> StringAttr:
-        """A param by its op-level name; its stored name, conversion and (in a tensor-parallel
+    def weight(self, param: O.ParamOp | str, convert: str | None = None, args: Sequence[int] = ()) -> StringAttr:
+        """A param (or its op-level name); its stored name, conversion and (in a tensor-parallel
         function) this rank's piece go to the weight table."""
+        name = param if isinstance(param, str) else param.tensor_name.data
         p = self.graph.params.get(name)
         source = p.source.data if p is not None and p.source is not None else None
         if convert is None and p is not None and p.conversion is not None:
@@ -117,23 +153,33 @@ def _state_of(em: "Emitter", value: SSAValue, what: str) -> str:
 # Blocks
 
 
+def embedding_table(g: OpGraph) -> O.ParamOp:
+    """The token embedding's table (member `weight` of the model's `embedding`; a tied LM head
+    reads the same member, as a second op.param or, after cse, the same one): the read the
+    lookup gathers from."""
+    tables = g.params_of("embedding", "weight")
+    if not tables:
+        return g.param("embedding", "weight")  # (the one-line error)
+    looked_up = [t for t in tables if g.users(t.result, (O.GetRowsOp, O.GetRowsShardedOp))]
+    return (looked_up or tables)[0]
+
+
 def embed(em: Emitter, tokens: SSAValue) -> SSAValue:
     g = em.graph
-    table = g.params.get("token_embd.weight")
-    if table is None:
-        raise ConversionError("convert-op-to-blueprint: no token_embd.weight")
+    table = embedding_table(g)
+    name = table.tensor_name.data
     ranks = ranks_of(em)
     lookup = O.GetRowsShardedOp if ranks > 1 else O.GetRowsOp
-    if not any(g.users(t.result, lookup) for t in g.aliases["token_embd.weight"]):
-        raise ConversionError(f"convert-op-to-blueprint: token_embd.weight is gathered by no {lookup.name}")
+    if not g.users(table.result, lookup):
+        raise ConversionError(f"convert-op-to-blueprint: {name} is gathered by no {lookup.name}")
     vocab, hidden = shape(table.result)
     if ranks > 1:  # the rank's rows of a vocabulary-split table: the ranks' lookups sum to the embedding
         em.dims.set("ranks", ranks, "op.ranks")
         vocab *= ranks
-    em.dims.set("vocab", vocab, "token_embd.weight")
-    em.dims.set("hidden", hidden, "token_embd.weight")
+    em.dims.set("vocab", vocab, name)
+    em.dims.set("hidden", hidden, name)
     (h,) = em.node(B.EmbedOp, "embed", "embed", [tokens], [("h", "n", "hidden", None)],
-                   param=em.weight("token_embd.weight"), **sharded_attrs(em))
+                   param=em.weight(table), **sharded_attrs(em))
     if ranks > 1:
         h = reduced(em, "embed", g.user(table.result, O.GetRowsShardedOp, "op.get_rows_sharded"), h, "h_sum")
     return h
@@ -154,7 +200,7 @@ def _linear(em: Emitter, block: str, name: str, role: str, x: SSAValue, params: 
     for p in params:
         em.graph.mul_mat_of(p)  # each must be a projection at the op level
     concat = [em.weight(p.tensor_name.data).data for p in params[1:]]
-    biases = [em.graph.params.get(p.tensor_name.data.removesuffix(".weight") + ".bias") for p in params]
+    biases = [_bias_of(em.graph, p) for p in params]
     if any(b is not None for b in biases) and (len(params) > 1 or biases[0] is None):
         raise ConversionError(f"convert-op-to-blueprint: {block}.{name} merges projections with biases")
     (y,) = em.node(B.LinearOp, block, name, [x], [(out, "n", dim, element)],
@@ -164,49 +210,56 @@ def _linear(em: Emitter, block: str, name: str, role: str, x: SSAValue, params: 
     return y
 
 
+def _bias_of(g: OpGraph, weight: O.ParamOp) -> O.ParamOp | None:
+    """The bias beside a projection's weight: member `bias` of the weight's instance."""
+    origin = O.origin_of(weight)
+    found = g.params_of(origin.instance, "bias") if origin is not None else []
+    return found[0] if found else None
+
+
 def _f32() -> Attribute:
     from xdsl.dialects.builtin import f32
 
     return f32
 
 
-def gdn(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> SSAValue:
+def gdn(em: Emitter, layer: int, p: Members, h: SSAValue) -> SSAValue:
     """A Gated DeltaNet block: input norm, qkvz and ba projections, gates, conv (+ its
     snapshot outside prefill), l2 norm, recurrence, gated norm, out projection, residual add."""
     g, d, blk = em.graph, em.dims, f"l{layer}.gdn"
-    net = g.reach(g.user(p["ssm_conv1d.weight"].result, O.SsmConvOp, "op.ssm_conv").results[0],
+    net = g.reach(g.user(p["attention", "conv1d"].result, O.SsmConvOp, "op.ssm_conv").results[0],
                   O.GatedDeltaNetOp, "op.gated_delta_net")
     _, _, dk = shape(net.operands[0])
     _, hv, dv = shape(net.operands[2])
     # q and k may reach the op repeated to the value heads: the key heads come from the conv's
     # channels, 2 * lin_k_heads * lin_k_dim + lin_v_heads * lin_v_dim.
-    channels = shape(p["ssm_conv1d.weight"].result)[0]
+    channels = shape(p["attention", "conv1d"].result)[0]
     hk = (channels - hv * dv) // (2 * dk)
     d.set("lin_k_heads", hk, "op.ssm_conv's channels")
     d.set("lin_k_dim", dk, "op.gated_delta_net's q")
     d.set("lin_v_heads", hv, "op.gated_delta_net's v")
     d.set("lin_v_dim", dv, "op.gated_delta_net's v")
-    xn = _norm(em, B.RmsNormOp, blk, "input_norm", p["attn_norm.weight"], h)
-    qkvz = _linear(em, blk, "qkvz", "qkvz", xn, [p["attn_qkv.weight"], p["attn_gate.weight"]], "qkvz",
+    xn = _norm(em, B.RmsNormOp, blk, "input_norm", p["attention_norm"], h)
+    qkvz = _linear(em, blk, "qkvz", "qkvz", xn, list(_qkv_z(g, p)), "qkvz",
                    "lin_k_heads*lin_k_dim*2+lin_v_heads*lin_v_dim*2")
     gates_point = {"gate": "softplus", "decay": "head" if shape(net.operands[3])[-1] == 1 else "channel"}
-    if "ssm_ba.weight" in p:
+    if "attention.in_proj_ba" in p:
         # llama.cpp's ssm_ba holds [b | a] per key head; the node reads all b rows, then all a rows.
         r = hv // hk
-        name = p["ssm_ba.weight"].tensor_name.data
-        d.check("lin_v_heads*2", shape(p["ssm_ba.weight"].result)[0], name)
-        g.mul_mat_of(p["ssm_ba.weight"])
+        name = p["attention.in_proj_ba"].tensor_name.data
+        d.check("lin_v_heads*2", shape(p["attention.in_proj_ba"].result)[0], name)
+        g.mul_mat_of(p["attention.in_proj_ba"])
         (ba,) = em.node(B.LinearOp, blk, "ba", [xn], [("ba", "n", "lin_v_heads*2", _f32())],
                         param=em.weight(name, "ungroup_rows", [hk, 0, 2, r, r]), role="ba")
     else:
-        ba = _linear(em, blk, "ba", "ba", xn, [p["ssm_beta.weight"], p["ssm_alpha.weight"]], "ba",
+        ba = _linear(em, blk, "ba", "ba", xn, [p["attention.in_proj_b"], p["attention.in_proj_a"]], "ba",
                      "lin_v_heads*2", _f32())
     decay, beta = em.node(B.GdnGatesOp, blk, "gates", [ba],
                           [("decay", "n", "lin_v_heads", _f32()), ("beta", "n", "lin_v_heads", _f32())],
-                          weights=_strings([em.weight(p["ssm_a"].tensor_name.data).data,
-                                            em.weight(p["ssm_dt.bias"].tensor_name.data).data]),
+                          weights=_strings([em.weight(p["attention", "A_log"].tensor_name.data).data,
+                                            em.weight(p["attention", "dt_bias"].tensor_name.data).data]),
                           point=gates_point)
-    conv_op = g.user(p["ssm_conv1d.weight"].result, O.SsmConvOp, "op.ssm_conv")
+    conv_op = g.user(p["attention", "conv1d"].result, O.SsmConvOp, "op.ssm_conv")
     concat = root(conv_op.operands[0]).owner
     if not isinstance(concat, O.ConcatOp):
         raise ConversionError(f"convert-op-to-blueprint: {blk}'s op.ssm_conv does not read [state | rows]")
@@ -214,7 +267,7 @@ def gdn(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> SSAVal
     conv_dim = d.check("lin_k_heads*lin_k_dim*2+lin_v_heads*lin_v_dim", shape(conv_op.results[0])[-1],
                        f"{blk}.conv")
     (conv,) = em.node(B.Conv1dUpdateOp, blk, "conv", [qkvz], [("conv", "n", conv_dim, _f32())],
-                      param=em.weight(p["ssm_conv1d.weight"].tensor_name.data),
+                      param=em.weight(p["attention", "conv1d"].tensor_name.data),
                       effects=_effects(("conv", "update")), slots=_strings([conv_slot]))
     if em.mode != "prefill":
         em.node(B.StateSnapshotOp, blk, "conv_ckpt", [conv], [],
@@ -232,14 +285,28 @@ def gdn(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> SSAVal
                       effects=_effects(("h", "update")), slots=_strings([h_slot]),
                       point={"decay": gates_point["decay"], "gate_act": "silu"},
                       grouped=_grouped(net, hk, hv))
-    _, norm = g.normed(p["ssm_norm.weight"])
+    _, norm = g.normed(p["attention.norm"])
     (gated,) = em.node(B.GatedRmsNormOp, blk, "out_norm", [qkvz, core],
                        [("gated", "n", "lin_v_heads*lin_v_dim", None)],
-                       param=em.weight(p["ssm_norm.weight"].tensor_name.data), eps=float_attr(norm, "eps"))
-    o = _linear(em, blk, "out", "gdn_out", gated, [p["ssm_out.weight"]], "o", "hidden")
-    o = reduced(em, blk, g.mul_mat_of(p["ssm_out.weight"]), o, "o_sum")
+                       param=em.weight(p["attention.norm"].tensor_name.data), eps=float_attr(norm, "eps"))
+    o = _linear(em, blk, "out", "gdn_out", gated, [p["attention.out_proj"]], "o", "hidden")
+    o = reduced(em, blk, g.mul_mat_of(p["attention.out_proj"]), o, "o_sum")
     (y,) = em.node(B.ResidualAddOp, blk, "add", [h, o], [("y", "n", "hidden", None)])
     return y
+
+
+def _qkv_z(g: OpGraph, p: Members) -> tuple[O.ParamOp, O.ParamOp]:
+    """The qkv and z projections' weights: their own Linears, or the two pieces llama.cpp's
+    converter makes of one `in_proj_qkvz` (qkv: the piece whose product the conv reads)."""
+    if "attention.in_proj_qkvz" not in p:
+        return p["attention.in_proj_qkv"], p["attention.in_proj_z"]
+    pieces = p.all("attention.in_proj_qkvz")
+    conv_reads = [w for w in pieces if g.users(g.mul_mat_of(w).results[0], O.ConcatOp)]
+    if len(pieces) != 2 or len(conv_reads) != 1:
+        raise ConversionError("convert-op-to-blueprint: in_proj_qkvz is not read as two pieces, qkv (into the "
+                              "conv) and z")
+    qkv = conv_reads[0]
+    return qkv, next(w for w in pieces if w is not qkv)
 
 
 def _grouped(net: O.GatedDeltaNetOp, hk: int, hv: int) -> bool:
@@ -260,31 +327,31 @@ def _rope_of(g: OpGraph, value: SSAValue) -> O.RopeOp:
     return g.reach(value, O.RopeOp, "op.rope", depth=8)  # type: ignore[return-value]
 
 
-def attention(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> SSAValue:
+def attention(em: Emitter, layer: int, p: Members, h: SSAValue) -> SSAValue:
     """An attention block: input norm, q (with its gate), k, v, q/k norms, rope, KV write,
     attention over the cache, the output gate, o, residual add."""
     g, d, blk = em.graph, em.dims, f"l{layer}.attn"
-    q_mm, k_mm, v_mm = (g.mul_mat_of(p[f"attn_{w}.weight"]) for w in "qkv")
+    q_mm, k_mm, v_mm = (g.mul_mat_of(p[f"attention.{w}_proj"]) for w in "qkv")
     q_rope, k_rope = _rope_of(g, q_mm.results[0]), _rope_of(g, k_mm.results[0])
     _, heads, hd = shape(q_rope.operands[0])
     _, kv_heads, _ = shape(k_rope.operands[0])
     d.set("q_heads", heads, f"{blk}'s q rope")
     d.set("kv_heads", kv_heads, f"{blk}'s k rope")
     d.set("head_dim", hd, f"{blk}'s q rope")
-    gated = shape(p["attn_q.weight"].result)[0] == 2 * heads * hd
-    xn = _norm(em, B.RmsNormOp, blk, "input_norm", p["attn_norm.weight"], h)
+    gated = shape(p["attention.q_proj"].result)[0] == 2 * heads * hd
+    xn = _norm(em, B.RmsNormOp, blk, "input_norm", p["attention_norm"], h)
     q_dim = "q_heads*head_dim*2" if gated else "q_heads*head_dim"
-    q = _linear(em, blk, "q", "q", xn, [p["attn_q.weight"]], "qg" if gated else "q", q_dim)
+    q = _linear(em, blk, "q", "q", xn, [p["attention.q_proj"]], "qg" if gated else "q", q_dim)
     gate = None
     if gated:
         q, gate = em.node(B.SplitOp, blk, "q_split", [q], [("q", "n", "q_heads*head_dim", None),
                                                             ("gate", "n", "q_heads*head_dim", None)],
                           point={"layout": "interleaved"})
-    k = _linear(em, blk, "k", "k", xn, [p["attn_k.weight"]], "k", "kv_heads*head_dim")
-    v = _linear(em, blk, "v", "v", xn, [p["attn_v.weight"]], "v", "kv_heads*head_dim")
-    if "attn_q_norm.weight" in p:
-        q = _norm_heads(em, blk, "q_norm", p["attn_q_norm.weight"], q, "qn", "q_heads*head_dim")
-        k = _norm_heads(em, blk, "k_norm", p["attn_k_norm.weight"], k, "kn", "kv_heads*head_dim")
+    k = _linear(em, blk, "k", "k", xn, [p["attention.k_proj"]], "k", "kv_heads*head_dim")
+    v = _linear(em, blk, "v", "v", xn, [p["attention.v_proj"]], "v", "kv_heads*head_dim")
+    if "attention.q_norm" in p:
+        q = _norm_heads(em, blk, "q_norm", p["attention.q_norm"], q, "qn", "q_heads*head_dim")
+        k = _norm_heads(em, blk, "k_norm", p["attention.k_norm"], k, "kn", "kv_heads*head_dim")
     rope = {key: q_rope.attributes[key] for key in ("mode", "n_dims", "freq_base", "freq_scale", "sections")
             if key in q_rope.attributes}
     if q_rope.freq_factors is not None:  # llama3 scaling: each pair's frequency divided by its factor
@@ -309,8 +376,8 @@ def attention(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> 
                    scale=float_attr(flash[0], "scale"))
     if gate is not None:
         (a,) = em.node(B.SigmoidGateMulOp, blk, "gate_mul", [gate, a], [("ag", "n", "q_heads*head_dim", None)])
-    o = _linear(em, blk, "o", "o", a, [p["attn_output.weight"]], "o", "hidden")
-    o = reduced(em, blk, g.mul_mat_of(p["attn_output.weight"]), o, "o_sum")
+    o = _linear(em, blk, "o", "o", a, [p["attention.o_proj"]], "o", "hidden")
+    o = reduced(em, blk, g.mul_mat_of(p["attention.o_proj"]), o, "o_sum")
     (y,) = em.node(B.ResidualAddOp, blk, "add", [h, o], [("y", "n", "hidden", None)])
     return y
 
@@ -322,56 +389,54 @@ def _norm_heads(em: Emitter, blk: str, name: str, param: O.ParamOp, x: SSAValue,
     return y
 
 
-def _post_norm(em: Emitter, blk: str, p: dict[str, O.ParamOp], h: SSAValue) -> SSAValue:
-    for key in ("post_attention_norm.weight", "ffn_norm.weight"):
-        if key in p:
-            return _norm(em, B.RmsNormOp, blk, "post_norm", p[key], h)
-    raise ConversionError(f"convert-op-to-blueprint: {blk} has no FFN norm weight")
+def _post_norm(em: Emitter, blk: str, p: Members, h: SSAValue) -> SSAValue:
+    return _norm(em, B.RmsNormOp, blk, "post_norm", p["mlp_norm"], h)
 
 
-def moe(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> SSAValue:
+def moe(em: Emitter, layer: int, p: Members, h: SSAValue) -> SSAValue:
     """A sparse MoE block: post norm, router, top-k, routed experts (gate-up, SiLU, down),
     the shared expert and its gate when there is one, the blend, residual add."""
     g, d, blk = em.graph, em.dims, f"l{layer}.moe_ffn"
-    _, inter, _ = shape(p["ffn_gate_exps.weight"].result)
+    _, inter, _ = shape(p["mlp", "gate_exps"].result)
     # the router's experts: all of them (a rank's expert weights hold fewer with whole experts per rank)
-    d.set("experts", shape(p["ffn_gate_inp.weight"].result)[0], p["ffn_gate_inp.weight"].tensor_name.data)
-    d.set("moe_inter", inter, p["ffn_gate_exps.weight"].tensor_name.data)
-    whole_experts = bool(g.users(p["ffn_gate_exps.weight"].result, O.MulMatIdShardedOp))
+    d.set("experts", shape(p["mlp.router"].result)[0], p["mlp.router"].tensor_name.data)
+    d.set("moe_inter", inter, p["mlp", "gate_exps"].tensor_name.data)
+    whole_experts = bool(g.users(p["mlp", "gate_exps"].result, O.MulMatIdShardedOp))
     by_rank = sharded_attrs(em) if whole_experts else {}
-    gate_id = g.user(p["ffn_gate_exps.weight"].result, (O.MulMatIdOp, O.MulMatIdShardedOp), "op.mul_mat_id")
+    gate_id = g.user(p["mlp", "gate_exps"].result, (O.MulMatIdOp, O.MulMatIdShardedOp), "op.mul_mat_id")
     d.set("top_k", shape(gate_id.operands[2])[-1], f"{blk}'s expert ids")
-    logits_mm = g.mul_mat_of(p["ffn_gate_inp.weight"])
+    logits_mm = g.mul_mat_of(p["mlp.router"])
     norm_topk = _normalises(g, logits_mm)
     xn = _post_norm(em, blk, p, h)
     (logits,) = em.node(B.RouterOp, blk, "router", [xn], [("router_logits", "n", "experts", None)],
-                        param=em.weight(p["ffn_gate_inp.weight"].tensor_name.data))
+                        param=em.weight(p["mlp.router"].tensor_name.data))
     topk_w, topk_id = em.node(B.TopKOp, blk, "top_k", [logits], [("topk_w", "n", "top_k", _f32()),
                                                                    ("topk_id", "n", "top_k", i32)],
                               norm=norm_topk)
-    shared = "ffn_gate_shexp.weight" in p
+    shared = p.kind("mlp.shared_expert") is not None
     (egu,) = em.node(B.ExpertGateUpOp, blk, "experts_gate_up", [xn, topk_id],
                      [("egu", "n*top_k", "moe_inter*2", None)],
-                     param=em.weight(p["ffn_gate_exps.weight"].tensor_name.data),
-                     concat=_strings([em.weight(p["ffn_up_exps.weight"].tensor_name.data).data]), **by_rank)
+                     param=em.weight(p["mlp", "gate_exps"].tensor_name.data),
+                     concat=_strings([em.weight(p["mlp", "up_exps"].tensor_name.data).data]), **by_rank)
     sgu = None
     if shared:
-        d.set("shared_inter", shape(p["ffn_gate_shexp.weight"].result)[0], "ffn_gate_shexp.weight")
+        d.set("shared_inter", shape(p["mlp.shared_expert.gate"].result)[0],
+              p["mlp.shared_expert.gate"].tensor_name.data)
         sgu = _linear(em, blk, "shared_gate_up", "shared_gate_up", xn,
-                      [p["ffn_gate_shexp.weight"], p["ffn_up_shexp.weight"]], "sgu", "shared_inter*2")
+                      [p["mlp.shared_expert.gate"], p["mlp.shared_expert.up"]], "sgu", "shared_inter*2")
     (eact,) = em.node(B.SiluMulOp, blk, "experts_act", [egu], [("eact", "n*top_k", "moe_inter", _f32())])
     (edown,) = em.node(B.ExpertDownOp, blk, "experts_down", [eact, topk_id], [("edown", "n*top_k", "hidden", None)],
-                       param=em.weight(p["ffn_down_exps.weight"].tensor_name.data), **by_rank)
+                       param=em.weight(p["mlp", "down_exps"].tensor_name.data), **by_rank)
     blend_in = [topk_w, edown]
     point = None
     if sgu is not None:
         (sact,) = em.node(B.SiluMulOp, blk, "shared_act", [sgu], [("sact", "n", "shared_inter", _f32())])
-        sdown = _linear(em, blk, "shared_down", "shared_down", sact, [p["ffn_down_shexp.weight"]], "sdown", "hidden")
-        sg = _linear(em, blk, "shared_gate", "shared_gate", xn, [p["ffn_gate_inp_shexp.weight"]], "sg", "1", _f32())
+        sdown = _linear(em, blk, "shared_down", "shared_down", sact, [p["mlp.shared_expert.down"]], "sdown", "hidden")
+        sg = _linear(em, blk, "shared_gate", "shared_gate", xn, [p["mlp.shared_expert_gate"]], "sg", "1", _f32())
         blend_in += [sdown, sg]
         point = {"shared_gate": "sigmoid"}
     (f,) = em.node(B.BlendOp, blk, "blend", blend_in, [("f", "n", "hidden", None)], point=point)
-    down_id = g.user(p["ffn_down_exps.weight"].result, (O.MulMatIdOp, O.MulMatIdShardedOp), "op.mul_mat_id")
+    down_id = g.user(p["mlp", "down_exps"].result, (O.MulMatIdOp, O.MulMatIdShardedOp), "op.mul_mat_id")
     f = reduced(em, blk, down_id, f, "f_sum", depth=d["top_k"] + 8)  # past the slots' views and sums
     (y,) = em.node(B.ResidualAddOp, blk, "add", [h, f], [("y", "n", "hidden", None)])
     return y
@@ -387,15 +452,15 @@ def _normalises(g: OpGraph, logits_mm) -> bool:
     return float_attr(clamp, "min") < float_attr(clamp, "max")
 
 
-def ffn(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> SSAValue:
+def ffn(em: Emitter, layer: int, p: Members, h: SSAValue) -> SSAValue:
     """A dense SwiGLU FFN block: post norm, merged gate-up projection, SiLU, down, residual add."""
     d, blk = em.dims, f"l{layer}.ffn"
-    d.set("inter", shape(p["ffn_gate.weight"].result)[0], p["ffn_gate.weight"].tensor_name.data)
+    d.set("inter", shape(p["mlp.gate"].result)[0], p["mlp.gate"].tensor_name.data)
     xn = _post_norm(em, blk, p, h)
-    gu = _linear(em, blk, "gate_up", "gate_up", xn, [p["ffn_gate.weight"], p["ffn_up.weight"]], "gu", "inter*2")
+    gu = _linear(em, blk, "gate_up", "gate_up", xn, [p["mlp.gate"], p["mlp.up"]], "gu", "inter*2")
     (act,) = em.node(B.SiluMulOp, blk, "act", [gu], [("act", "n", "inter", _f32())])
-    dn = _linear(em, blk, "down", "down", act, [p["ffn_down.weight"]], "d", "hidden")
-    dn = reduced(em, blk, em.graph.mul_mat_of(p["ffn_down.weight"]), dn, "d_sum")
+    dn = _linear(em, blk, "down", "down", act, [p["mlp.down"]], "d", "hidden")
+    dn = reduced(em, blk, em.graph.mul_mat_of(p["mlp.down"]), dn, "d_sum")
     (y,) = em.node(B.ResidualAddOp, blk, "add", [h, dn], [("y", "n", "hidden", None)])
     return y
 
@@ -403,12 +468,10 @@ def ffn(em: Emitter, layer: int, p: dict[str, O.ParamOp], h: SSAValue) -> SSAVal
 def head(em: Emitter, h: SSAValue) -> tuple[SSAValue, SSAValue]:
     """Final norm, LM head (its own weight or the tied embedding), greedy argmax."""
     g = em.graph
-    norm_w = g.params.get("output_norm.weight")
-    if norm_w is None:
-        raise ConversionError("convert-op-to-blueprint: no output_norm.weight")
+    norm_w = g.param("norm", "weight")
     mul, rms = g.normed(norm_w)
     (xn,) = em.node(B.FinalNormOp, "head", "final_norm", [h], [("xn", "n", "hidden", None)],
-                    param=em.weight("output_norm.weight"), eps=float_attr(rms, "eps"))
+                    param=em.weight(norm_w), eps=float_attr(rms, "eps"))
     mm = g.reach(mul.results[0], O.MulMatOp, "LM head projection", depth=4)
     w = root(mm.operands[0]).owner
     if not isinstance(w, O.ParamOp):
@@ -424,18 +487,19 @@ def head(em: Emitter, h: SSAValue) -> tuple[SSAValue, SSAValue]:
     return nxt, logits
 
 
-def mixer_kind(p: dict[str, O.ParamOp]) -> str:
-    if "ssm_conv1d.weight" in p:
-        return "linear_attention"
-    if "attn_q.weight" in p:
-        return "full_attention"
-    raise ConversionError(f"convert-op-to-blueprint: a layer with params {sorted(p)[:6]}... is neither "
-                          "attention nor a Gated DeltaNet")
+def mixer_kind(p: Members) -> str:
+    """The layer kind of a layer's mixer (its `attention` sub), by the mixer's block kind."""
+    kind = p.kind("attention")
+    if kind not in MIXERS:
+        raise ConversionError(f"convert-op-to-blueprint: {p.path}.attention is a {kind or 'missing'} block, neither "
+                              "attention nor a Gated DeltaNet")
+    return MIXERS[kind]
 
 
-def ffn_kind(p: dict[str, O.ParamOp]) -> str:
-    if "ffn_gate_inp.weight" in p:
-        return "moe_ffn"
-    if "ffn_gate.weight" in p:
-        return "ffn"
-    raise ConversionError(f"convert-op-to-blueprint: a layer with params {sorted(p)[:6]}... has no FFN")
+def ffn_kind(p: Members) -> str:
+    """The blueprint block of a layer's FFN (its `mlp` sub), by the FFN's block kind."""
+    kind = p.kind("mlp")
+    if kind not in FFNS:
+        raise ConversionError(f"convert-op-to-blueprint: {p.path}.mlp is a {kind or 'missing'} block, not an FFN "
+                              f"({', '.join(FFNS)})")
+    return FFNS[kind]

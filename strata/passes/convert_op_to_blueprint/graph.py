@@ -1,10 +1,15 @@
-"""What convert-op-to-blueprint reads off an op-level function: its params by layer, the
-uses of each value, the ops that merely move data, and the model's dims.
+"""What convert-op-to-blueprint reads off an op-level function: the block instances its ops
+were expanded from and their params, the uses of each value, the ops that merely move data,
+and the model's dims.
 
 The op level is ggml's graph (`op.mul_mat` of an `op.param`, `op.rms_norm` then `op.mul`
-by a norm weight, ...). A blueprint node covers one such subgraph; the recognisers in
-`blocks.py` find each subgraph from its anchors: the params (named as llama.cpp names its
-tensors, `blk.N.attn_q.weight`) and the ops that use them.
+by a norm weight, ...). Each op records the module-level block instance it came from
+(`op.block`: its kind, its module path and, for a param, its member; see
+`strata.dialects.op.origin`). A blueprint node covers one subgraph; the recognisers in
+`blocks.py` find each subgraph from its anchors: the params of an instance, found by the
+instance's path and the member's name (`layers.3.attention.q_proj`, `weight`), which are
+the block kinds' own and the same in every family, and the ops that use them. The params'
+tensor names are the family's and only name the weights the nodes read.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ class ConversionError(StrataError):
 #: Ops that only move or reshape data: a blueprint edge passes through them.
 TRANSPARENT = (O.ReshapeOp, O.ViewOp, O.PermuteOp, O.TransposeOp, O.ContOp)
 
-_LAYER_PARAM = re.compile(r"^blk\.(\d+)\.(.+)$")
+#: An element of an array of the root's subs: a layer (`layers.3`).
+_LAYER = re.compile(r"^([^.]+)\.(\d+)$")
 
 
 @dataclass
@@ -35,11 +41,14 @@ class OpGraph:
     """An op-level function, indexed."""
 
     fn: func.FuncOp
+    #: every op.param by its tensor name (the first, where a tied weight is read twice)
     params: dict[str, O.ParamOp] = field(default_factory=dict)
-    layers: dict[int, dict[str, O.ParamOp]] = field(default_factory=lambda: defaultdict(dict))
     uses: dict[SSAValue, list[Operation]] = field(default_factory=lambda: defaultdict(list))
-    #: every op.param of a name (a tied embedding is read twice)
-    aliases: dict[str, list[O.ParamOp]] = field(default_factory=lambda: defaultdict(list))
+    #: block instance path -> its kind, for every instance an op records
+    kinds: dict[str, str] = field(default_factory=dict)
+    #: block instance path -> member name -> the op.params of that member (usually one; a
+    #: weight the converter splits, as in_proj_qkvz into qkv and z, gives several)
+    members: dict[str, dict[str, list[O.ParamOp]]] = field(default_factory=lambda: defaultdict(dict))
 
     @staticmethod
     def of(fn: func.FuncOp) -> OpGraph:
@@ -47,14 +56,50 @@ class OpGraph:
         for op in fn.body.block.ops:
             for v in op.operands:
                 g.uses[v].append(op)
+            origin = O.origin_of(op)
+            if origin is not None:
+                g.kinds.setdefault(origin.instance, origin.kind.data)
             if isinstance(op, O.ParamOp):
-                name = op.tensor_name.data
-                g.params.setdefault(name, op)
-                g.aliases[name].append(op)
-                m = _LAYER_PARAM.match(name)
-                if m:
-                    g.layers[int(m.group(1))][m.group(2)] = op
+                g.params.setdefault(op.tensor_name.data, op)
+                if origin is not None and origin.member_name is not None:
+                    g.members[origin.instance].setdefault(origin.member_name, []).append(op)
+        if not g.kinds:
+            raise ConversionError(f"convert-op-to-blueprint: @{fn.sym_name.data} records no block instances "
+                                  "(op.block); lower the model with convert-module-to-op")
         return g
+
+    # -- the block instances ---------------------------------------------------------------
+
+    def layers(self) -> list[tuple[int, str]]:
+        """The layers (the elements of the root's array of subs, `layers.<i>`), in order."""
+        found: dict[str, set[int]] = defaultdict(set)
+        for path in self.kinds:
+            m = _LAYER.match(".".join(path.split(".")[:2]))
+            if m:
+                found[m.group(1)].add(int(m.group(2)))
+        if len(found) > 1:
+            raise ConversionError("convert-op-to-blueprint: the model has several arrays of layers "
+                                  f"({', '.join(sorted(found))})")
+        return [(i, f"{name}.{i}") for name, indices in found.items() for i in sorted(indices)]
+
+    def kind(self, path: str) -> str | None:
+        """The kind of the instance at `path` (None: no op records it)."""
+        return self.kinds.get(path)
+
+    def params_of(self, path: str, member: str) -> list[O.ParamOp]:
+        return self.members.get(path, {}).get(member, [])
+
+    def param(self, path: str, member: str) -> O.ParamOp:
+        """The op.param of member `member` of the instance at `path`."""
+        found = self.params_of(path, member)
+        if len(found) != 1:
+            kind = self.kinds.get(path)
+            if kind is None:
+                raise ConversionError(f"convert-op-to-blueprint: no op comes from the block instance '{path}' "
+                                      f"(for its param '{member}')")
+            have = "no" if not found else f"{len(found)} op.params of"
+            raise ConversionError(f"convert-op-to-blueprint: {path} ({kind}) has {have} param '{member}'")
+        return found[0]
 
     # -- queries ------------------------------------------------------------------------------
 

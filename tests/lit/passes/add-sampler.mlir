@@ -14,7 +14,7 @@
 // CHECK:      func.func @prefill()
 // CHECK:      func.func @decode()
 // CHECK:      func.func @sample_logits(%logits: tensor<1x32xf32>, %key: tensor<2xi64>, %step: tensor<1xi32>, %temperature: tensor<1xf32>, %top_k: tensor<1xi32>, %top_p: tensor<1xf32>, %min_p: tensor<1xf32>, %repetition_penalty: tensor<1xf32>, %presence_penalty: tensor<1xf32>, %frequency_penalty: tensor<1xf32>, %prompt_counts: tensor<1x32xi32>, %output_counts: tensor<1x32xi32>) -> tensor<1xi32> {
-// CHECK-NEXT:   %ids = op.sample %logits, %key, %step, %temperature, %top_k, %top_p, %min_p, %repetition_penalty, %presence_penalty, %frequency_penalty counts %prompt_counts, %output_counts : tensor<1x32xf32>, tensor<2xi64>, tensor<1xi32>, tensor<1xf32>, tensor<1xi32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1x32xi32>, tensor<1x32xi32> -> tensor<1xi32>
+// CHECK-NEXT:   %ids = op.sample %logits, %key, %step, %temperature, %top_k, %top_p, %min_p, %repetition_penalty, %presence_penalty, %frequency_penalty counts %prompt_counts, %output_counts {op.block = #op.block<"std.model.causal_lm", "">} : tensor<1x32xf32>, tensor<2xi64>, tensor<1xi32>, tensor<1xf32>, tensor<1xi32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1x32xi32>, tensor<1x32xi32> -> tensor<1xi32>
 // CHECK-NEXT:   func.return %ids : tensor<1xi32>
 
 // ROWS:       func.func @sample_logits(%logits: tensor<4x32xf32>, {{.*}}, %temperature: tensor<4xf32>, %top_k: tensor<4xi32>, {{.*}}, %output_counts: tensor<4x32xi32>) -> tensor<4xi32> {

@@ -13,12 +13,12 @@
 // CHECK: module.sub @down : "Linear<Inner, H, T>" {{{.*}}tp_split = "in", tp_reduce
 
 // OP: func.func @decode() -> tensor<1x32xf32> attributes {{{.*}}op.ranks = 2 : i64
-// OP: op.param "token_embd.weight" {split = array<i64: 0, 2>} : tensor<16x16xf32>
+// OP: op.param "token_embd.weight" {split = array<i64: 0, 2>, op.block = #op.block<"std.nn.embedding", "embedding", "weight">} : tensor<16x16xf32>
 // OP: op.get_rows_sharded
 // OP: op.all_reduce {{.*}}name = "embd"
-// OP: op.param "blk.0.attn_q.weight" {split = array<i64: 0, 2>} : tensor<8x16xf32>
-// OP: op.param "blk.0.attn_output.weight" {split = array<i64: 1, 2>} : tensor<16x8xf32>
+// OP: op.param "blk.0.attn_q.weight" {split = array<i64: 0, 2>, op.block = #op.block<"std.nn.linear", "layers.0.attention.q_proj", "weight">} : tensor<8x16xf32>
+// OP: op.param "blk.0.attn_output.weight" {split = array<i64: 1, 2>, op.block = #op.block<"std.nn.linear", "layers.0.attention.o_proj", "weight">} : tensor<16x8xf32>
 // OP: op.all_reduce
-// OP: op.param "blk.0.ffn_down.weight" {split = array<i64: 1, 2>} : tensor<16x20xf32>
+// OP: op.param "blk.0.ffn_down.weight" {split = array<i64: 1, 2>, op.block = #op.block<"std.nn.linear", "layers.0.mlp.down", "weight">} : tensor<16x20xf32>
 // OP: op.all_reduce {{.*}}name = "ffn_out-0"
 // OP: op.all_gather {{.*}}axis = 1 : i64{{.*}}name = "result_output"{{.*}} : tensor<1x16xf32> -> tensor<1x32xf32>
