@@ -103,19 +103,16 @@ def add_ranks(p: argparse.ArgumentParser) -> None:
                         "(whole experts per rank)")
 
 
-def ranks_of(args: argparse.Namespace, knobs: dict):
-    """The opener of a program on --tp ranks (None: this process alone); --ep goes into `knobs`."""
+def ranks_of(args: argparse.Namespace, knobs: dict) -> None:
+    """--tp and --ep into `knobs` (a program on more than one rank is launched by the runtime)."""
     from strata.errors import StrataError
 
     if args.ep not in (1, args.tp):
         raise StrataError(f"--ep is 1 or the ranks of --tp ({args.tp}), got {args.ep}")
     if args.ep > 1:
         knobs["ep"] = args.ep
-    if args.tp == 1:
-        return None
-    from strata.runtime.tp import opener
-
-    return opener(args.tp)
+    if args.tp > 1:
+        knobs["tp"] = args.tp
 
 
 def add_target(p: argparse.ArgumentParser, run: bool) -> None:
@@ -152,21 +149,27 @@ def knobs_of(args: argparse.Namespace) -> dict:
     from strata.pipeline.compile import parse_settings
     from strata.targets import target
 
+    from strata.targets import TARGETS
+
     name = args.target
-    for flag, given, owner in (("--recipe", args.recipe, "cuda"), ("--interpret", getattr(args, "interpret", False), "cuda"),
-                               ("--aot", getattr(args, "aot", None), "cuda"),
-                               ("--allow-spills", getattr(args, "allow_spills", False), "cuda"),
-                               ("--no-flash-attn", args.no_flash_attn, "cpu")):
-        if given and name != owner:
-            raise StrataError(f"{flag} applies to --target {owner}, not --target {name}")
     tgt = target(name)
+    # Each target-specific flag, and what a target that takes it can do (never its name).
+    takes = {"--recipe": lambda t: "recipe" in t.knobs, "--interpret": lambda t: t.interprets,
+             "--aot": lambda t: bool(t.aot_archs), "--allow-spills": lambda t: bool(t.aot_archs),
+             "--no-flash-attn": lambda t: "flash_attn" in t.knobs}
+    for flag, given in (("--recipe", args.recipe), ("--interpret", getattr(args, "interpret", False)),
+                        ("--aot", getattr(args, "aot", None)), ("--allow-spills", getattr(args, "allow_spills", False)),
+                        ("--no-flash-attn", args.no_flash_attn)):
+        if given and not takes[flag](tgt):
+            owners = " or ".join(f"--target {n}" for n in TARGETS if takes[flag](target(n)))
+            raise StrataError(f"{flag} applies to {owners}, not --target {name}")
     knobs = parse_settings(args.set, {k: v for k, v in tgt.knobs.items() if k not in ("recipe", "flash_attn")},
                            f"target '{name}'")
     if args.ctx is not None or "ctx" not in knobs:
         knobs["ctx"] = args.ctx if args.ctx is not None else knobs.get("ctx")
-    if name == "cpu":
+    if "flash_attn" in tgt.knobs:
         knobs["flash_attn"] = not args.no_flash_attn
-    if name == "cuda":
+    if "recipe" in tgt.knobs:  # under an interpreter, exact f32 unless a recipe is given
         knobs["recipe"] = args.recipe or ("f32" if getattr(args, "interpret", False) else None)
     return knobs
 

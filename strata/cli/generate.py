@@ -46,9 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from strata.runtime.textgen import generate_text
 
     knobs = knobs_of(args)
-    opener = ranks_of(args, knobs)
+    ranks_of(args, knobs)
     generate_text(args.model, prompt_of(args), args.max_new_tokens, sampling_of(args), stop=args.stop,
                   target_name=args.target, knobs=knobs, interpret=getattr(args, "interpret", False),
-                  cache_dir=args.cache_dir, allow_nonfinite=args.allow_nonfinite, verbose_prompt=args.verbose_prompt,
-                  opener=opener)
+                  cache_dir=args.cache_dir, allow_nonfinite=args.allow_nonfinite, verbose_prompt=args.verbose_prompt)
     return 0

@@ -34,14 +34,14 @@ def run(args: argparse.Namespace) -> int:
     from strata.errors import StrataError
     from strata.runtime.textgen import run_prompt
 
-    if args.via is not None and args.target != "cpu":
-        raise StrataError(f"--via {args.via} runs the op level exported to ONNX; it takes no --target {args.target}")
     if args.via is not None:
+        if args.target != args.command_parser.get_default("target"):
+            raise StrataError(f"--via {args.via} runs the op level exported to ONNX; it takes no --target {args.target}")
         refuse_unused(args, f"with --via {args.via} (nothing is compiled)", "--cache-dir")
+        args.target = args.via  # the runtime the model is exported to is the target: its knobs are read
     knobs = knobs_of(args)
-    opener = ranks_of(args, knobs)
+    ranks_of(args, knobs)
     run_prompt(args.model, prompt_of(args), args.max_new_tokens, target_name=args.target, knobs=knobs,
-               via=args.via, interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir,
-               dump_logits=args.dump_logits, allow_nonfinite=args.allow_nonfinite, sampling=sampling_of(args),
-               opener=opener)
+               interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir,
+               dump_logits=args.dump_logits, allow_nonfinite=args.allow_nonfinite, sampling=sampling_of(args))
     return 0

@@ -13,7 +13,7 @@ import pytest
 
 from strata.pipeline import load_model
 from strata.runtime.call import CallError, Call, call_model, check_calls, read_calls
-from strata.runtime.engine import open_program
+from strata.runtime.opener import open_program
 from support import TINY, run_tool, write_checkpoint
 
 CALLS = [

@@ -24,7 +24,8 @@ def test_the_data_is_small_and_covers_llamacpps_cases():
 
 def test_generate_tokenizes_every_prompt_as_llama_tokenize():
     from strata.pipeline import load_model
-    from strata.runtime.engine import encode_prompt, model_tokenizer
+    from strata.runtime.engine import encode_prompt
+    from strata.runtime.opener import model_tokenizer
 
     tokenizer = model_tokenizer(load_model(GGUF))  # what `strata generate` encodes with
     wrong = [c["prompt"] for c in CASES if encode_prompt(tokenizer, c["prompt"]) != c["ids"]]

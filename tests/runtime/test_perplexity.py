@@ -13,7 +13,7 @@ import pytest
 
 from strata.pipeline import load_model
 from strata.runtime import perplexity as P
-from strata.runtime.engine import model_tokenizer, open_program
+from strata.runtime.opener import model_tokenizer, open_program
 from support import ROOT
 
 DATA = ROOT / "tests" / "runtime" / "data"
