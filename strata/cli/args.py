@@ -93,6 +93,12 @@ def blueprint_of(args: argparse.Namespace):
     return Blueprint(args.mode, args.rows, args.recipe, args.kv, args.tp, args.ep)
 
 
+def add_allow_nonfinite(p: argparse.ArgumentParser) -> None:
+    """--allow-nonfinite of the commands that open a model (its weights are checked for NaN first)."""
+    p.add_argument("--allow-nonfinite", action="store_true",
+                   help="run even if a weight holds NaN or infinity (warns instead of refusing)")
+
+
 def add_ranks(p: argparse.ArgumentParser) -> None:
     """--tp and --ep of the commands that run a model (`ranks_of` reads them)."""
     p.add_argument("--tp", type=bounded_int(1), default=1,

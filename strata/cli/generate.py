@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from strata.cli.args import (
+    add_allow_nonfinite,
     add_chat_prompt,
     add_model,
     add_prompt,
@@ -36,8 +37,7 @@ def add(sub) -> None:
     add_target(p, run=True)
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
-    p.add_argument("--allow-nonfinite", action="store_true",
-                   help="run even if a weight holds NaN or infinity (warns instead of refusing)")
+    add_allow_nonfinite(p)
     add_ranks(p)
     p.set_defaults(func=run)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import (add_model, add_prompt, add_ranks, add_sampling, add_target, bounded_int, knobs_of,
+from strata.cli.args import (add_allow_nonfinite, add_model, add_prompt, add_ranks, add_sampling, add_target, bounded_int, knobs_of,
                              prompt_of, ranks_of, refuse_unused, sampling_of)
 
 
@@ -21,8 +21,7 @@ def add(sub) -> None:
     add_target(p, run=True)
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
-    p.add_argument("--allow-nonfinite", action="store_true",
-                   help="run even if a weight holds NaN or infinity (warns instead of refusing)")
+    add_allow_nonfinite(p)
     add_ranks(p)
     p.add_argument("--via", choices=["onnxruntime"], default=None,
                    help="generate through this runtime instead of the compiled target (exports to ONNX first)")

@@ -99,7 +99,7 @@ def _row(name: str, batch: int, test: str, n_prompt: int, n_gen: int, rates: lis
 
 def bench(model_path: str | Path, *, n_prompt: int = 512, n_gen: int = 128, batches: Sequence[int] = (1, 8, 32),
           repetitions: int = 3, knobs: dict[str, Any] | None = None,
-          cache_dir: str | Path | None = None) -> list[BenchRow]:
+          cache_dir: str | Path | None = None, allow_nonfinite: bool = False) -> list[BenchRow]:
     """The pp and tg rows of each batch size (see the module docstring), a program compiled per
     batch size (kept in CACHE/bench-bB, CACHE being `cache_dir` or MODEL/.strata-cache/cpu)."""
     from strata.runtime.opener import open_model
@@ -116,7 +116,7 @@ def bench(model_path: str | Path, *, n_prompt: int = 512, n_gen: int = 128, batc
                              f"context of {limit} tokens (max_position_embeddings)")
         return {**(knobs or {}), "ctx": n_prompt + n_gen}
 
-    opened = open_model(model_path, "cpu", checked_knobs, cache_dir=cache_dir)
+    opened = open_model(model_path, "cpu", checked_knobs, cache_dir=cache_dir, allow_nonfinite=allow_nonfinite)
     root = opened.cache()
     vocab = opened.vocab
     rng = np.random.default_rng(0)

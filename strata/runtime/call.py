@@ -126,7 +126,7 @@ def entries_for(calls: Sequence[Call]) -> str:
 
 def call_model(model_path: str | Path, calls_path: str | Path, out_path: str | Path, *, target_name: str = "cpu",
                knobs: Mapping[str, Any] | None = None, cache_dir: str | Path | None = None,
-               interpret: bool = False) -> dict[str, np.ndarray]:
+               interpret: bool = False, allow_nonfinite: bool = False) -> dict[str, np.ndarray]:
     """`strata call`: the calls of `calls_path` on `model_path` compiled for a target, their
     results written to `out_path` (.npz, atomically) once all have run."""
     from strata.passes.convert_module_to_op import ENTRIES
@@ -144,7 +144,8 @@ def call_model(model_path: str | Path, calls_path: str | Path, out_path: str | P
     knobs = dict(knobs or {})
     if knobs.get("entries") is None:
         knobs["entries"] = entries_for(calls)
-    opened = open_model(model_path, target_name, knobs, interpret=interpret, cache_dir=cache_dir)
+    opened = open_model(model_path, target_name, knobs, interpret=interpret, cache_dir=cache_dir,
+                        allow_nonfinite=allow_nonfinite)
     # Never onto the model's files, the calls or the compiled program: checked before the compile.
     cache = opened.cache()
     check_output_path(out_path, {**opened.model.input_files(), calls_path: "the calls file",

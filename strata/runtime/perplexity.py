@@ -218,7 +218,8 @@ def run_perplexity(program: Any, ids: Sequence[int], ctx: int, batch: int, bos: 
 def perplexity(model_path: str | Path, text_path: str | Path, *, ctx: int | None = None, batch: int = 4,
                knobs: dict[str, Any] | None = None, cache_dir: str | Path | None = None,
                out: TextIO | None = sys.stdout, max_chunks: int | None = None,
-               kl_base: str | Path | None = None, kl_divergence: bool = False) -> PerplexityResult:
+               kl_base: str | Path | None = None, kl_divergence: bool = False,
+               allow_nonfinite: bool = False) -> PerplexityResult:
     """`strata perplexity`: the perplexity of the text file `text_path` under `model_path` on
     the cpu target (see the module docstring); the estimates are printed on `out`.
     `kl_base`: save the scored distributions there (`strata.runtime.kl_divergence`), or with
@@ -250,7 +251,7 @@ def perplexity(model_path: str | Path, text_path: str | Path, *, ctx: int | None
         check_ctx(chunk, limit)
         return {**(knobs or {}), "ctx": chunk, "entries": KL_ENTRIES if kl_base is not None else ENTRIES}
 
-    opened = open_model(model_path, "cpu", program_knobs, cache_dir=cache_dir)
+    opened = open_model(model_path, "cpu", program_knobs, cache_dir=cache_dir, allow_nonfinite=allow_nonfinite)
     model, ctx = opened.model, opened.knobs["ctx"]
     tokenizer = opened.tokenizer()
     ids = tokenizer.encode(text)

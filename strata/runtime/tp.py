@@ -9,8 +9,9 @@ GPUs), behind the one runtime protocol (`strata.runtime.program`).
 Rank 0 owns the request (the tokenizer, the scheduler, the output): its `Leader` is a Program
 whose every call (prefill, decode, reset, close) is first broadcast to the other ranks, which
 `follow` it with their own program over the same group; the collectives inside the compiled
-program meet across the processes. The launch is what `OpenedModel.program` does for a model
-opened with a `tp` knob above 1 (`strata run --tp N`, `strata generate --tp N`); `torchrun
+program meet across the processes. `launch_opened` starts the ranks of a model opened with a
+`tp` knob above 1 (`strata run --tp N` and `strata generate --tp N` call it; `strata serve`
+runs on one process); `torchrun
 --nproc-per-node N -m strata.runtime.worker MODEL ...` starts the same ranks on one or more
 nodes (`strata.runtime.worker`). The target is asked which backend its ranks meet on
 (`Target.ranks`); one that names none takes no ranks.

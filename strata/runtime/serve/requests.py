@@ -33,7 +33,9 @@ class ApiError(Exception):
 
 
 @dataclass(frozen=True)
-class Parsed:
+class ApiRequest:
+    """An OpenAI completion or chat request, read and checked: the prompt's ids and how to answer it."""
+
     prompt: list[int]
     max_tokens: int
     sampling: SamplingParams
@@ -77,7 +79,7 @@ def _shown(v: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _common(body: Any, limits: Any, model_name: str, prompt: list[int], max_tokens_field: str) -> Parsed:
+def _common(body: Any, limits: Any, model_name: str, prompt: list[int], max_tokens_field: str) -> ApiRequest:
     model = body.get("model")
     if model is not None and model != model_name:
         if not isinstance(model, str):
@@ -148,7 +150,7 @@ def _common(body: Any, limits: Any, model_name: str, prompt: list[int], max_toke
         if not stream:
             raise ApiError("'stream_options' is only allowed when 'stream' is true", "stream_options")
         include_usage = bool(options.get("include_usage", False))
-    return Parsed(prompt, max_tokens, sampling, stops, n, bool(stream), include_usage, logprobs)
+    return ApiRequest(prompt, max_tokens, sampling, stops, n, bool(stream), include_usage, logprobs)
 
 
 def _logprobs(body: Mapping[str, Any], chat: bool) -> int | None:
@@ -174,7 +176,7 @@ def _body(body: Any) -> Mapping[str, Any]:
     return body
 
 
-def parse_completion(body: Any, limits: Any, model_name: str) -> Parsed:
+def parse_completion(body: Any, limits: Any, model_name: str) -> ApiRequest:
     """POST /v1/completions: `prompt` a text, a list of token ids, or a list of one of either;
     `limits` (`batch_engine.RequestLimits`): the tokenizer, vocabulary, context and KV pages."""
     body = _body(body)
@@ -196,7 +198,7 @@ def parse_completion(body: Any, limits: Any, model_name: str) -> Parsed:
     return _common(body, limits, model_name, ids, "max_tokens")
 
 
-def parse_chat(body: Any, limits: Any, model_name: str) -> Parsed:
+def parse_chat(body: Any, limits: Any, model_name: str) -> ApiRequest:
     """POST /v1/chat/completions: `messages` through the model's chat template."""
     from strata.runtime.engine import encode_prompt
 

@@ -40,7 +40,7 @@ from strata.runtime.serve.batch_engine import (
     ServeEngine,
     TextEvent,
 )
-from strata.runtime.serve.requests import ApiError, Parsed, parse_chat, parse_completion
+from strata.runtime.serve.requests import ApiError, ApiRequest, parse_chat, parse_completion
 from strata.runtime.serve.scheduler import SchedulerError
 
 #: Seconds a client is told to wait when the queue is full or the server is going away.
@@ -237,7 +237,7 @@ FINISH = {"stop": "stop", "length": "length", "cancelled": "abort"}
 class _Reply:
     """One request's answer, whole or as server-sent events, from its choices' event queues."""
 
-    def __init__(self, rid: str, model: str, chat: bool, parsed: Parsed, handles: list[Handle],
+    def __init__(self, rid: str, model: str, chat: bool, parsed: ApiRequest, handles: list[Handle],
                  queues: list[asyncio.Queue], tokenizer: Any):
         self.rid, self.model, self.chat, self.parsed, self.tokenizer = rid, model, chat, parsed, tokenizer
         self.handles, self.queues = handles, queues
