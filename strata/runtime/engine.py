@@ -22,7 +22,7 @@ from strata.runtime.program import Program
 from strata.runtime.progress import GenerationClock
 from strata.runtime.opener import check_tokenizer_fits
 from strata.runtime.report import report_result
-from strata.runtime.request import RequestError, check_request
+from strata.runtime.request import RequestError, check_request, new_token_room
 from strata.runtime.sampling import SamplingParams
 
 
@@ -120,8 +120,8 @@ class TextStream:
 
 
 class Engine:
-    """The text API over any program (`open_program`): prompts or chat messages in, streamed text
-    out, through the model's tokenizer (`model_tokenizer`), its chat template and the program's
+    """The text API over any program (`strata.runtime.opener`): prompts or chat messages in,
+    streamed text out, through the model's tokenizer, its chat template and the program's
     sampler; generation stops at every end-of-generation id of the tokenizer and at stop strings."""
 
     def __init__(self, program: Program, tokenizer: Any):
@@ -138,7 +138,7 @@ class Engine:
         """A reply to `prompt` (a text, or an OpenAI-style message list: through the chat template),
         as an iterator of `Chunk`s; `max_new_tokens` is cut to what the context still holds."""
         ids = self.encode(prompt, **options)
-        room = self.program.n_ctx - len(ids) + 1
+        room = new_token_room(len(ids), self.program.n_ctx)
         if room < 1:
             raise RequestError(f"the prompt ({len(ids)} tokens) does not fit the context of {self.program.n_ctx}")
         return self.stream(ids, params, min(max_new_tokens, room), stop=stop, on_token=on_token)

@@ -161,7 +161,9 @@ def run_prompt(model_path: str | Path, prompt: TextPrompt | Sequence[int], max_n
     if dump_logits:  # before the work, not after it, and never onto the model or its compiled program
         inputs: dict[Any, str] = dict(req.model.input_files())
         cache = req.opened.cache()
-        if cache is not None:
+        if cache is not None and req.opened.ranks > 1 and req.opened.cache_dir is None:
+            inputs[req.model.cache_root] = f"the compiled models' cache {req.model.cache_root}"  # every rank's
+        elif cache is not None:
             inputs[cache] = f"the compiled model's directory {cache}"
         check_output_path(dump_logits, inputs, "--dump-logits")
     program = _program(req, max_new_tokens)
