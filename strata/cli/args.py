@@ -196,7 +196,7 @@ def prompt_of(args: argparse.Namespace):
     """The prompt the flags give: a `TextPrompt` (--prompt, --chat, --system) or a list of ids."""
     from strata.errors import StrataError
     from strata.runtime.request import parse_prompt_ids
-    from strata.runtime.textgen import TextPrompt
+    from strata.runtime.commands.textgen import TextPrompt
 
     chat, system = getattr(args, "chat", False), getattr(args, "system", None)
     if args.prompt_ids is not None:

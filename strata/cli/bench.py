@@ -31,7 +31,7 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from strata.pipeline.compile import parse_settings
-    from strata.runtime.bench import bench, format_json, format_table, parse_batches
+    from strata.runtime.commands.bench import bench, format_json, format_table, parse_batches
     from strata.targets import target
 
     owned = ("ctx", "entries", "Batch")

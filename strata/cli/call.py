@@ -24,7 +24,7 @@ def add(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from strata.runtime.call import call_model
+    from strata.runtime.commands.call import call_model
 
     call_model(args.model, args.calls, args.output, target_name=args.target, knobs=knobs_of(args),
                cache_dir=args.cache_dir, interpret=getattr(args, "interpret", False),

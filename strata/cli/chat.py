@@ -25,8 +25,8 @@ def add(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from strata.runtime.chat import chat_session
-    from strata.runtime.tokens import template_kwargs_of
+    from strata.runtime.commands.chat import chat_session
+    from strata.runtime.commands.tokenize import template_kwargs_of
 
     _readline()
     chat_session(args.model, sampling_of(args), system=args.system, max_new_tokens=args.max_new_tokens,

@@ -12,7 +12,7 @@ def add(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from strata.runtime.demo import run_demo
+    from strata.runtime.commands.demo import run_demo
 
     run_demo(args.root)
     return 0

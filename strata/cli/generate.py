@@ -43,7 +43,7 @@ def add(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from strata.runtime.textgen import generate_text
+    from strata.runtime.commands.textgen import generate_text
 
     knobs = knobs_of(args)
     ranks_of(args, knobs)

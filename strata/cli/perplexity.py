@@ -34,7 +34,7 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from strata.pipeline.compile import parse_settings
-    from strata.runtime.perplexity import perplexity
+    from strata.runtime.commands.perplexity import perplexity
     from strata.targets import target
 
     owned = ("ctx", "entries")

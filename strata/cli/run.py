@@ -31,7 +31,7 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from strata.errors import StrataError
-    from strata.runtime.textgen import run_prompt
+    from strata.runtime.commands.textgen import run_prompt
 
     if args.via is not None:
         if args.target != args.command_parser.get_default("target"):

@@ -32,7 +32,7 @@ def add(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from strata.runtime.serve.launch import serve_model
+    from strata.runtime.commands.serve import serve_model
 
     serve_model(args.model, args.target, knobs_of(args), host=args.host, port=args.port, api_key=args.api_key,
                 shutdown_timeout=args.shutdown_timeout, max_num_seqs=args.max_num_seqs,

@@ -8,7 +8,7 @@
 
 The reply's text is the one text layer's (`strata.runtime.text.TextEmitter`, which the server
 uses too) over the one generation loop (`strata.runtime.generate`); `strata run` and `strata
-generate` are `strata.runtime.textgen`, opening a model is `strata.runtime.opener`.
+generate` are `strata.runtime.commands.textgen`, opening a model is `strata.runtime.opener`.
 """
 
 from __future__ import annotations

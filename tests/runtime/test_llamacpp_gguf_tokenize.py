@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from strata.runtime.textgen import TextPrompt, prepare_request
+from strata.runtime.commands.textgen import TextPrompt, prepare_request
 from support import run_tool
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -33,11 +33,11 @@ def poisoned(tmp_path_factory):
 
 
 def _commands(model, tmp):
-    from strata.runtime.bench import bench
-    from strata.runtime.call import call_model
-    from strata.runtime.chat import chat_session
-    from strata.runtime.perplexity import perplexity
-    from strata.runtime.serve.launch import open_engine
+    from strata.runtime.commands.bench import bench
+    from strata.runtime.commands.call import call_model
+    from strata.runtime.commands.chat import chat_session
+    from strata.runtime.commands.perplexity import perplexity
+    from strata.runtime.commands.serve import open_engine
 
     calls = tmp / "calls.json"
     calls.write_text(json.dumps([{"entry": "decode", "inputs": {"token": [[1]], "pos": 0}}]))
@@ -67,7 +67,7 @@ def test_allow_nonfinite_warns_and_opens(poisoned, capsys):
 
 
 def test_knobs_are_resolved_once_on_a_commands_path(tmp_path, monkeypatch, capsys):
-    from strata.runtime.textgen import run_prompt
+    from strata.runtime.commands.textgen import run_prompt
 
     model = write_checkpoint(tiny("llama"), tmp_path / "model")
     calls = []
@@ -83,7 +83,7 @@ def test_knobs_are_resolved_once_on_a_commands_path(tmp_path, monkeypatch, capsy
 
 
 def test_what_a_target_cannot_do_is_refused_by_asking_it(tmp_path):
-    from strata.runtime.call import CallError, call_model
+    from strata.runtime.commands.call import CallError, call_model
     from strata.targets.target import TargetError
 
     model = write_checkpoint(tiny("llama"), tmp_path / "model")

@@ -12,7 +12,7 @@ from strata.runtime.engine import Engine
 from strata.runtime.opener import open_model, open_program
 from strata.runtime.sampling import SamplingParams
 from strata.runtime.serve.batch_engine import DoneEvent, ErrorEvent, ServeEngine, TextEvent
-from strata.runtime.serve.launch import serving_knobs
+from strata.runtime.commands.serve import serving_knobs
 
 CTX, PAGE, ROWS = 64, 16, 2
 

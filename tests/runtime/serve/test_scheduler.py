@@ -152,7 +152,7 @@ def test_hybrid_family_batched_is_alone(tmp_path):
     """Gated DeltaNet layers keep their state in the row's slot: chunked prompts and decode rows
     of several sequences in one call still give each its own ids; no prefix cache."""
     from strata.runtime.opener import resolved_knobs
-    from strata.runtime.serve.launch import is_recurrent, serving_knobs
+    from strata.runtime.commands.serve import is_recurrent, serving_knobs
     from support import TINY
 
     model = load_model(write_checkpoint(TINY["qwen3.5-moe"], tmp_path / "hybrid", std=0.5))

@@ -227,7 +227,7 @@ def perplexity(model_path: str | Path, text_path: str | Path, *, ctx: int | None
     from strata.artifacts.files import check_output_path
     from strata.runtime import kl_divergence as kld
     from strata.runtime.opener import open_model
-    from strata.runtime.tokens import read_text_file
+    from strata.runtime.commands.tokenize import read_text_file
 
     if kl_divergence and kl_base is None:
         raise PerplexityError("--kl-divergence compares with a saved base: give --kl-divergence-base FILE")

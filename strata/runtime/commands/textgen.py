@@ -108,7 +108,7 @@ def generate_text(model_path: str | Path, prompt: TextPrompt | Sequence[int], ma
                           interpret=interpret, via=via, sampling=sampling, cache_dir=cache_dir,
                           allow_nonfinite=allow_nonfinite)
     if verbose_prompt:
-        from strata.runtime.tokens import format_ids
+        from strata.runtime.commands.tokenize import format_ids
 
         say(f"prompt: {len(req.ids)} tokens {format_ids(req.ids)}")
     if req.tokenizer is None and stop:
