@@ -9,7 +9,7 @@
     engine.drain(timeout=5); engine.close()
 
 The way down and up: `submit` queues a `Handle`; the engine's thread admits it to the scheduler
-(a `SeqRequest`: ids only), runs one `Scheduler.step` (one call of the program, each token
+(`Scheduler.add`: ids only), runs one `Scheduler.step` (one call of the program, each token
 chosen by the program's chooser), and only then runs the text layer over the step's outputs:
 the one `TextEmitter` of `strata.runtime.text` (the reply's text exactly as `strata generate`
 prints it), then the events to the handle. A stop string found in the text ends the sequence
@@ -33,7 +33,7 @@ import numpy as np
 
 from strata.errors import StrataError, warn
 from strata.runtime.sampling import SamplingParams
-from strata.runtime.serve.scheduler import Scheduler, SchedulerError, Seq, SeqOutput, SeqRequest, StepFailed
+from strata.runtime.serve.scheduler import Scheduler, SchedulerError, Seq, SeqOutput, StepFailed
 
 
 class ServeError(StrataError):
@@ -285,8 +285,8 @@ class ServeEngine:
 
         try:
             handle.text = TextEmitter(self.tokenizer, handle.prompt, handle.stop, self.end_ids)
-            handle.seq = self.scheduler.add(SeqRequest(handle.prompt, handle.max_tokens, handle.sampling,
-                                                       self.end_ids))
+            handle.seq = self.scheduler.add(handle.prompt, handle.max_tokens, sampling=handle.sampling,
+                                            stop_ids=self.end_ids)
         except SchedulerError as e:  # checked at submit: only a race with a changed limit gets here
             self._fail(handle, str(e))
             return

@@ -1,7 +1,7 @@
 """Continuous batching over a paged program: every step is one `step_paged` call.
 
     scheduler = Scheduler(program, page_size=16, num_pages=256, max_num_seqs=8, max_batched_tokens=256)
-    seq = scheduler.add(SeqRequest(prompt_ids, max_tokens=64, sampling=params, stop_ids={2}))
+    seq = scheduler.add(prompt_ids, max_tokens=64, sampling=params, stop_ids={2})
     while scheduler.has_work():
         step = scheduler.step()            # decode rows + prompt chunks, one call; tokens chosen
         for out in step.outputs:           # SeqOutput: seq, token, logits, finish_reason
@@ -58,23 +58,16 @@ class SchedulerError(ValueError):
     """A program or a request the scheduler cannot run."""
 
 
-@dataclass
-class SeqRequest:
-    prompt: Sequence[int]
-    max_tokens: int
-    #: None or greedy: the argmax; else resolved (with a seed) by the caller or here.
-    sampling: SamplingParams | None = None
-    stop_ids: Collection[int] = ()
-
-
 @dataclass(eq=False)
 class Seq:
     """A request's state in the scheduler."""
 
     id: int
-    request: SeqRequest
     tokens: list[int]
+    max_tokens: int
+    #: None or greedy: the argmax; else resolved (with a seed).
     sampling: SamplingParams | None
+    stop_ids: frozenset[int]
     chooser: Chooser
     outputs: list[int] = field(default_factory=list)
     pages: list[int] = field(default_factory=list)
@@ -146,13 +139,17 @@ class Scheduler:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def add(self, request: SeqRequest) -> Seq:
-        """Queue a request (checked by the caller against the context: prompt + max_tokens - 1 <= n_ctx)."""
-        prompt = [int(t) for t in request.prompt]
-        self.check(len(prompt), request.max_tokens)
-        sampling = None if request.sampling is None or request.sampling.greedy else request.sampling.resolved()
-        seq = Seq(next(self._ids), request, prompt, sampling, self.program.chooser())
-        if request.max_tokens <= 0:
+    def add(self, prompt: Sequence[int], max_tokens: int, *, sampling: SamplingParams | None = None,
+            stop_ids: Collection[int] = ()) -> Seq:
+        """Queue a sequence: `prompt`'s ids, up to `max_tokens` new ones (refused, a SchedulerError,
+        when they can never fit), drawn with `sampling` (None or greedy: the argmax), ending at
+        any of `stop_ids`."""
+        prompt = [int(t) for t in prompt]
+        self.check(len(prompt), max_tokens)
+        sampling = None if sampling is None or sampling.greedy else sampling.resolved()
+        seq = Seq(next(self._ids), prompt, int(max_tokens), sampling, frozenset(int(t) for t in stop_ids),
+                  self.program.chooser())
+        if max_tokens <= 0:
             self._end(seq, "length")
         else:
             self.waiting.append(seq)
@@ -301,9 +298,9 @@ class Scheduler:
         seq.outputs.append(token)
         seq.tokens.append(token)
         self.generated_tokens += 1
-        if token in seq.request.stop_ids:
+        if token in seq.stop_ids:
             self._end(seq, "stop", token)
-        elif len(seq.outputs) >= seq.request.max_tokens:
+        elif len(seq.outputs) >= seq.max_tokens:
             self._end(seq, "length")
         return SeqOutput(seq, token, row, seq.finish_reason)
 

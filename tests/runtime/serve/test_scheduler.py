@@ -12,7 +12,7 @@ from strata.runtime.opener import open_program
 from strata.runtime.generate import generate
 from strata.runtime.sampling import SamplingParams
 from strata.runtime.serve.pages import PageAllocator, prefix_keys
-from strata.runtime.serve.scheduler import Scheduler, SchedulerError, SeqRequest
+from strata.runtime.serve.scheduler import Scheduler, SchedulerError
 from support import tiny, write_checkpoint
 
 CTX, PAGE, ROWS = 32, 4, 4
@@ -45,7 +45,7 @@ def test_batched_is_alone(programs, num_pages, budget):
     scheduler = Scheduler(serving, page_size=PAGE, num_pages=num_pages, max_num_seqs=ROWS, max_batched_tokens=budget)
     requests = _requests(12)
     streamed: dict[int, list[int]] = {}
-    seqs = [scheduler.add(SeqRequest(p, n, sampling=s, stop_ids={3})) for p, n, s in requests]
+    seqs = [scheduler.add(p, n, sampling=s, stop_ids={3}) for p, n, s in requests]
     while scheduler.has_work():
         step = scheduler.step()
         assert step.computed <= budget
@@ -65,9 +65,9 @@ def test_stop_cancel_and_zero(programs):
     serving, alone = programs
     scheduler = Scheduler(serving, page_size=PAGE, num_pages=16, max_num_seqs=ROWS, max_batched_tokens=8)
     ended = []
-    stopped = scheduler.add(SeqRequest([1, 2, 3], 10))
-    gone = scheduler.add(SeqRequest(SHARED, 10))
-    zero = scheduler.add(SeqRequest([1], 0))
+    stopped = scheduler.add([1, 2, 3], 10)
+    gone = scheduler.add(SHARED, 10)
+    zero = scheduler.add([1], 0)
     assert zero.finish_reason == "length" and zero.outputs == []
     scheduler.step()
     scheduler.cancel(gone)
@@ -106,8 +106,8 @@ def test_a_failed_step_ends_its_sequences_and_the_rest_go_on(programs):
     serving, alone = programs
     scheduler = Scheduler(_FailingCall(serving, 2), page_size=PAGE, num_pages=16, max_num_seqs=1,
                           max_batched_tokens=8)
-    first = scheduler.add(SeqRequest([1, 2, 3], 4))
-    later = scheduler.add(SeqRequest([4, 5], 3))  # waits for the one row
+    first = scheduler.add([1, 2, 3], 4)
+    later = scheduler.add([4, 5], 3)  # waits for the one row
     scheduler.step()
     with pytest.raises(StepFailed) as failed:
         scheduler.step()
@@ -123,9 +123,9 @@ def test_refuses_what_cannot_fit(programs):
     serving, _ = programs
     scheduler = Scheduler(serving, page_size=PAGE, num_pages=4, max_num_seqs=ROWS, max_batched_tokens=8)
     with pytest.raises(SchedulerError, match="context of 32"):
-        scheduler.add(SeqRequest([1] * 30, 4))
+        scheduler.add([1] * 30, 4)
     with pytest.raises(SchedulerError, match="more than the 4 there are"):
-        scheduler.add(SeqRequest([1] * 10, 10))
+        scheduler.add([1] * 10, 10)
     with pytest.raises(SchedulerError, match="rows"):
         Scheduler(serving, page_size=PAGE, num_pages=4, max_num_seqs=ROWS + 1)
 
@@ -165,7 +165,7 @@ def test_hybrid_family_batched_is_alone(tmp_path):
     scheduler = Scheduler(serving, page_size=page, num_pages=pages, max_num_seqs=ROWS, max_batched_tokens=5,
                           prefix_cache=False)
     requests = _requests(8)
-    seqs = [scheduler.add(SeqRequest(p, n, sampling=s)) for p, n, s in requests]
+    seqs = [scheduler.add(p, n, sampling=s) for p, n, s in requests]
     while scheduler.has_work():
         scheduler.step()
     for (prompt, n, sampling), seq in zip(requests, seqs):
