@@ -53,13 +53,6 @@ def target_of(name: str, via: str | None = None, interpret: bool = False):
     return tgt
 
 
-def prepare_device(target_name: str, interpret: bool) -> None:
-    """What a target needs of the process before anything of it is imported (Triton's interpreter, a GPU)."""
-    tgt = target_of(target_name, interpret=interpret)
-    if tgt.prepare is not None:
-        tgt.prepare(interpret)
-
-
 def cache_dir_of(model: Any, target_name: str, interpret: bool = False, tp: int = 1, ep: int = 1) -> Path:
     """The default cache of `model`'s compiled program for a target (see the module docstring);
     a tensor-parallel one's is `TARGET-tpN` (`TARGET-tpN-epN` with whole experts per rank)."""
