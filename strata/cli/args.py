@@ -153,9 +153,7 @@ def knobs_of(args: argparse.Namespace) -> dict:
     """The target's knobs from its flags and --set (each flag refused where it does not apply)."""
     from strata.errors import StrataError
     from strata.pipeline.compile import parse_settings
-    from strata.targets import target
-
-    from strata.targets import TARGETS
+    from strata.targets import TARGETS, target
 
     name = args.target
     tgt = target(name)

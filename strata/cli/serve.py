@@ -19,7 +19,7 @@ def add(sub) -> None:
     p.add_argument("--max-num-batched-tokens", type=bounded_int(1), default=256,
                    help="the most tokens in one step: decode rows plus prompt chunks (default 256)")
     p.add_argument("--kv-pages", type=bounded_int(1), default=None,
-                   help="KV cache pages (default: a full context for every row); PageSize is --set PageSize=N (16)")
+                   help="KV cache pages (default: a full context for every row); PageSize is --set PageSize=N (default 16)")
     p.add_argument("--max-waiting", type=bounded_int(1), default=256,
                    help="the most requests waiting; more are answered 429 with Retry-After (default 256)")
     p.add_argument("--api-key", default=None, metavar="KEY", help="require Authorization: Bearer KEY on /v1")

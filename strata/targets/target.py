@@ -17,6 +17,14 @@ from xdsl.dialects.builtin import ModuleOp
 from strata.errors import StrataError
 
 
+#: The cells of one page of a paged KV cache unless asked otherwise: the server's pages
+#: (`strata serve`, `--set PageSize=N`) and the cuda target's paged cache (`kv=paged`; its
+#: runtime imports nothing from strata and holds the same number, which a test pins). The
+#: module level's own generic default (`PageSize: Dim = 64`, the entry table's) applies only
+#: where a paged entry is compiled with no PageSize given (`strata call`).
+KV_PAGE_SIZE = 16
+
+
 @dataclass(frozen=True)
 class Target:
     name: str

@@ -16,10 +16,10 @@ from typing import Any
 
 from strata.errors import say
 from strata.runtime.serve.batch_engine import ServeEngine, ServeError
+from strata.targets.target import KV_PAGE_SIZE
 
-#: The KV page size of a served program unless --set PageSize says otherwise (the cuda target's
-#: paged cache uses the same; the module's own generic default is the spec's 64).
-DEFAULT_PAGE_SIZE = 16
+#: The KV page size of a served program unless --set PageSize says otherwise.
+DEFAULT_PAGE_SIZE = KV_PAGE_SIZE
 
 
 def is_recurrent(model: Any) -> bool:
