@@ -75,7 +75,7 @@ class StrataRows:
     0 .. prompt - 1."""
 
     def __init__(self, model, cache: Path, batch: int, prompt: int, ctx: int, vocab: int):
-        from strata.runtime.engine import open_program
+        from strata.runtime.opener import open_program
 
         knobs = {"ctx": ctx, "entries": "decode_rows", "Batch": batch}
         t0 = time.perf_counter()

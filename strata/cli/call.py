@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_model, add_target, knobs_of
+from strata.cli.args import add_allow_nonfinite, add_model, add_target, knobs_of
 
 
 def add(sub) -> None:
@@ -19,12 +19,14 @@ def add(sub) -> None:
     add_target(p, run=True)
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
+    add_allow_nonfinite(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from strata.runtime.call import call_model
+    from strata.runtime.commands.call import call_model
 
     call_model(args.model, args.calls, args.output, target_name=args.target, knobs=knobs_of(args),
-               cache_dir=args.cache_dir, interpret=getattr(args, "interpret", False))
+               cache_dir=args.cache_dir, interpret=getattr(args, "interpret", False),
+               allow_nonfinite=args.allow_nonfinite)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_model, add_sampling, add_target, bounded_int, knobs_of, sampling_of
+from strata.cli.args import add_allow_nonfinite, add_model, add_sampling, add_target, bounded_int, knobs_of, sampling_of
 
 
 def add(sub) -> None:
@@ -20,17 +20,19 @@ def add(sub) -> None:
     add_target(p, run=True)
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
+    add_allow_nonfinite(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from strata.runtime.chat import chat_session
-    from strata.runtime.tokens import template_kwargs_of
+    from strata.runtime.commands.chat import chat_session
+    from strata.runtime.commands.tokenize import template_kwargs_of
 
     _readline()
     chat_session(args.model, sampling_of(args), system=args.system, max_new_tokens=args.max_new_tokens,
                  template_kwargs=template_kwargs_of(args.template_kwargs), target_name=args.target,
-                 knobs=knobs_of(args), interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir)
+                 knobs=knobs_of(args), interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir,
+                 allow_nonfinite=args.allow_nonfinite)
     return 0
 
 

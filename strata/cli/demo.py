@@ -14,7 +14,7 @@ def add(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from strata.runtime.demo import run_default_demo, run_demo
+    from strata.runtime.commands.demo import run_default_demo, run_demo
 
     (run_default_demo if args.builtin else run_demo)(args.root)
     return 0

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         if args.entry == "decode":
             refuse_unused(args, "with --entry decode (it takes one token)", "--tokens")
         from strata.pipeline.formats import check_onnx_recipe, export_onnx_file
-        from strata.runtime.engine import resolved_knobs
+        from strata.runtime.opener import resolved_knobs
 
         if args.output is None:
             raise StrataError("export: --format onnx needs -o FILE")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from strata.cli.args import (
+    add_allow_nonfinite,
     add_chat_prompt,
     add_model,
     add_prompt,
@@ -36,19 +37,17 @@ def add(sub) -> None:
     add_target(p, run=True)
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
-    p.add_argument("--allow-nonfinite", action="store_true",
-                   help="run even if a weight holds NaN or infinity (warns instead of refusing)")
+    add_allow_nonfinite(p)
     add_ranks(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from strata.runtime.textgen import generate_text
+    from strata.runtime.commands.textgen import generate_text
 
     knobs = knobs_of(args)
-    opener = ranks_of(args, knobs)
+    ranks_of(args, knobs)
     generate_text(args.model, prompt_of(args), args.max_new_tokens, sampling_of(args), stop=args.stop,
                   target_name=args.target, knobs=knobs, interpret=getattr(args, "interpret", False),
-                  cache_dir=args.cache_dir, allow_nonfinite=args.allow_nonfinite, verbose_prompt=args.verbose_prompt,
-                  opener=opener)
+                  cache_dir=args.cache_dir, allow_nonfinite=args.allow_nonfinite, verbose_prompt=args.verbose_prompt)
     return 0

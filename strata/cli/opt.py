@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def __getattr__(name: str):
-    # `from strata.opt import StrataOptMain` still works; it builds the class then.
+    # `from strata.cli.opt import StrataOptMain` builds the class on first use (it imports xDSL).
     if name == "StrataOptMain":
         return strata_opt_main_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

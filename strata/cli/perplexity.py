@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_model, bounded_int
+from strata.cli.args import add_allow_nonfinite, add_model, bounded_int
 
 
 def add(sub) -> None:
@@ -28,17 +28,19 @@ def add(sub) -> None:
                    help="a knob of the cpu target (kv_pad, kv_type, ...), as strata compile --set")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/cpu)")
+    add_allow_nonfinite(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from strata.pipeline.compile import parse_settings
-    from strata.runtime.perplexity import perplexity
+    from strata.runtime.commands.perplexity import perplexity
     from strata.targets import target
 
     owned = ("ctx", "entries")
     knobs = parse_settings(args.set, {k: v for k, v in target("cpu").knobs.items() if k not in owned},
                            "target 'cpu' (--ctx is perplexity's own)")
     perplexity(args.model, args.file, ctx=args.ctx, batch=args.batch, knobs=knobs, cache_dir=args.cache_dir,
-               max_chunks=args.chunks, kl_base=args.kl_divergence_base, kl_divergence=args.kl_divergence)
+               max_chunks=args.chunks, kl_base=args.kl_divergence_base, kl_divergence=args.kl_divergence,
+               allow_nonfinite=args.allow_nonfinite)
     return 0

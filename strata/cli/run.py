@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import (add_model, add_prompt, add_ranks, add_sampling, add_target, bounded_int, knobs_of,
+from strata.cli.args import (add_allow_nonfinite, add_model, add_prompt, add_ranks, add_sampling, add_target, bounded_int, knobs_of,
                              prompt_of, ranks_of, refuse_unused, sampling_of)
 
 
@@ -21,8 +21,7 @@ def add(sub) -> None:
     add_target(p, run=True)
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
-    p.add_argument("--allow-nonfinite", action="store_true",
-                   help="run even if a weight holds NaN or infinity (warns instead of refusing)")
+    add_allow_nonfinite(p)
     add_ranks(p)
     p.add_argument("--via", choices=["onnxruntime"], default=None,
                    help="generate through this runtime instead of the compiled target (exports to ONNX first)")
@@ -32,16 +31,16 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from strata.errors import StrataError
-    from strata.runtime.textgen import run_prompt
+    from strata.runtime.commands.textgen import run_prompt
 
-    if args.via is not None and args.target != "cpu":
-        raise StrataError(f"--via {args.via} runs the op level exported to ONNX; it takes no --target {args.target}")
     if args.via is not None:
+        if args.target != args.command_parser.get_default("target"):
+            raise StrataError(f"--via {args.via} runs the op level exported to ONNX; it takes no --target {args.target}")
         refuse_unused(args, f"with --via {args.via} (nothing is compiled)", "--cache-dir")
+        args.target = args.via  # the runtime the model is exported to is the target: its knobs are read
     knobs = knobs_of(args)
-    opener = ranks_of(args, knobs)
+    ranks_of(args, knobs)
     run_prompt(args.model, prompt_of(args), args.max_new_tokens, target_name=args.target, knobs=knobs,
-               via=args.via, interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir,
-               dump_logits=args.dump_logits, allow_nonfinite=args.allow_nonfinite, sampling=sampling_of(args),
-               opener=opener)
+               interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir,
+               dump_logits=args.dump_logits, allow_nonfinite=args.allow_nonfinite, sampling=sampling_of(args))
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_model, add_target, bounded_int, knobs_of
+from strata.cli.args import add_allow_nonfinite, add_model, add_target, bounded_int, knobs_of
 
 
 def add(sub) -> None:
@@ -19,7 +19,7 @@ def add(sub) -> None:
     p.add_argument("--max-num-batched-tokens", type=bounded_int(1), default=256,
                    help="the most tokens in one step: decode rows plus prompt chunks (default 256)")
     p.add_argument("--kv-pages", type=bounded_int(1), default=None,
-                   help="KV cache pages (default: a full context for every row); PageSize is --set PageSize=N (16)")
+                   help="KV cache pages (default: a full context for every row); PageSize is --set PageSize=N (default 16)")
     p.add_argument("--max-waiting", type=bounded_int(1), default=256,
                    help="the most requests waiting; more are answered 429 with Retry-After (default 256)")
     p.add_argument("--api-key", default=None, metavar="KEY", help="require Authorization: Bearer KEY on /v1")
@@ -27,14 +27,16 @@ def add(sub) -> None:
                    help="on SIGTERM, seconds to let requests in flight finish before cancelling them (default 10)")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET-serve)")
+    add_allow_nonfinite(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from strata.runtime.serve.launch import serve_model
+    from strata.runtime.commands.serve import serve_model
 
     serve_model(args.model, args.target, knobs_of(args), host=args.host, port=args.port, api_key=args.api_key,
                 shutdown_timeout=args.shutdown_timeout, max_num_seqs=args.max_num_seqs,
                 max_batched_tokens=args.max_num_batched_tokens, kv_pages=args.kv_pages,
-                max_waiting=args.max_waiting, cache_dir=args.cache_dir, interpret=getattr(args, "interpret", False))
+                max_waiting=args.max_waiting, cache_dir=args.cache_dir, interpret=getattr(args, "interpret", False),
+                allow_nonfinite=args.allow_nonfinite)
     return 0

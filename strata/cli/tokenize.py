@@ -33,7 +33,7 @@ def add(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from strata.errors import StrataError
-    from strata.runtime import tokens
+    from strata.runtime.commands import tokenize as tokens
     from strata.runtime.request import parse_prompt_ids
 
     options = {"--template": args.template, "--template-kwargs": args.template_kwargs,

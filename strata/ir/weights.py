@@ -4,7 +4,7 @@ The safetensors reader is our own (a little-endian u64 header length, a JSON hea
 tensor bytes), so that every tensor is a zero-copy view of one ``numpy.memmap`` and no pickle is
 ever loaded. Tensors are addressed by the names the IR uses (llama.cpp's); the caller gives the
 map from the stored (HF) names, which it reads off the module IR
-(`strata.pipeline.weight_names`), so no model family is known here. Stored tensors outside the
+(`strata.pipeline.model.Model.weight_names`), so no model family is known here. Stored tensors outside the
 map are listed in `unused`. Linear weights keep the HF ``[out, in]`` layout.
 
 An fp8 checkpoint (the store opened with ``fp8_block``) stores a weight as F8_E4M3 ``W`` plus

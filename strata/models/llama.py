@@ -29,7 +29,7 @@ from xdsl.ir import Attribute
 
 from strata.dialects import module as M
 from strata.models.llama_config import LlamaConfig
-from strata.models.program import DTYPES, SEQ_FNS, SHARDING, block, fn, model_fns, symbol
+from strata.models.module_blocks import DTYPES, SEQ_FNS, SHARDING, block, fn, model_fns, symbol
 
 _ATTN_GENERICS = ["H: Dim", "Heads: Dim", "KvHeads: Dim", "HeadDim: Dim", "Batch: Dim", "MaxSeq: Dim", "T: Float"]
 _ATTN_ARGS = "H, Heads, KvHeads, HeadDim, Batch, MaxSeq, T, Shards, PageSize"

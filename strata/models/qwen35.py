@@ -34,7 +34,7 @@ from xdsl.ir import Attribute
 
 from strata.dialects import module as M
 from strata.frontends.hf_config import ConfigError, Fields, read_dtype
-from strata.models.program import DTYPES, RECURRENT_SEQ_FNS, SEQ_FNS, SHARDING, block, fn, model_fns, symbol
+from strata.models.module_blocks import DTYPES, RECURRENT_SEQ_FNS, SEQ_FNS, SHARDING, block, fn, model_fns, symbol
 
 ARCHITECTURES = ("Qwen3MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM")
 #: The hub's multimodal checkpoint of Qwen3.5/3.6-MoE: its text part is read.

@@ -1,11 +1,13 @@
 """The runtime protocol: what a loaded program of any target exposes to the engine.
 
-    program = open_program(model, "cpu")       # strata.runtime.engine: compiled, loaded, bound
+    program = open_program(model, "cpu")       # strata.runtime.opener: compiled, loaded, bound
     step = program.prefill([1, 2, 3], 0)       # a new sequence at position 0
     step.token, step.logits                    # the program's choice, the last row's logits
     step = program.decode(step.token, 3)
     step = program.decode(step.token, 4, SamplingParams(temperature=0.8, seed=1))  # its sampler's draw
     logits, = program.call("decode_rows", tokens=[[5], [9]], positions=[3, 7])   # any entry of seed 003
+    chooser = program.chooser()                # one sequence's next token, from logits a `call` returned
+    step = chooser.choose(logits[0], [5], 3, True, params)
     program.close()
 
 Each target implements it in its own folder (`strata/targets/<name>/program.py`: the CPU's
@@ -19,6 +21,11 @@ step's logits, keyed by (the seed, the position the token takes), with the penal
 tokens the program was fed for this sequence (prefill: prompt, decode: output). Without them,
 or with temperature 0 and no penalties, the token is the program's argmax, as before. The EPU
 decodes greedily and refuses sampling; onnxruntime samples on the host with the numpy sampler.
+
+The choice is written once, as a `Chooser` (`strata.semantics.programs.SequenceSampler`): a
+program's own prefill and decode choose with one, and the scheduler, which runs a batched entry
+by `call` and gets rows of logits back, asks the program for one per sequence (`chooser`), so a
+request gets the same ids batched or alone.
 """
 
 from __future__ import annotations
@@ -44,6 +51,17 @@ class Step(Protocol):
     def logits(self) -> np.ndarray: ...
 
 
+class Chooser(Protocol):
+    """One sequence's choice of its next tokens: the argmax without sampling parameters (or with
+    greedy ones), else the program's compiled sampler keyed by (the seed, the position the token
+    takes) over the tokens fed to this sequence so far."""
+
+    def choose(self, logits: np.ndarray, fed: Sequence[int], start: int, output: bool,
+               sampling: SamplingParams | None) -> Step:
+        """The step that fed `fed` at positions start.. (output tokens when `output`: a decode)
+        and computed `logits` (its last row, [vocab])."""
+
+
 class Program(Protocol):
     """A compiled model loaded with its weights and its state (the KV cache, recurrent state)."""
 
@@ -66,6 +84,11 @@ class Program(Protocol):
 
     def close(self) -> None:
         """Release what the program holds (a driver process, device memory)."""
+
+    def chooser(self) -> Chooser:
+        """A fresh `Chooser` for one sequence (its token counts empty) that draws as this
+        program's own steps draw; a program that decodes greedily refuses sampling parameters
+        in it as in its steps."""
 
     #: Each entry the program runs by `call` -> (its arguments, its results): the arguments as
     #: (name, shape or None for a scalar, numpy dtype name), a shape's -1 being the call's size

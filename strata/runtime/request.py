@@ -3,7 +3,11 @@ ids, the number of new tokens against the context, and the weights' values.
 
     prompt = parse_prompt_ids("1,2,3")
     ids = check_request(prompt, 16, vocab=32000, n_ctx=4096)    # int32, or a one-line error
+    room = new_token_room(len(prompt), n_ctx=4096)              # the most new tokens it may ask for
     check_finite(store, names, allow=False)
+
+The context is checked here and nowhere else: `check_fits` (and its `new_token_room`) is what
+the generation loop, the chat, the scheduler and the server's request parsing all ask.
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ from strata.errors import StrataError, warn
 
 class RequestError(StrataError):
     """A request that cannot run: bad ids, too long for the context, non-finite weights."""
+
+
+class ContextError(RequestError):
+    """A request that needs more positions than the context has."""
 
 
 def parse_prompt_ids(text: str, flag: str = "--prompt-ids") -> list[int]:
@@ -44,12 +52,24 @@ def check_request(prompt_ids: Sequence[int], max_new_tokens: int, vocab: int, n_
     prompt = check_prompt(prompt_ids, vocab)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
         raise RequestError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
-    # The last new token is returned, never fed back: it needs no cache row.
-    if len(prompt) + max(int(max_new_tokens) - 1, 0) > n_ctx:
-        raise RequestError(f"the prompt ({len(prompt)} tokens) plus {max_new_tokens} new tokens "
-                           f"need {len(prompt) + max_new_tokens - 1} positions, more than the context of "
-                           f"{n_ctx}; compile with a larger ctx")
+    check_fits(len(prompt), int(max_new_tokens), n_ctx, "; compile with a larger ctx")
     return prompt
+
+
+def new_token_room(prompt_len: int, n_ctx: int) -> int:
+    """The most new tokens a prompt of `prompt_len` leaves room for in a context of `n_ctx`
+    (the last new token is returned, never fed back: it needs no cache cell); below 1: the
+    prompt itself does not fit."""
+    return n_ctx - prompt_len + 1
+
+
+def check_fits(prompt_len: int, max_new_tokens: int, n_ctx: int, hint: str = "") -> None:
+    """Refuse a prompt and a number of new tokens that need more positions than the context has
+    (a `ContextError` saying how many they need; `hint`: what to do about it)."""
+    if max(max_new_tokens, 1) > new_token_room(prompt_len, n_ctx):
+        need = prompt_len + max(max_new_tokens - 1, 0)
+        raise ContextError(f"the prompt ({prompt_len} tokens) plus {max_new_tokens} new tokens need {need} "
+                           f"positions, more than the context of {n_ctx}{hint}")
 
 
 def check_prompt(prompt_ids: Sequence[int], vocab: int) -> np.ndarray:

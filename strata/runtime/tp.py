@@ -1,17 +1,20 @@
 """Tensor-parallel programs: one process per rank on torch.distributed (gloo on CPUs, NCCL on
 GPUs), behind the one runtime protocol (`strata.runtime.program`).
 
-    program = launch("models/tiny", tp=2)             # this process is rank 0; ranks 1.. are spawned
+    program = open_model("models/tiny", "cpu", {"tp": 2}).program()   # rank 0 here; ranks 1.. spawned
+    program = launch("models/tiny", tp=2)             # the same, from a path
     out = generate(program, [1, 2, 3], 16)            # the one loop: every step runs on every rank
     program.close()                                   # the followers stop and are waited for
 
 Rank 0 owns the request (the tokenizer, the scheduler, the output): its `Leader` is a Program
 whose every call (prefill, decode, reset, close) is first broadcast to the other ranks, which
 `follow` it with their own program over the same group; the collectives inside the compiled
-program meet across the processes. The launch is a library call for every command that runs a
-model (`strata run --tp N`; `generate` and `serve` call `launch` the same way); `torchrun
+program meet across the processes. `launch_opened` starts the ranks of a model opened with a
+`tp` knob above 1 (`strata run --tp N` and `strata generate --tp N` call it; `strata serve`
+runs on one process); `torchrun
 --nproc-per-node N -m strata.runtime.worker MODEL ...` starts the same ranks on one or more
-nodes (`strata.runtime.worker`).
+nodes (`strata.runtime.worker`). The target is asked which backend its ranks meet on
+(`Target.ranks`); one that names none takes no ranks.
 
 A rank compiles nothing: rank 0 compiles (or reuses) the sharded program into the cache
 (`MODEL/.strata-cache/TARGET-tpN`) while the others wait at a barrier, then every rank loads it
@@ -53,34 +56,37 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def backend_of(target_name: str) -> str:
-    return "nccl" if target_name == "cuda" else "gloo"
+#: The backend of ranks started on this machine by `launch` (processes on its CPUs).
+LOCAL_BACKEND = "gloo"
 
 
-def open_rank(model: Any, target_name: str, knobs: Mapping[str, Any] | None, tp: int, rank: int,
-              init_method: str, *, cache_dir: str | Path | None = None, timeout_s: float = TIMEOUT_S) -> Program:
-    """Join the group as `rank` of `tp` and open this rank's program: rank 0 compiles (or reuses)
-    it first, the others wait and load what it wrote."""
+def backend_of(tgt: Any) -> str:
+    """The torch.distributed backend the target's ranks meet on (a one-line error if it takes none)."""
+    if tgt.ranks is None:
+        raise TensorParallelError(f"--target {tgt.name} takes no tensor-parallel ranks (--tp)")
+    return tgt.ranks
+
+
+def open_rank(opened: Any, rank: int, init_method: str, *, timeout_s: float = TIMEOUT_S) -> Program:
+    """Join the group as `rank` of the opened model's `tp` ranks and open this rank's program:
+    rank 0 compiles (or reuses) it first, the others wait and load what it wrote."""
     import torch.distributed as dist
 
     from strata.pipeline import cached_compile
-    from strata.runtime.engine import cache_dir_of, open_program, resolved_knobs
 
-    dist.init_process_group(backend_of(target_name), init_method=init_method, rank=rank, world_size=tp,
+    tp = opened.ranks
+    dist.init_process_group(backend_of(opened.target), init_method=init_method, rank=rank, world_size=tp,
                             timeout=timedelta(seconds=timeout_s))
-    k = resolved_knobs(model, target_name, {**(knobs or {}), "tp": tp})
-    cache = Path(cache_dir) if cache_dir is not None else cache_dir_of(model, target_name, tp=tp, ep=k.get("ep", 1))
-    store = model.open_weights(quiet=rank != 0)
+    cache = opened.cache()
     if rank == 0:
         from strata.errors import say
 
-        out, rebuilt = cached_compile(model, target_name, cache, k, store)
+        out, rebuilt = cached_compile(opened.model, opened.target.name, cache, opened.knobs, opened.store)
         if rebuilt is not None:
-            say(f"compiled {model.source} for {target_name} on {tp} ranks into {out}")
+            say(f"compiled {opened.model.source} for {opened.target.name} on {tp} ranks into {out}")
     dist.barrier()
-    program = open_program(model, target_name, k, store=store, cache_dir=cache, group=dist.group.WORLD,
-                           quiet=rank != 0)
-    program.weights_dir = model.root  # type: ignore[attr-defined]  (what resident_weight_bytes reads)
+    program = opened.program(group=dist.group.WORLD, quiet=rank != 0)
+    program.weights_dir = opened.model.root  # type: ignore[attr-defined]  (what resident_weight_bytes reads)
     return program
 
 
@@ -125,6 +131,10 @@ class Leader:
     def decode(self, token: int, pos: int, sampling: Any = None) -> Step:
         self._send(DECODE, pos, [int(token)])
         return self.program.decode(token, pos, sampling)
+
+    def chooser(self) -> Any:
+        """Rank 0's: it draws every token, the followers run the tokens it sends."""
+        return self.program.chooser()
 
     def resident_weight_bytes(self) -> list[int]:
         """Each rank's resident weight bytes, by rank (see `resident_weight_bytes`)."""
@@ -225,25 +235,28 @@ def stop(processes: Sequence[subprocess.Popen], wait_s: float = 30.0) -> None:
             p.wait()
 
 
-def opener(tp: int):
-    """What `strata.runtime.engine.run_prompt` opens a program with to run on `tp` ranks."""
-    return lambda model_path, target_name, knobs, cache_dir: launch(model_path, tp, target_name, knobs,
-                                                                    cache_dir=cache_dir)
-
-
 def launch(model_path: str | Path, tp: int, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,
            cache_dir: str | Path | None = None, threads: int | None = None, timeout_s: float = TIMEOUT_S) -> Leader:
-    """Start `tp` ranks on this machine: ranks 1.. as processes of this module (the worker's), this
-    process as rank 0, joined on 127.0.0.1 (gloo on the CPU). Returns rank 0's program, whose
-    calls every rank runs; `threads`: the math threads of each rank (OMP/BLAS)."""
-    from strata.pipeline import load_model
+    """`launch_opened` of the model at `model_path`, opened with `tp` ranks."""
+    from strata.runtime.opener import open_model
 
     if tp < 2:
         raise TensorParallelError(f"--tp takes 2 or more ranks, got {tp}")
-    if target_name != "cpu":
-        raise TensorParallelError(f"--tp runs --target cpu (gloo) here; --target {target_name} with NCCL needs "
-                                  "GPUs and is started by torchrun -m strata.runtime.worker")
-    model = load_model(model_path)
+    opened = open_model(model_path, target_name, {**(knobs or {}), "tp": tp}, cache_dir=cache_dir)
+    return launch_opened(opened, threads=threads, timeout_s=timeout_s)
+
+
+def launch_opened(opened: Any, *, threads: int | None = None, timeout_s: float = TIMEOUT_S) -> Leader:
+    """Start the opened model's `tp` ranks on this machine: ranks 1.. as processes of this module
+    (the worker's), this process as rank 0, joined on 127.0.0.1. Returns rank 0's program, whose
+    calls every rank runs; `threads`: the math threads of each rank (OMP/BLAS)."""
+    tp, tgt = opened.ranks, opened.target
+    if tp < 2:
+        raise TensorParallelError(f"--tp takes 2 or more ranks, got {tp}")
+    if backend_of(tgt) != LOCAL_BACKEND:
+        raise TensorParallelError(f"--tp starts ranks on this machine's CPUs ({LOCAL_BACKEND}); --target {tgt.name}'s "
+                                  f"ranks meet on {tgt.ranks} and are started by torchrun -m strata.runtime.worker")
+    model_path, target_name, knobs, cache_dir = opened.model.source, tgt.name, opened.knobs, opened.cache_dir
     init = f"tcp://127.0.0.1:{free_port()}"
     env = dict(os.environ)
     if threads is not None:
@@ -254,7 +267,7 @@ def launch(model_path: str | Path, tp: int, target_name: str = "cpu", knobs: Map
          "--timeout", str(timeout_s), *(["--cache-dir", str(cache_dir)] if cache_dir is not None else [])],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) for r in range(1, tp)]
     try:
-        program = open_rank(model, target_name, knobs, tp, 0, init, cache_dir=cache_dir, timeout_s=timeout_s)
+        program = open_rank(opened, 0, init, timeout_s=timeout_s)
     except BaseException:
         for p in followers:
             p.kill()
@@ -276,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tp", type=int, default=None, help="the ranks (default: torchrun's WORLD_SIZE)")
     p.add_argument("--rank", type=int, default=None, help="this process's rank (default: torchrun's RANK)")
     p.add_argument("--init-method", default=None, help="the rendezvous (default: torchrun's env://)")
-    p.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--target", default="cpu", help="the target (one that takes ranks)")
     p.add_argument("--knobs", default="{}", help="the target's knobs, as JSON")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--timeout", type=float, default=None, help="seconds a rank waits for the others")
@@ -289,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from strata.errors import StrataError
-    from strata.pipeline import load_model
+    from strata.runtime.opener import open_model
 
     tp = args.tp if args.tp is not None else int(os.environ.get("WORLD_SIZE", "0"))
     rank = args.rank if args.rank is not None else int(os.environ.get("RANK", "-1"))
@@ -300,9 +313,10 @@ def _run(args: argparse.Namespace) -> int:
         knobs = json.loads(args.knobs)
     except ValueError as e:
         raise StrataError(f"strata.runtime.worker: --knobs is not JSON ({e})") from None
-    model = load_model(args.model)
-    program = open_rank(model, args.target, knobs, tp, rank, args.init_method or "env://",
-                        cache_dir=args.cache_dir, timeout_s=args.timeout or TIMEOUT_S)
+    # Every rank opens the model itself; rank 0 of torchrun checks the weights, the others trust it.
+    opened = open_model(args.model, args.target, {**knobs, "tp": tp}, cache_dir=args.cache_dir,
+                        check_weights=rank == 0, quiet=rank != 0)
+    program = open_rank(opened, rank, args.init_method or "env://", timeout_s=args.timeout or TIMEOUT_S)
     if rank != 0:
         follow(program)
         return 0

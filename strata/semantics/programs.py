@@ -94,8 +94,11 @@ class OpLevelProgram:
 
         #: The op-level sampler this program draws with (`@sample_logits`).
         self.sampler_fn = sampler if sampler is not None else sampler_function(self.vocab)
-        self.sampler = SequenceSampler(self.vocab, lambda *args: run_function(self.sampler_fn, {}, {}, [], 0,
-                                                                              args=args))
+        self._run_sampler = lambda *args: run_function(self.sampler_fn, {}, {}, [], 0, args=args)
+        self.sampler = self.chooser()
+
+    def chooser(self) -> SequenceSampler:
+        return SequenceSampler(self.vocab, self._run_sampler)
 
     def reset(self) -> None:
         self.buffers = self._alloc()

@@ -81,11 +81,12 @@ def _cpu() -> Target:
     # tp: the ranks of a tensor-parallel program (launched by strata.runtime.tp: one process each);
     # ep: 1, or tp for whole experts per rank (expert parallelism).
     knobs = {"ctx": None, "flash_attn": True, "kv_pad": 256, "kv_type": "", "tp": 1, "ep": 1, **ENTRY_KNOBS}
-    return Target("cpu", pipeline, emit, knobs, ("model.py",), load=program.load, check=check_entry_knobs)
+    return Target("cpu", pipeline, emit, knobs, ("model.py",), load=program.load, check=check_entry_knobs,
+                  compiles_entries=True, ranks="gloo")
 
 
 def _cuda() -> Target:
-    from strata.targets.cuda import program
+    from strata.targets.cuda import device, program
     from strata.targets.cuda.emit import emit_cuda
 
     def pipeline(k: Mapping[str, Any]) -> str:
@@ -106,7 +107,8 @@ def _cuda() -> Target:
     # The sampler (seed 001's `sample` placement): on the device by default, beside the argmax;
     # sample=host draws on the host from the logits copied there.
     return Target("cuda", pipeline, emit, {"ctx": None, "recipe": "bf16", "kv": "contiguous", "sample": "device"},
-                  ("kernels.py", "model.py"), load=program.load)
+                  ("kernels.py", "model.py"), load=program.load, prepare=device.prepare, interprets=True,
+                  prepares_weights=True, aot_archs=("sm_90a",))
 
 
 def _epu() -> Target:
@@ -115,11 +117,29 @@ def _epu() -> Target:
     return epu_target()
 
 
+def _onnxruntime() -> Target:
+    from strata.targets.onnxruntime.program import open_onnxruntime
+
+    def nothing_compiled(*_: Any) -> Any:
+        raise TargetError("onnxruntime exports the model and runs it at each run: it is not compiled "
+                          "(strata run --via onnxruntime)")
+
+    # The op level exported to ONNX at each run (prefill for the prompt's length, and decode):
+    # the knobs its lowering reads.
+    knobs = {"ctx": None, "flash_attn": True, "kv_pad": 256}
+    return Target("onnxruntime", nothing_compiled, nothing_compiled, knobs, (), load=nothing_compiled,
+                  opens=open_onnxruntime)
+
+
 #: target name -> its definition, made on first use (a target's imports are not free).
 TARGETS: dict[str, Callable[[], Target]] = {"cpu": _cpu, "cuda": _cuda, "epu": _epu}
+#: The runtimes a model is exported to and run by at each run, not compiled for (`--via`).
+EXPORTED: dict[str, Callable[[], Target]] = {"onnxruntime": _onnxruntime}
 
 
 def target(name: str) -> Target:
-    if name not in TARGETS:
+    """A compiled target, or a runtime the model is exported to (`EXPORTED`)."""
+    made = TARGETS.get(name) or EXPORTED.get(name)
+    if made is None:
         raise TargetError(f"target '{name}' is not available (available: {', '.join(TARGETS)})")
-    return TARGETS[name]()
+    return made()

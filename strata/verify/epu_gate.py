@@ -101,7 +101,7 @@ def score_model(model_path: str | Path, prompt: Sequence[int], steps: int = 1, k
     import math
 
     from strata.pipeline import cached_compile, load_model
-    from strata.runtime.engine import cache_dir_of, resolved_knobs
+    from strata.runtime.opener import cache_dir_of, resolved_knobs
     from strata.runtime.request import check_request
     from strata.verify.onnx_judge import check_llama
 

@@ -13,7 +13,7 @@ import pytest
 
 from strata.errors import StrataError
 from strata.runtime import kl_divergence as K
-from strata.runtime.perplexity import perplexity
+from strata.runtime.commands.perplexity import perplexity
 from support import ROOT
 
 DATA = ROOT / "tests" / "runtime" / "data"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from strata.runtime.textgen import TextPrompt, prepare_request
+from strata.runtime.commands.textgen import TextPrompt, prepare_request
 from support import run_tool
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -24,7 +24,8 @@ def test_the_data_is_small_and_covers_llamacpps_cases():
 
 def test_generate_tokenizes_every_prompt_as_llama_tokenize():
     from strata.pipeline import load_model
-    from strata.runtime.engine import encode_prompt, model_tokenizer
+    from strata.runtime.engine import encode_prompt
+    from strata.runtime.opener import model_tokenizer
 
     tokenizer = model_tokenizer(load_model(GGUF))  # what `strata generate` encodes with
     wrong = [c["prompt"] for c in CASES if encode_prompt(tokenizer, c["prompt"]) != c["ids"]]

@@ -44,7 +44,7 @@ def _op_program(model):
 
 
 def _cpu(model):
-    from strata.runtime.engine import open_program
+    from strata.runtime.opener import open_program
 
     return open_program(model, "cpu", {"ctx": 32})
 
@@ -73,7 +73,8 @@ def test_the_same_seed_draws_the_same_ids_on_every_program(model):
     assert other != ids  # the seed matters
     if importlib.util.find_spec("triton") is None:
         pytest.skip("no triton: the cuda target's interpreter run needs it")
-    from strata.runtime.engine import open_program, start_triton_interpreter
+    from strata.runtime.opener import open_program
+    from strata.targets.cuda.device import start_triton_interpreter
 
     start_triton_interpreter()
     cuda = open_program(model, "cuda", {"ctx": 32, "recipe": "f32"}, interpret=True)
@@ -99,7 +100,7 @@ def test_a_sampled_step_has_the_models_logits(model):
 
 
 def test_onnxruntime_samples_on_the_host_with_the_same_sampler(model):
-    from strata.runtime.engine import open_program
+    from strata.runtime.opener import open_program
 
     ort = open_program(model, "cpu", {"ctx": 32}, via="onnxruntime", prompt_len=len(PROMPT))
     assert generate(ort, PROMPT, STEPS, sampling=PARAMS).ids == generate(_cpu(model), PROMPT, STEPS,

@@ -1,6 +1,6 @@
 """The bodies of OpenAI's /v1/completions and /v1/chat/completions, read and checked.
 
-    parsed = parse_completion({"model": "m", "prompt": "Hi", "max_tokens": 8}, engine, "m")
+    parsed = parse_completion({"model": "m", "prompt": "Hi", "max_tokens": 8}, engine.limits, "m")
     parsed.prompt, parsed.max_tokens, parsed.choice_sampling(0), parsed.stop, parsed.stream
 
 A field of the wrong type or out of range is an `ApiError` (400) naming it; unknown fields are
@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from strata.runtime.request import new_token_room
 from strata.runtime.sampling import SamplingError, SamplingParams
 
 #: The most choices one request may ask for, the most stop strings and top log-probs (OpenAI's limits).
@@ -32,7 +33,9 @@ class ApiError(Exception):
 
 
 @dataclass(frozen=True)
-class Parsed:
+class ApiRequest:
+    """An OpenAI completion or chat request, read and checked: the prompt's ids and how to answer it."""
+
     prompt: list[int]
     max_tokens: int
     sampling: SamplingParams
@@ -76,7 +79,7 @@ def _shown(v: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _common(body: Any, engine: Any, model_name: str, prompt: list[int], max_tokens_field: str) -> Parsed:
+def _common(body: Any, limits: Any, model_name: str, prompt: list[int], max_tokens_field: str) -> ApiRequest:
     model = body.get("model")
     if model is not None and model != model_name:
         if not isinstance(model, str):
@@ -90,11 +93,11 @@ def _common(body: Any, engine: Any, model_name: str, prompt: list[int], max_toke
         raise ApiError("'best_of' is not supported (use n)", "best_of")
     if body.get("suffix") not in (None, ""):
         raise ApiError("'suffix' is not supported", "suffix")
-    vocab, n_ctx = engine.program.vocab, engine.program.n_ctx
+    vocab, n_ctx = limits.vocab, limits.n_ctx
     for t in prompt:
         if not 0 <= t < vocab:
             raise ApiError(f"prompt token id {t} is outside the vocabulary [0, {vocab})", "prompt")
-    room = n_ctx - len(prompt) + 1
+    room = new_token_room(len(prompt), n_ctx)
     if room < 1:
         raise ApiError(f"the prompt ({len(prompt)} tokens) is longer than the context of {n_ctx} tokens "
                        "(this server's maximum context length)", "messages" if max_tokens_field != "max_tokens"
@@ -103,8 +106,7 @@ def _common(body: Any, engine: Any, model_name: str, prompt: list[int], max_toke
     if max_tokens_field != "max_tokens" and max_tokens is None:
         max_tokens = _integer(body, "max_tokens", None, 0)
     if max_tokens is None:  # all the context holds, or what the KV pages hold when they are fewer
-        pages = engine.scheduler.pages
-        max_tokens = max(min(room, pages.num_pages * pages.page_size - len(prompt) + 1), 0)
+        max_tokens = max(min(room, new_token_room(len(prompt), limits.kv_tokens)), 0)
     elif max_tokens > room:
         raise ApiError(f"max_tokens {max_tokens} is too large: the prompt ({len(prompt)} tokens) leaves room for "
                        f"{room} new tokens in the context of {n_ctx} tokens (this server's maximum context length)",
@@ -148,7 +150,7 @@ def _common(body: Any, engine: Any, model_name: str, prompt: list[int], max_toke
         if not stream:
             raise ApiError("'stream_options' is only allowed when 'stream' is true", "stream_options")
         include_usage = bool(options.get("include_usage", False))
-    return Parsed(prompt, max_tokens, sampling, stops, n, bool(stream), include_usage, logprobs)
+    return ApiRequest(prompt, max_tokens, sampling, stops, n, bool(stream), include_usage, logprobs)
 
 
 def _logprobs(body: Mapping[str, Any], chat: bool) -> int | None:
@@ -174,8 +176,9 @@ def _body(body: Any) -> Mapping[str, Any]:
     return body
 
 
-def parse_completion(body: Any, engine: Any, model_name: str) -> Parsed:
-    """POST /v1/completions: `prompt` a text, a list of token ids, or a list of one of either."""
+def parse_completion(body: Any, limits: Any, model_name: str) -> ApiRequest:
+    """POST /v1/completions: `prompt` a text, a list of token ids, or a list of one of either;
+    `limits` (`batch_engine.RequestLimits`): the tokenizer, vocabulary, context and KV pages."""
     body = _body(body)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
@@ -183,7 +186,7 @@ def parse_completion(body: Any, engine: Any, model_name: str) -> Parsed:
     if isinstance(prompt, str):
         from strata.runtime.text import check_utf8
 
-        ids = engine.tokenizer.encode(check_utf8(prompt, "the prompt"))
+        ids = limits.tokenizer.encode(check_utf8(prompt, "the prompt"))
     elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         ids = list(prompt)
     elif isinstance(prompt, list) and len(prompt) > 1:
@@ -192,10 +195,10 @@ def parse_completion(body: Any, engine: Any, model_name: str) -> Parsed:
         raise ApiError(f"'prompt' must be a string or a list of token ids, got {_shown(prompt)}", "prompt")
     if not ids:
         raise ApiError("the prompt is empty", "prompt")
-    return _common(body, engine, model_name, ids, "max_tokens")
+    return _common(body, limits, model_name, ids, "max_tokens")
 
 
-def parse_chat(body: Any, engine: Any, model_name: str) -> Parsed:
+def parse_chat(body: Any, limits: Any, model_name: str) -> ApiRequest:
     """POST /v1/chat/completions: `messages` through the model's chat template."""
     from strata.runtime.engine import encode_prompt
 
@@ -218,5 +221,5 @@ def parse_chat(body: Any, engine: Any, model_name: str) -> Parsed:
         if content is not None and not isinstance(content, str):
             raise ApiError(f"messages[{i}].content must be a string, got {_shown(content)}", f"messages[{i}].content")
         plain.append({**m, "content": content or ""})
-    ids = encode_prompt(engine.tokenizer, plain)
-    return _common(body, engine, model_name, ids, "max_completion_tokens")
+    ids = encode_prompt(limits.tokenizer, plain)
+    return _common(body, limits, model_name, ids, "max_completion_tokens")

@@ -1,11 +1,19 @@
 """Continuous batching over a paged program: every step is one `step_paged` call.
 
     scheduler = Scheduler(program, page_size=16, num_pages=256, max_num_seqs=8, max_batched_tokens=256)
-    seq = scheduler.add(SeqRequest(prompt_ids, max_tokens=64, sampling=params, stop_ids={2},
-                                   on_token=lambda seq, token: None, on_finish=lambda seq: ...))
+    seq = scheduler.add(prompt_ids, max_tokens=64, sampling=params, stop_ids={2})
     while scheduler.has_work():
-        scheduler.step()                   # decode rows + prompt chunks, one call; tokens sampled
+        step = scheduler.step()            # decode rows + prompt chunks, one call; tokens chosen
+        for out in step.outputs:           # SeqOutput: seq, token, logits, finish_reason
+            ...                            # the text layer runs after the step, never inside it
+    scheduler.finish(seq, "stop", "\n\n") # a stop string the text layer found: its pages go back now
     scheduler.cancel(seq)                  # a client gone: its pages are freed at the next step
+
+The scheduler knows ids, never text: a step plans, makes one call, chooses each finished
+sequence's next token and reports what it did (`StepResult`); the caller (the serving engine)
+then turns the new tokens into text and ends a sequence whose text reached a stop string. A
+step whose call fails ends the sequences it planned (`StepFailed` names them); a choice that
+fails ends its own sequence (its `SeqOutput.error`).
 
 A step takes the running sequences' pending tokens first (a decode row's one token, or the next
 chunk of a prompt still being prefilled), oldest first, then admits waiting requests in arrival
@@ -23,25 +31,25 @@ their tokens, so a later request with the same prefix (a system prompt) starts a
 family with recurrent state (Gated DeltaNet) keeps that state in the row's slot, which a page
 cannot restore: its prefix cache is off (`prefix_cache=False`).
 
-Each token is chosen as the runtime's one loop chooses it (`strata.runtime.generate`): the
-argmax, or the program's compiled sampler keyed by (seed, position) over the sequence's own
-token counts, so a request gives the same ids batched or alone.
+Each token is chosen by the program's own `Chooser` (`Program.chooser`, one per sequence), the
+one its prefill and decode choose with: the argmax, or the program's compiled sampler keyed by
+(seed, position) over the sequence's own token counts, so a request gives the same ids batched
+or alone.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from itertools import count
-from typing import Any
 
 import numpy as np
 
-from strata.runtime.program import Program
+from strata.runtime.program import Chooser, Program
+from strata.runtime.request import ContextError, check_fits
 from strata.runtime.sampling import SamplingParams
 from strata.runtime.serve.pages import PageAllocator, page_key, prefix_keys, ROOT_KEY
-from strata.semantics.sampling_inputs import SequenceTokens, needs_sampler, sampler_arguments
 
 ENTRY = "step_paged"
 
@@ -50,41 +58,58 @@ class SchedulerError(ValueError):
     """A program or a request the scheduler cannot run."""
 
 
-@dataclass
-class SeqRequest:
-    prompt: Sequence[int]
-    max_tokens: int
-    #: None or greedy: the argmax; else resolved (with a seed) by the caller or here.
-    sampling: SamplingParams | None = None
-    stop_ids: Collection[int] = ()
-    #: Called with each new token; a string returned stops the sequence there (a stop string).
-    on_token: Callable[[Seq, int], str | None] | None = None
-    #: Called once when the sequence ends (finished, stopped or cancelled).
-    on_finish: Callable[[Seq], None] | None = None
-
-
 @dataclass(eq=False)
 class Seq:
     """A request's state in the scheduler."""
 
     id: int
-    request: SeqRequest
     tokens: list[int]
+    max_tokens: int
+    #: None or greedy: the argmax; else resolved (with a seed).
     sampling: SamplingParams | None
-    counts: SequenceTokens | None
+    stop_ids: frozenset[int]
+    chooser: Chooser
     outputs: list[int] = field(default_factory=list)
     pages: list[int] = field(default_factory=list)
     #: The keys of its first len(keys) pages, registered in the prefix cache.
     keys: list[int] = field(default_factory=list)
     computed: int = 0
     row: int | None = None
-    #: None while it runs; "stop", "length" or "cancelled" once it has ended.
+    #: None while it runs; "stop", "length", "cancelled" or "error" once it has ended.
     finish_reason: str | None = None
     stopped_by: int | str | None = None
     cancelled: bool = False
     preemptions: int = 0
-    #: The logits [vocab] that chose the newest output token (for log-probabilities), the model's own.
+
+
+@dataclass(frozen=True)
+class SeqOutput:
+    """What one step did to one sequence: the token it chose (None: none, the sequence ended
+    without one: cancelled, or its choice failed), the logits [vocab] that chose it (the model's
+    own, for log-probabilities), and why the sequence ended, if it did."""
+
+    seq: Seq
+    token: int | None
     logits: np.ndarray | None = None
+    finish_reason: str | None = None
+    #: The exception its choice raised (finish_reason "error").
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One step: the tokens run through the model (0: nothing to do) and each sequence's output."""
+
+    computed: int
+    outputs: list[SeqOutput] = field(default_factory=list)
+
+
+class StepFailed(Exception):
+    """The step's call failed: the sequences it planned are ended ("error"), the others go on."""
+
+    def __init__(self, seqs: list[Seq]):
+        super().__init__(f"the step of {len(seqs)} sequence(s) failed")
+        self.seqs = seqs
 
 
 class Scheduler:
@@ -109,20 +134,22 @@ class Scheduler:
         self.running: list[Seq] = []
         self._free_rows = list(range(self.max_num_seqs - 1, -1, -1))
         self._ids = count()
-        self._run_sampler = _sampler_of(program)
         #: Totals over the scheduler's life (for /metrics): tokens computed and tokens made, steps, preemptions.
         self.computed_tokens = self.generated_tokens = self.steps = self.preemptions = 0
 
     # -- requests -------------------------------------------------------------------------------
 
-    def add(self, request: SeqRequest) -> Seq:
-        """Queue a request (checked by the caller against the context: prompt + max_tokens - 1 <= n_ctx)."""
-        prompt = [int(t) for t in request.prompt]
-        self.check(len(prompt), request.max_tokens)
-        sampling = None if request.sampling is None or request.sampling.greedy else request.sampling.resolved()
-        counts = SequenceTokens(self.program.vocab) if needs_sampler(sampling) else None
-        seq = Seq(next(self._ids), request, prompt, sampling, counts)
-        if request.max_tokens <= 0:
+    def add(self, prompt: Sequence[int], max_tokens: int, *, sampling: SamplingParams | None = None,
+            stop_ids: Collection[int] = ()) -> Seq:
+        """Queue a sequence: `prompt`'s ids, up to `max_tokens` new ones (refused, a SchedulerError,
+        when they can never fit), drawn with `sampling` (None or greedy: the argmax), ending at
+        any of `stop_ids`."""
+        prompt = [int(t) for t in prompt]
+        self.check(len(prompt), max_tokens)
+        sampling = None if sampling is None or sampling.greedy else sampling.resolved()
+        seq = Seq(next(self._ids), prompt, int(max_tokens), sampling, frozenset(int(t) for t in stop_ids),
+                  self.program.chooser())
+        if max_tokens <= 0:
             self._end(seq, "length")
         else:
             self.waiting.append(seq)
@@ -132,35 +159,52 @@ class Scheduler:
         """Refuse a request that can never run: empty, past the context, or more pages than there are."""
         if prompt_len < 1:
             raise SchedulerError("the prompt is empty")
-        # The last new token is returned, never fed back: it needs no cache cell.
-        need = prompt_len + max(max_tokens - 1, 0)
-        if need > self.program.n_ctx:
-            raise SchedulerError(f"the prompt ({prompt_len} tokens) plus {max_tokens} new tokens need {need} "
-                                 f"positions, more than the context of {self.program.n_ctx} tokens")
+        try:
+            check_fits(prompt_len, max_tokens, self.program.n_ctx)
+        except ContextError as e:
+            raise SchedulerError(str(e)) from None
+        need = prompt_len + max(max_tokens - 1, 0)  # the last new token needs no cache cell
         pages = -(-need // self.page_size)
         if pages > self.pages.num_pages:
             raise SchedulerError(f"the prompt ({prompt_len} tokens) plus {max_tokens} new tokens need {pages} "
                                  f"KV pages of {self.page_size}, more than the {self.pages.num_pages} there are")
 
-    def abort_all(self) -> None:
-        """End every sequence now (cancelled), its pages freed, without telling its caller."""
-        for seq in list(self.running) + list(self.waiting):
-            seq.request.on_finish = None
-            seq.cancelled = True
-        self._drop_cancelled()
+    def abort_all(self) -> list[Seq]:
+        """End every sequence now ("error"), its pages freed; the sequences ended."""
+        seqs = list(self.running) + list(self.waiting)
+        self.waiting.clear()
+        for seq in seqs:
+            self._end(seq, "error")
+        return seqs
 
     def cancel(self, seq: Seq) -> None:
         """End `seq` at the next step (thread-safe: only a flag), its pages freed."""
         seq.cancelled = True
 
+    def finish(self, seq: Seq, reason: str, by: int | str | None = None) -> None:
+        """End `seq` now (between steps, on the scheduler's thread): a stop string found in its text."""
+        if seq.finish_reason is None:
+            if seq in self.waiting:
+                self.waiting.remove(seq)
+            self._end(seq, reason, by)
+
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
     # -- one step -------------------------------------------------------------------------------
 
-    def step(self) -> int:
-        """Run one call of the entry over what fits; returns the tokens it computed (0: nothing to do)."""
-        self._drop_cancelled()
+    def step(self) -> StepResult:
+        """Run one call of the entry over what fits, and choose the next token of each sequence
+        whose tokens are all computed; what it did, sequence by sequence."""
+        outputs = [SeqOutput(seq, None, None, "cancelled") for seq in self._drop_cancelled()]
         plan: list[tuple[Seq, int, int]] = []
         budget = self.max_batched_tokens
         preempted = False
@@ -193,15 +237,24 @@ class Scheduler:
             plan.append((seq, seq.computed, n))
             budget -= n
         if not plan:
-            return 0
-        logits = self._call(plan)
+            return StepResult(0, outputs)
+        try:
+            logits, step_rows = self._call(plan)
+        except Exception as e:
+            failed = [seq for seq, _, _ in plan]
+            for seq in failed:
+                self._end(seq, "error")
+            raise StepFailed(failed) from e
         self.steps += 1
         for seq, start, n in plan:
-            self._advance(seq, start + n, logits)
-        return sum(n for _, _, n in plan)
+            out = self._advance(seq, start + n, logits, seq.id in step_rows)
+            if out is not None:
+                outputs.append(out)
+        return StepResult(sum(n for _, _, n in plan), outputs)
 
-    def _call(self, plan: list[tuple[Seq, int, int]]) -> np.ndarray:
-        """The entry's arguments for the plan, and its logits [2 * rows, vocab]: chunk rows first."""
+    def _call(self, plan: list[tuple[Seq, int, int]]) -> tuple[np.ndarray, set[int]]:
+        """The entry's arguments for the plan, and its logits [2 * rows, vocab] (chunk rows first)
+        with the ids of the sequences that rode in its step rows."""
         rows, ps = self.rows, self.page_size
         steps = [p for p in plan if p[2] == 1 and p[1] + 1 == len(p[0].tokens)]
         chunks = [p for p in plan if p not in steps]
@@ -229,40 +282,36 @@ class Scheduler:
             ENTRY, tokens=np.asarray(tokens, np.int32), positions=np.concatenate(positions).astype(np.int32),
             rows=np.asarray(row_of, np.int32), slots=np.concatenate(slots).astype(np.int32), last=last,
             step_tokens=step_tokens, step_positions=step_positions, table=table)
-        self._step_rows = {seq.id for seq, _, _ in steps}
-        return logits
+        return logits, {seq.id for seq, _, _ in steps}
 
-    def _advance(self, seq: Seq, computed: int, logits: np.ndarray) -> None:
+    def _advance(self, seq: Seq, computed: int, logits: np.ndarray, in_step_row: bool) -> SeqOutput | None:
         seq.computed = computed
         self._register_full_pages(seq)
         if computed < len(seq.tokens):
-            return  # a prompt chunk (or a recompute) not yet at its end
-        row = logits[self.rows + seq.row if seq.id in self._step_rows else seq.row]
-        token = self._choose(seq, row)
-        seq.logits = row
+            return None  # a prompt chunk (or a recompute) not yet at its end
+        row = logits[self.rows + seq.row if in_step_row else seq.row]
+        try:
+            token = self._choose(seq, row)
+        except Exception as e:  # this sequence's choice: it alone ends
+            self._end(seq, "error")
+            return SeqOutput(seq, None, None, "error", e)
         seq.outputs.append(token)
         seq.tokens.append(token)
         self.generated_tokens += 1
-        said = seq.request.on_token(seq, token) if seq.request.on_token is not None else None
-        if said is not None:
-            self._end(seq, "stop", said)
-        elif token in seq.request.stop_ids:
+        if token in seq.stop_ids:
             self._end(seq, "stop", token)
-        elif len(seq.outputs) >= seq.request.max_tokens:
+        elif len(seq.outputs) >= seq.max_tokens:
             self._end(seq, "length")
+        return SeqOutput(seq, token, row, seq.finish_reason)
 
     def _choose(self, seq: Seq, logits: np.ndarray) -> int:
-        """The next token, as the program's prefill / decode step chooses it for one sequence."""
-        if seq.counts is None:
-            return int(np.argmax(logits))
-        position = len(seq.tokens)  # the position the drawn token takes
+        """The next token, as the program's prefill / decode step chooses it for one sequence:
+        its chooser is fed what the program ran for it since the last choice."""
         if seq.outputs:  # the output just fed (a decode's token)
-            seq.counts.feed([seq.tokens[-1]], position - 1, True)
+            fed, start, output = [seq.tokens[-1]], len(seq.tokens) - 1, True
         else:  # the prompt (a prefill's tokens)
-            seq.counts.feed(seq.tokens, 0, False)
-        args = sampler_arguments(seq.sampling, position, seq.counts.counts())
-        ids = self._run_sampler(np.asarray(logits, np.float32).reshape(1, -1), *args)
-        return int(np.asarray(ids).reshape(-1)[0])
+            fed, start, output = seq.tokens, 0, False
+        return int(seq.chooser.choose(logits, fed, start, output, seq.sampling).token)
 
     # -- pages ----------------------------------------------------------------------------------
 
@@ -307,24 +356,15 @@ class Scheduler:
             seq.row = None
             self.running.remove(seq)
 
-    def _drop_cancelled(self) -> None:
-        for seq in [s for s in self.running if s.cancelled] + [s for s in self.waiting if s.cancelled]:
+    def _drop_cancelled(self) -> list[Seq]:
+        dropped = [s for s in self.running if s.cancelled] + [s for s in self.waiting if s.cancelled]
+        for seq in dropped:
             if seq in self.waiting:
                 self.waiting.remove(seq)
             self._end(seq, "cancelled")
+        return dropped
 
     def _end(self, seq: Seq, reason: str, by: int | str | None = None) -> None:
         self._drop_pages(seq)
         self._leave_row(seq)
         seq.finish_reason, seq.stopped_by = reason, by
-        if seq.request.on_finish is not None:
-            seq.request.on_finish(seq)
-
-
-def _sampler_of(program: Any) -> Callable[..., Any]:
-    """The program's compiled `@sample_logits` on rows of logits (the sampler its own steps draw with)."""
-    sampler = getattr(program, "sampler", None)
-    run = getattr(sampler, "run_sampler", None)
-    if run is None:
-        raise SchedulerError(f"the {program.runtime} program exposes no compiled sampler to draw tokens with")
-    return run

@@ -30,8 +30,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from strata.errors import StrataError, say
-from strata.runtime.serve.engine import Draining, Handle, Observer, QueueFull, ServeEngine
-from strata.runtime.serve.requests import ApiError, Parsed, parse_chat, parse_completion
+from strata.runtime.serve.batch_engine import (
+    DoneEvent,
+    Draining,
+    Event,
+    Handle,
+    Observer,
+    QueueFull,
+    ServeEngine,
+    TextEvent,
+)
+from strata.runtime.serve.requests import ApiError, ApiRequest, parse_chat, parse_completion
 from strata.runtime.serve.scheduler import SchedulerError
 
 #: Seconds a client is told to wait when the queue is full or the server is going away.
@@ -48,17 +57,18 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
 RATE_WINDOW = 10.0
 
 
-class _SchedulerTotals:
-    """The scheduler's own running totals as Prometheus counters, read at each scrape."""
+class _EngineTotals:
+    """The engine's own running totals as Prometheus counters, read at each scrape."""
 
-    def __init__(self, scheduler: Any):
-        self.scheduler = scheduler
+    def __init__(self, engine: ServeEngine):
+        self.engine = engine
 
     def collect(self):
         from prometheus_client.core import CounterMetricFamily
 
-        s = self.scheduler
-        for name, doc, value in (("strata_prefix_cache_hits", "KV pages found in the prefix cache", s.pages.hits),
+        s = self.engine.stats()
+        for name, doc, value in (("strata_prefix_cache_hits", "KV pages found in the prefix cache",
+                                  s.prefix_cache_hits),
                                  ("strata_preemptions", "Sequences preempted for pages (recomputed later)",
                                   s.preemptions),
                                  ("strata_steps", "Calls of the paged entry", s.steps),
@@ -72,14 +82,15 @@ class Metrics(Observer):
 
     def __init__(self, engine: ServeEngine):
         self.registry = r = CollectorRegistry()
-        sched = engine.scheduler
-        Gauge("strata_requests_running", "Requests being stepped", registry=r).set_function(lambda: len(sched.running))
+        Gauge("strata_requests_running", "Requests being stepped", registry=r).set_function(
+            lambda: engine.stats().running)
         Gauge("strata_requests_waiting", "Requests waiting for a row or pages", registry=r).set_function(
-            lambda: len(sched.waiting) + len(engine._inbox))
-        Gauge("strata_kv_pages_used", "KV pages held by a sequence", registry=r).set_function(lambda: sched.pages.used)
+            lambda: engine.stats().waiting)
+        Gauge("strata_kv_pages_used", "KV pages held by a sequence", registry=r).set_function(
+            lambda: engine.stats().pages_used)
         Gauge("strata_kv_pages_free", "KV pages a sequence could be given", registry=r).set_function(
-            lambda: sched.pages.free)
-        r.register(_SchedulerTotals(sched))
+            lambda: engine.stats().pages_free)
+        r.register(_EngineTotals(engine))
         self._recent: list[tuple[float, int]] = []  # (time, tokens made by then), the last RATE_WINDOW s
         Gauge("strata_generation_tokens_per_second", f"Tokens generated per second over the last {RATE_WINDOW:g} s",
               registry=r).set_function(self._rate)
@@ -156,7 +167,7 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None)
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": created,
-                                            "owned_by": "strata", "max_model_len": engine.program.n_ctx}]}
+                                            "owned_by": "strata", "max_model_len": engine.limits.n_ctx}]}
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -173,7 +184,7 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None)
         except (ValueError, UnicodeDecodeError) as e:
             return error_response(400, f"the request body is not valid JSON: {e}", code="invalid_json")
         try:
-            parsed = (parse_chat if chat else parse_completion)(body, engine, model_name)
+            parsed = (parse_chat if chat else parse_completion)(body, engine.limits, model_name)
         except ApiError as e:
             return error_response(e.status, e.message, param=e.param, code=e.code)
         except StrataError as e:  # a chat template or a text the tokenizer refuses
@@ -207,7 +218,7 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None)
 
 
 def _bridge(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue):
-    def emit(event: tuple) -> None:
+    def emit(event: Event) -> None:
         try:
             loop.call_soon_threadsafe(queue.put_nowait, event)
         except RuntimeError:  # the server's loop has closed: nobody is listening
@@ -226,7 +237,7 @@ FINISH = {"stop": "stop", "length": "length", "cancelled": "abort"}
 class _Reply:
     """One request's answer, whole or as server-sent events, from its choices' event queues."""
 
-    def __init__(self, rid: str, model: str, chat: bool, parsed: Parsed, handles: list[Handle],
+    def __init__(self, rid: str, model: str, chat: bool, parsed: ApiRequest, handles: list[Handle],
                  queues: list[asyncio.Queue], tokenizer: Any):
         self.rid, self.model, self.chat, self.parsed, self.tokenizer = rid, model, chat, parsed, tokenizer
         self.handles, self.queues = handles, queues
@@ -251,13 +262,13 @@ class _Reply:
                         if await request.is_disconnected():
                             return Response(status_code=499)
                         continue
-                    if event[0] == "text":
-                        texts[i] += event[1]
-                        pieces[i].append((event[2], event[3]))
-                    elif event[0] == "done":
-                        reasons[i] = FINISH.get(event[1], event[1])
+                    if isinstance(event, TextEvent):
+                        texts[i] += event.text
+                        pieces[i].append((event.ids, event.logprobs))
+                    elif isinstance(event, DoneEvent):
+                        reasons[i] = FINISH.get(event.finish_reason, event.finish_reason)
                     else:
-                        return error_response(500, event[1], "server_error")
+                        return error_response(500, event.message, "server_error")
         finally:
             _cancel(engine, [h for h in self.handles if h.finish_reason is None])
         choices = []
@@ -315,16 +326,17 @@ class _Reply:
             offsets = [0] * len(self.queues)
             while open_choices:
                 i, event = await merged.get()
-                if event[0] == "text":
-                    if event[1] or (event[2] and self.parsed.logprobs is not None):
-                        logprobs = self._logprobs(event[2], event[3], offsets[i])
-                        offsets[i] += len(event[1])
-                        yield self._chunk([self._choice(i, event[1], None, logprobs=logprobs)])
-                elif event[0] == "done":
+                if isinstance(event, TextEvent):
+                    if event.text or (event.ids and self.parsed.logprobs is not None):
+                        logprobs = self._logprobs(event.ids, event.logprobs, offsets[i])
+                        offsets[i] += len(event.text)
+                        yield self._chunk([self._choice(i, event.text, None, logprobs=logprobs)])
+                elif isinstance(event, DoneEvent):
                     open_choices -= 1
-                    yield self._chunk([self._choice(i, None, FINISH.get(event[1], event[1]))])
+                    yield self._chunk([self._choice(i, None, FINISH.get(event.finish_reason, event.finish_reason))])
                 else:
-                    payload = {"error": {"message": event[1], "type": "server_error", "param": None, "code": None}}
+                    payload = {"error": {"message": event.message, "type": "server_error", "param": None,
+                                         "code": None}}
                     yield f"data: {json.dumps(payload)}\n\n"
                     return
             if self.parsed.include_usage:
@@ -340,7 +352,7 @@ async def _pump(i: int, source: asyncio.Queue, merged: asyncio.Queue) -> None:
     while True:
         event = await source.get()
         await merged.put((i, event))
-        if event[0] != "text":
+        if not isinstance(event, TextEvent):
             return
 
 

@@ -20,6 +20,8 @@
 * `ChatTemplate`: one Jinja template, rendered as transformers' `apply_chat_template` renders it.
 * `IncrementalDetokenizer`: streamed text that joins to the one-shot decode.
 * `StopStrings`: user stop strings found in streamed text, with a partial match held back.
+* `TextEmitter`: a reply's text from its ids, one at a time (the detokenizer, the stop strings
+  and the end-of-generation ids together): the one text layer of `strata generate` and the server.
 * `check_utf8(text, where)`: text from the user, or a one-line error at its first bad byte.
 * Errors: `TokenizerError` (a tokenizer file), `ChatTemplateError` (a template: its origin and
   line), `TextInputError` (text that is not UTF-8); all `StrataError`s, one line each.
@@ -27,6 +29,7 @@
 
 from strata.runtime.text.chat_template import ChatTemplate
 from strata.runtime.text.detokenizer import IncrementalDetokenizer
+from strata.runtime.text.emitter import Piece, TextEmitter, end_of_generation_ids
 from strata.runtime.text.errors import ChatTemplateError, TextInputError, TokenizerError
 from strata.runtime.text.stop import StopStrings
 from strata.runtime.text.load import load_tokenizer
@@ -36,10 +39,13 @@ __all__ = [
     "ChatTemplate",
     "ChatTemplateError",
     "IncrementalDetokenizer",
+    "Piece",
     "StopStrings",
+    "TextEmitter",
     "TextInputError",
     "Tokenizer",
     "TokenizerError",
     "check_utf8",
+    "end_of_generation_ids",
     "load_tokenizer",
 ]

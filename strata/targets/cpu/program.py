@@ -48,12 +48,15 @@ class CpuProgram:
         else:  # a program of other entries
             self.vocab = int(next(iter(layouts.values()))["Vocab"]) if layouts else 0
         self.n_ctx = int(instance.N_CTX)
-        self.sampler = SequenceSampler(self.vocab, self._sample_logits)
+        self.sampler = self.chooser()
         args = getattr(instance, "ARGS", {})
         results = getattr(instance, "RESULTS", {})
         self.entries = {e: (tuple(args[e]), tuple(results[e])) for e in instance.ENTRIES if e in args and e in results}
         # The generation loop steps one sequence: a program of several rows runs by `call`.
         self.rows = int(layouts.get("decode", {}).get("Batch", 1))
+
+    def chooser(self) -> SequenceSampler:
+        return SequenceSampler(self.vocab, self._sample_logits)
 
     def _sample_logits(self, *args: Any):
         if SAMPLER not in self.model.ENTRIES:

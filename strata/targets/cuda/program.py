@@ -88,6 +88,12 @@ class CudaProgram:
     def decode(self, token: int, pos: int, sampling: Sampling | None = None) -> CudaStep:
         return self._run(self.model.decode, (int(token), pos), [int(token)], pos, True, sampling)
 
+    def chooser(self):
+        """The cuda program chooses on the device, beside its step (the logits stay there): it
+        has no chooser over host logits, and runs no batched entry a scheduler would call."""
+        raise CudaProgramError("the cuda program draws its tokens on the device within its steps; it has no "
+                               "chooser over host logits (batched serving runs on --target cpu)")
+
     def close(self) -> None:
         pass
 

@@ -38,7 +38,7 @@ import torch
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "i32": torch.int32}
 E4M3_MAX = 448.0
-PAGE = 16
+PAGE = 16  # strata.targets.target.KV_PAGE_SIZE (this file imports nothing from strata)
 
 
 class ModelError(ValueError):

@@ -32,7 +32,8 @@ def epu_target() -> Target:
         return (out / "cpp" / "cost.txt").read_text(encoding="utf-8").splitlines()[0]
 
     return Target("epu", stages.pipeline_text, emit, KNOBS, OUTPUTS, load=program.load, staged=stages.compile_epu,
-                  check=stages.resolve, summary=summary)
+                  check=stages.resolve, summary=summary,
+                  greedy_only=program.SAMPLING_REFUSED)
 
 
 __all__ = ["epu_target", "emit_epu", "EpuTargetError", "KNOBS", "OUTPUTS"]

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from strata.semantics.programs import LogitsStep
+from strata.semantics.programs import LogitsStep, SequenceSampler
 from strata.semantics.sampling_inputs import Sampling, needs_sampler
 from strata.targets.epu.build import build_epu
 from strata.targets.epu.stages import EpuError, smoothed_store
@@ -35,6 +35,15 @@ def refuse_sampling(sampling: Sampling | None) -> None:
     """A one-line error for parameters that would need a sampler (greedy ones are the argmax)."""
     if needs_sampler(sampling):
         raise EpuError(SAMPLING_REFUSED)
+
+
+def _no_sampler(*_: Any) -> Any:
+    raise EpuError(SAMPLING_REFUSED)
+
+
+def greedy_chooser(vocab: int) -> SequenceSampler:
+    """The EPU's choice for one sequence: the argmax (sampling parameters refused)."""
+    return SequenceSampler(vocab, _no_sampler)
 
 
 class EpuProgram:
@@ -74,6 +83,9 @@ class EpuProgram:
 
     def reset(self) -> None:
         self._send("reset\n")
+
+    def chooser(self) -> SequenceSampler:
+        return greedy_chooser(self.vocab)
 
     def prefill(self, tokens: Sequence[int], start: int, sampling: Sampling | None = None) -> LogitsStep:
         refuse_sampling(sampling)
@@ -127,6 +139,9 @@ class EpuInterpreter:
         self.vocab = int(self.fn.function_type.outputs.data[0].get_shape()[-1])  # type: ignore[attr-defined]
         self.n_ctx = int(self.fn.attributes["fixed.ctx"].value.data)  # type: ignore[attr-defined]
         self.reset()
+
+    def chooser(self) -> SequenceSampler:
+        return greedy_chooser(self.vocab)
 
     def reset(self) -> None:
         self.state: dict = {}

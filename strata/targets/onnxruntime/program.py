@@ -150,8 +150,11 @@ class OrtProgram:
         self.prefill_entry, self.decode_entry, self.name = prefill, decode, name
         self.vocab = prefill.vocab
         self.n_ctx = prefill.n_kv
-        self.sampler = SequenceSampler(self.vocab, _host_sampler)
+        self.sampler = self.chooser()
         self.reset()
+
+    def chooser(self) -> SequenceSampler:
+        return SequenceSampler(self.vocab, _host_sampler)
 
     def reset(self) -> None:
         self.buffers = self.prefill_entry.zero_state()

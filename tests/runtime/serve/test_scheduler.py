@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from strata.pipeline import load_model
-from strata.runtime.engine import open_program
+from strata.runtime.opener import open_program
 from strata.runtime.generate import generate
 from strata.runtime.sampling import SamplingParams
 from strata.runtime.serve.pages import PageAllocator, prefix_keys
-from strata.runtime.serve.scheduler import Scheduler, SchedulerError, SeqRequest
+from strata.runtime.serve.scheduler import Scheduler, SchedulerError
 from support import tiny, write_checkpoint
 
 CTX, PAGE, ROWS = 32, 4, 4
@@ -45,11 +45,12 @@ def test_batched_is_alone(programs, num_pages, budget):
     scheduler = Scheduler(serving, page_size=PAGE, num_pages=num_pages, max_num_seqs=ROWS, max_batched_tokens=budget)
     requests = _requests(12)
     streamed: dict[int, list[int]] = {}
-    seqs = [scheduler.add(SeqRequest(p, n, sampling=s, stop_ids={3},
-                                     on_token=lambda seq, t: streamed.setdefault(seq.id, []).append(t)))
-            for p, n, s in requests]
+    seqs = [scheduler.add(p, n, sampling=s, stop_ids={3}) for p, n, s in requests]
     while scheduler.has_work():
-        assert scheduler.step() <= budget
+        step = scheduler.step()
+        assert step.computed <= budget
+        for out in step.outputs:  # each new token reported once, by the step that chose it
+            streamed.setdefault(out.seq.id, []).append(out.token)
     for (prompt, n, sampling), seq in zip(requests, seqs):
         want = generate(alone, prompt, n, sampling=sampling, stop_ids={3})
         assert seq.outputs == want.ids and streamed.get(seq.id, []) == want.ids
@@ -64,17 +65,57 @@ def test_stop_cancel_and_zero(programs):
     serving, alone = programs
     scheduler = Scheduler(serving, page_size=PAGE, num_pages=16, max_num_seqs=ROWS, max_batched_tokens=8)
     ended = []
-    stopped = scheduler.add(SeqRequest([1, 2, 3], 10, on_token=lambda seq, t: "two" if len(seq.outputs) == 2 else None,
-                                       on_finish=ended.append))
-    gone = scheduler.add(SeqRequest(SHARED, 10, on_finish=ended.append))
-    zero = scheduler.add(SeqRequest([1], 0, on_finish=ended.append))
+    stopped = scheduler.add([1, 2, 3], 10)
+    gone = scheduler.add(SHARED, 10)
+    zero = scheduler.add([1], 0)
     assert zero.finish_reason == "length" and zero.outputs == []
     scheduler.step()
     scheduler.cancel(gone)
     while scheduler.has_work():
-        scheduler.step()
+        for out in scheduler.step().outputs:
+            if out.seq is stopped and len(stopped.outputs) == 2:  # the text layer found a stop string: after the step
+                scheduler.finish(stopped, "stop", "two")
+                ended.append(stopped)
+            elif out.finish_reason is not None:
+                ended.append(out.seq)
     assert stopped.outputs == generate(alone, [1, 2, 3], 2).ids and (stopped.finish_reason, stopped.stopped_by) == ("stop", "two")
-    assert gone.finish_reason == "cancelled" and ended == [zero, gone, stopped]  # each ended once
+    assert gone.finish_reason == "cancelled" and ended == [gone, stopped]  # each ended once
+    assert scheduler.pages.used == 0
+
+
+class _FailingCall:
+    """A program whose step_paged call raises on the `fail_at`-th call (a bug in a step)."""
+
+    def __init__(self, program, fail_at: int):
+        self.program, self.fail_at, self.calls = program, fail_at, 0
+        self.entries, self.vocab, self.n_ctx, self.runtime = program.entries, program.vocab, program.n_ctx, "test"
+
+    def chooser(self):
+        return self.program.chooser()
+
+    def call(self, entry, **inputs):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise ZeroDivisionError("a bug in the step")
+        return self.program.call(entry, **inputs)
+
+
+def test_a_failed_step_ends_its_sequences_and_the_rest_go_on(programs):
+    from strata.runtime.serve.scheduler import StepFailed
+
+    serving, alone = programs
+    scheduler = Scheduler(_FailingCall(serving, 2), page_size=PAGE, num_pages=16, max_num_seqs=1,
+                          max_batched_tokens=8)
+    first = scheduler.add([1, 2, 3], 4)
+    later = scheduler.add([4, 5], 3)  # waits for the one row
+    scheduler.step()
+    with pytest.raises(StepFailed) as failed:
+        scheduler.step()
+    assert failed.value.seqs == [first] and first.finish_reason == "error"
+    assert isinstance(failed.value.__cause__, ZeroDivisionError)
+    while scheduler.has_work():
+        scheduler.step()
+    assert later.outputs == generate(alone, [4, 5], 3).ids and later.finish_reason == "length"
     assert scheduler.pages.used == 0
 
 
@@ -82,9 +123,9 @@ def test_refuses_what_cannot_fit(programs):
     serving, _ = programs
     scheduler = Scheduler(serving, page_size=PAGE, num_pages=4, max_num_seqs=ROWS, max_batched_tokens=8)
     with pytest.raises(SchedulerError, match="context of 32"):
-        scheduler.add(SeqRequest([1] * 30, 4))
+        scheduler.add([1] * 30, 4)
     with pytest.raises(SchedulerError, match="more than the 4 there are"):
-        scheduler.add(SeqRequest([1] * 10, 10))
+        scheduler.add([1] * 10, 10)
     with pytest.raises(SchedulerError, match="rows"):
         Scheduler(serving, page_size=PAGE, num_pages=4, max_num_seqs=ROWS + 1)
 
@@ -110,19 +151,21 @@ def test_page_allocator_shares_and_evicts():
 def test_hybrid_family_batched_is_alone(tmp_path):
     """Gated DeltaNet layers keep their state in the row's slot: chunked prompts and decode rows
     of several sequences in one call still give each its own ids; no prefix cache."""
-    from strata.runtime.serve.engine import is_recurrent, serving_knobs
+    from strata.runtime.opener import resolved_knobs
+    from strata.runtime.commands.serve import is_recurrent, serving_knobs
     from support import TINY
 
     model = load_model(write_checkpoint(TINY["qwen3.5-moe"], tmp_path / "hybrid", std=0.5))
     assert is_recurrent(model)
-    knobs, page, pages = serving_knobs(model, "cpu", {"ctx": CTX, "PageSize": PAGE}, kv_pages=12, max_num_seqs=ROWS)
+    knobs = resolved_knobs(model, "cpu", {"ctx": CTX, "PageSize": PAGE})
+    page, pages = serving_knobs(model, knobs, kv_pages=12, max_num_seqs=ROWS)
     assert knobs["Batch"] >= ROWS  # a state slot per row
     serving = open_program(model, "cpu", knobs, cache_dir=tmp_path / "serve", quiet=True)
     alone = open_program(model, "cpu", {"ctx": CTX}, cache_dir=tmp_path / "alone", quiet=True)
     scheduler = Scheduler(serving, page_size=page, num_pages=pages, max_num_seqs=ROWS, max_batched_tokens=5,
                           prefix_cache=False)
     requests = _requests(8)
-    seqs = [scheduler.add(SeqRequest(p, n, sampling=s)) for p, n, s in requests]
+    seqs = [scheduler.add(p, n, sampling=s) for p, n, s in requests]
     while scheduler.has_work():
         scheduler.step()
     for (prompt, n, sampling), seq in zip(requests, seqs):

@@ -14,7 +14,8 @@ import pytest
 
 from serve_support import API_KEY, CTX, running_server
 from strata.pipeline import load_model
-from strata.runtime.engine import Engine, model_tokenizer, open_program
+from strata.runtime.engine import Engine
+from strata.runtime.opener import model_tokenizer, open_program
 from strata.runtime.sampling import SamplingParams
 from support import run_tool
 

@@ -44,3 +44,11 @@ def test_conversions():
     got = runtime._convert(torch.from_numpy(w), "ungroup_rows", args).numpy()
     assert np.array_equal(got, convert_ungroup_rows(w, args))
     assert np.allclose(runtime._convert(torch.from_numpy(w), "neg_exp", ()).numpy(), -np.exp(w))
+
+
+def test_the_paged_cache_pages_are_the_one_default():
+    """The runtime copied into every model.py imports nothing from strata: its page size is pinned
+    to the one default here (the server's pages are the same)."""
+    from strata.targets.target import KV_PAGE_SIZE
+
+    assert runtime.PAGE == KV_PAGE_SIZE

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("triton", reason="the CUDA target tests need triton (the `test` extra)")
 
 from strata.pipeline import compile_model, load_model  # noqa: E402
-from strata.runtime.engine import open_program  # noqa: E402
+from strata.runtime.opener import open_program  # noqa: E402
 from strata.runtime.generate import generate  # noqa: E402
 from strata.runtime.sampling import SamplingParams  # noqa: E402
 from strata.targets.cuda.program import load  # noqa: E402

@@ -15,7 +15,33 @@ from pathlib import Path
 from typing import Any
 
 from strata.errors import say
-from strata.runtime.serve.engine import ServeEngine, ServeError, is_recurrent, serving_knobs
+from strata.runtime.serve.batch_engine import ServeEngine, ServeError
+from strata.targets.target import KV_PAGE_SIZE
+
+#: The KV page size of a served program unless --set PageSize says otherwise.
+DEFAULT_PAGE_SIZE = KV_PAGE_SIZE
+
+
+def is_recurrent(model: Any) -> bool:
+    """Whether the model keeps per-sequence recurrent state (a hybrid family's Gated DeltaNet)."""
+    return "linear_attention" in tuple(getattr(model.config, "layer_types", ()) or ())
+
+
+def serving_knobs(model: Any, k: dict[str, Any], *, kv_pages: int | None, max_num_seqs: int) -> tuple[int, int]:
+    """Make the resolved knobs `k` those of a program that serves `max_num_seqs` rows over
+    `kv_pages` pages through one `step_paged` entry; (its page size, its pages). The KV cache
+    holds Batch * ctx cells, so Batch is the rows of a full context those pages need; a family
+    with recurrent state keeps a state slot per row, so it has at least as many."""
+    ctx, page = int(k["ctx"]), int(k.get("PageSize") or DEFAULT_PAGE_SIZE)
+    if ctx % page:
+        raise ServeError(f"the context of {ctx} is not a whole number of KV pages of {page} (--set PageSize=...)")
+    per_row = ctx // page
+    kv_pages = kv_pages or max_num_seqs * per_row
+    batch = -(-kv_pages // per_row)
+    if is_recurrent(model):
+        batch = max(batch, max_num_seqs)
+    k.update(entries="step_paged", Batch=batch, Rows=max_num_seqs, PageSize=page, Pages=per_row)
+    return page, kv_pages
 
 
 def check_bind(host: str, port: int) -> None:
@@ -30,23 +56,26 @@ def check_bind(host: str, port: int) -> None:
 
 def open_engine(model_path: str | Path, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,
                 max_num_seqs: int = 8, max_batched_tokens: int = 256, kv_pages: int | None = None,
-                max_waiting: int = 256, cache_dir: str | Path | None = None, interpret: bool = False) -> ServeEngine:
+                max_waiting: int = 256, cache_dir: str | Path | None = None, interpret: bool = False,
+                allow_nonfinite: bool = False) -> ServeEngine:
     """The model's serving engine (not started), its program compiled or reused."""
-    from strata.pipeline import load_model
-    from strata.runtime.engine import check_tokenizer_fits, model_tokenizer, open_program, prepare_device
+    from strata.runtime.opener import open_model, target_of
 
     for name, value in (("--max-num-seqs", max_num_seqs), ("--max-num-batched-tokens", max_batched_tokens),
                         ("--kv-pages", kv_pages or 1), ("--max-waiting", max_waiting)):
         if value < 1:
             raise ServeError(f"{name} must be at least 1, got {value}")
-    prepare_device(target_name, interpret)
-    model = load_model(model_path)
-    tokenizer = model_tokenizer(model)
-    check_tokenizer_fits(tokenizer, int(model.config.vocab_size))
-    k, page_size, num_pages = serving_knobs(model, target_name, knobs, kv_pages=kv_pages, max_num_seqs=max_num_seqs)
+    if not target_of(target_name).compiles_entries:  # the scheduler steps the step_paged entry
+        raise ServeError(f"strata serve runs on --target cpu: the {target_name} target does not compile the "
+                         "step_paged entry the scheduler batches with")
+    opened = open_model(model_path, target_name, knobs, interpret=interpret, cache_dir=cache_dir,
+                        allow_nonfinite=allow_nonfinite)
+    model = opened.model
+    tokenizer = opened.tokenizer()
+    page_size, num_pages = serving_knobs(model, opened.knobs, kv_pages=kv_pages, max_num_seqs=max_num_seqs)
     if cache_dir is None:
-        cache_dir = model.cache_root / f"{target_name}-serve"
-    program = open_program(model, target_name, k, cache_dir=cache_dir, interpret=interpret)
+        opened.cache_dir = model.cache_root / f"{target_name}-serve"
+    program = opened.program()
     # A page holds attention KV only: a hybrid family's recurrent state (in the row's slot) at
     # a page boundary is not kept, so its prefix cache is off.
     prefix_cache = not is_recurrent(model)
@@ -70,8 +99,6 @@ def serve_model(model_path: str | Path, target_name: str = "cpu", knobs: Mapping
     engine = open_engine(model_path, target_name, knobs, **engine_options)
     name = Path(model_path).name or str(model_path)
     app = server.create_app(engine, name, api_key)
-    s = engine.scheduler
-    say(f"serving {name} on http://{host}:{port}/v1 ({s.max_num_seqs} rows, {s.pages.num_pages} KV pages of "
-        f"{s.page_size}, context {engine.program.n_ctx}, up to {s.max_batched_tokens} tokens a step)")
+    say(f"serving {name} on http://{host}:{port}/v1 ({engine.describe()})")
     server.serve_forever(app, engine, host=host, port=port, shutdown_timeout=shutdown_timeout)
     say("stopped")

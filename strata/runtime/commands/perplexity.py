@@ -218,16 +218,16 @@ def run_perplexity(program: Any, ids: Sequence[int], ctx: int, batch: int, bos: 
 def perplexity(model_path: str | Path, text_path: str | Path, *, ctx: int | None = None, batch: int = 4,
                knobs: dict[str, Any] | None = None, cache_dir: str | Path | None = None,
                out: TextIO | None = sys.stdout, max_chunks: int | None = None,
-               kl_base: str | Path | None = None, kl_divergence: bool = False) -> PerplexityResult:
+               kl_base: str | Path | None = None, kl_divergence: bool = False,
+               allow_nonfinite: bool = False) -> PerplexityResult:
     """`strata perplexity`: the perplexity of the text file `text_path` under `model_path` on
     the cpu target (see the module docstring); the estimates are printed on `out`.
     `kl_base`: save the scored distributions there (`strata.runtime.kl_divergence`), or with
     `kl_divergence` judge this model against the ones saved there."""
     from strata.artifacts.files import check_output_path
-    from strata.pipeline import load_model
     from strata.runtime import kl_divergence as kld
-    from strata.runtime.engine import check_tokenizer_fits, model_tokenizer, open_program
-    from strata.runtime.tokens import read_text_file
+    from strata.runtime.opener import open_model
+    from strata.runtime.commands.tokenize import read_text_file
 
     if kl_divergence and kl_base is None:
         raise PerplexityError("--kl-divergence compares with a saved base: give --kl-divergence-base FILE")
@@ -239,25 +239,31 @@ def perplexity(model_path: str | Path, text_path: str | Path, *, ctx: int | None
     text = read_text_file(text_path)
     if not text.strip():
         raise PerplexityError(f"{text_path}: the text is empty; perplexity needs at least two chunks of --ctx tokens")
-    model = load_model(model_path)
-    limit = int(model.config.max_position_embeddings)
     if base is not None:
         if ctx is not None and ctx != base.ctx:
             raise PerplexityError(f"--ctx {ctx}: the base {kl_base} was saved with chunks of {base.ctx} tokens")
         ctx = base.ctx
-    ctx = ctx if ctx is not None else min(DEFAULT_CTX, limit)
-    check_ctx(ctx, limit)
-    tokenizer = model_tokenizer(model)
-    check_tokenizer_fits(tokenizer, int(model.config.vocab_size))
+
+    def program_knobs(model: Any) -> dict[str, Any]:
+        """The chunk length (checked against the model's positions) and the entries that score it."""
+        limit = int(model.config.max_position_embeddings)
+        chunk = ctx if ctx is not None else min(DEFAULT_CTX, limit)
+        check_ctx(chunk, limit)
+        return {**(knobs or {}), "ctx": chunk, "entries": KL_ENTRIES if kl_base is not None else ENTRIES}
+
+    opened = open_model(model_path, "cpu", program_knobs, cache_dir=cache_dir, allow_nonfinite=allow_nonfinite)
+    model, ctx = opened.model, opened.knobs["ctx"]
+    tokenizer = opened.tokenizer()
     ids = tokenizer.encode(text)
     bos = tokenizer.bos_id if tokenizer.adds_bos else None
     chunks = chunk_ids(ids, ctx, bos, str(text_path))[:max_chunks]  # refuse a short text before compiling
     if base is not None:
         kld.check_base(base, kl_base, kld.model_shape(model.config), chunks[:len(base.tokens)])
-    knobs = {**(knobs or {}), "ctx": ctx, "entries": KL_ENTRIES if kl_base is not None else ENTRIES}
     if kl_base is not None:
-        knobs["Batch"] = batch = min(batch, len(chunks))
-    program = open_program(model, "cpu", knobs, cache_dir=cache_dir)
+        # The distributions are scored a batch of chunks per call: no more rows than chunks.
+        batch = min(batch, len(chunks))
+        opened.knobs["Batch"] = batch
+    program = opened.program()
     try:
         result = run_perplexity(program, ids, ctx, batch, bos, out=out, source=str(text_path), max_chunks=max_chunks,
                                 keep_log_probs=kl_base is not None and base is None, base=base)

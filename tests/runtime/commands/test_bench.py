@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from strata.runtime.bench import BenchError, bench, format_json, format_table, parse_batches
+from strata.runtime.commands.bench import BenchError, bench, format_json, format_table, parse_batches
 from support import ROOT
 
 GGUF = ROOT / "tests" / "runtime" / "data" / "tiny-llama-spm-f32.gguf"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from strata.pipeline import load_model
-from strata.runtime import perplexity as P
-from strata.runtime.engine import model_tokenizer, open_program
+from strata.runtime.commands import perplexity as P
+from strata.runtime.opener import model_tokenizer, open_program
 from support import ROOT
 
 DATA = ROOT / "tests" / "runtime" / "data"

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from strata.errors import say, warn
-from strata.runtime.engine import Engine, check_tokenizer_fits, model_tokenizer, open_program, prepare_device, \
-    resolved_knobs
-from strata.runtime.request import RequestError
+from strata.runtime.engine import Engine
+from strata.runtime.opener import open_model
+from strata.runtime.request import RequestError, new_token_room
 from strata.runtime.sampling import SamplingParams
-from strata.runtime.textgen import check_sampling_target
 
 PROMPT = "> "
 HELP = "/reset starts over, /exit (or Ctrl-D) ends the chat, Ctrl-C stops a reply"
@@ -49,11 +48,11 @@ class ChatSession:
         n_ctx = self.engine.program.n_ctx
         while True:
             ids = self.engine.encode(self.messages(user), template_kwargs=self.template_kwargs)
-            if len(ids) < n_ctx or not self.turns:
+            if new_token_room(len(ids), n_ctx) > 1 or not self.turns:
                 break
             del self.turns[:2]  # the oldest user message and its reply
             warn("the chat outgrew the context: its oldest turn is dropped")
-        if len(ids) >= n_ctx:
+        if new_token_room(len(ids), n_ctx) <= 1:
             raise RequestError(f"the message ({len(ids)} tokens with the template) does not fit the context of "
                                f"{n_ctx}; write a shorter one")
         return ids
@@ -61,7 +60,7 @@ class ChatSession:
     def reply(self, user: str, write: Callable[[str], None]) -> str:
         """Stream the reply to `user` through `write`; the reply (also when Ctrl-C stopped it)."""
         ids = self._fitting_prompt(user)
-        room = self.engine.program.n_ctx - len(ids) + 1
+        room = new_token_room(len(ids), self.engine.program.n_ctx)
         stream = self.engine.stream(ids, self.params, min(self.max_new_tokens, room))
         text = ""
         try:
@@ -76,29 +75,26 @@ class ChatSession:
 def chat_session(model_path: str | Path, params: SamplingParams | None = None, *, system: str | None = None,
                  max_new_tokens: int = 256, template_kwargs: Mapping[str, Any] | None = None,
                  target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, interpret: bool = False,
-                 cache_dir: str | Path | None = None, read: Callable[[str], str] = input,
-                 out: TextIO | None = None) -> None:
+                 cache_dir: str | Path | None = None, allow_nonfinite: bool = False,
+                 read: Callable[[str], str] = input, out: TextIO | None = None) -> None:
     """`strata chat`: check the model's tokenizer and chat template, open the program, then
     read a message and stream its reply until `/exit` or the end of input (`read` raises EOFError)."""
-    from strata.pipeline import load_model
     from strata.runtime.text import check_utf8
 
     out = out or sys.stdout
     if params is not None and not params.greedy:
         params = params.resolved()  # one seed for the session: each turn draws at its own positions
-    prepare_device(target_name, interpret)
-    model = load_model(model_path)
-    k = resolved_knobs(model, target_name, knobs)
-    check_sampling_target(params, target_name, None)
-    tokenizer = model_tokenizer(model)
-    check_tokenizer_fits(tokenizer, int(model.config.vocab_size))
+    opened = open_model(model_path, target_name, knobs, interpret=interpret, cache_dir=cache_dir,
+                        allow_nonfinite=allow_nonfinite)
+    opened.check_sampling(params)
+    tokenizer = opened.tokenizer()
     tokenizer.select_chat_template()  # a model without a template is refused before the compile
     if system is not None:
         check_utf8(system, "--system")
-    program = open_program(model, target_name, k, interpret=interpret, cache_dir=cache_dir)
+    program = opened.program()
     session = ChatSession(Engine(program, tokenizer), params or SamplingParams(), system=system,
                           max_new_tokens=max_new_tokens, template_kwargs=template_kwargs)
-    say(f"chat with {model.name}: {HELP}")
+    say(f"chat with {opened.model.name}: {HELP}")
 
     def write(text: str) -> None:
         out.write(text)

@@ -126,12 +126,11 @@ def entries_for(calls: Sequence[Call]) -> str:
 
 def call_model(model_path: str | Path, calls_path: str | Path, out_path: str | Path, *, target_name: str = "cpu",
                knobs: Mapping[str, Any] | None = None, cache_dir: str | Path | None = None,
-               interpret: bool = False) -> dict[str, np.ndarray]:
+               interpret: bool = False, allow_nonfinite: bool = False) -> dict[str, np.ndarray]:
     """`strata call`: the calls of `calls_path` on `model_path` compiled for a target, their
     results written to `out_path` (.npz, atomically) once all have run."""
     from strata.passes.convert_module_to_op import ENTRIES
-    from strata.pipeline import load_model
-    from strata.runtime.engine import cache_dir_of, open_program, prepare_device
+    from strata.runtime.opener import open_model, target_of
 
     check_output_path(out_path)  # before the work, not after it
     calls = read_calls(calls_path)
@@ -139,19 +138,19 @@ def call_model(model_path: str | Path, calls_path: str | Path, out_path: str | P
         if c.entry not in ENTRIES:
             raise CallError(f"{calls_path}: call {i}: unknown entry {c.entry[:40]!r} (seed 003's entries: "
                             f"{', '.join(ENTRIES)})")
-    if target_name != "cpu":
+    if not target_of(target_name).compiles_entries:
         raise CallError(f"strata call runs entries on --target cpu; the {target_name} target's program runs "
                         "prefill and decode for the generation loop only")
-    prepare_device(target_name, interpret)
-    model = load_model(model_path)
-    # Never onto the model's files, the calls or the compiled program: checked before the compile.
-    cache = Path(cache_dir) if cache_dir is not None else cache_dir_of(model, target_name, interpret)
-    check_output_path(out_path, {**model.input_files(), calls_path: "the calls file",
-                                 cache: f"the compiled model's directory {cache}"}, "-o")
     knobs = dict(knobs or {})
-    if target_name == "cpu" and knobs.get("entries") is None:
+    if knobs.get("entries") is None:
         knobs["entries"] = entries_for(calls)
-    program = open_program(model, target_name, knobs, cache_dir=cache_dir, interpret=interpret)
+    opened = open_model(model_path, target_name, knobs, interpret=interpret, cache_dir=cache_dir,
+                        allow_nonfinite=allow_nonfinite)
+    # Never onto the model's files, the calls or the compiled program: checked before the compile.
+    cache = opened.cache()
+    check_output_path(out_path, {**opened.model.input_files(), calls_path: "the calls file",
+                                 cache: f"the compiled model's directory {cache}"}, "-o")
+    program = opened.program()
     try:
         results = run_calls(program, calls, where=str(calls_path))
     finally:

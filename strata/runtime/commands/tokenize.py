@@ -21,7 +21,7 @@ from typing import Any
 
 from strata.errors import StrataError
 from strata.ir.inputs import MiB, read_bytes
-from strata.runtime.engine import NO_TOKENIZER_HINT
+from strata.runtime.opener import NO_TOKENIZER_HINT
 from strata.runtime.text import ChatTemplate, TextInputError, TokenizerError, check_utf8, load_tokenizer
 
 #: The most read of a text to tokenize or a messages file (a book is a few MiB).

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from strata.runtime.sampling import SamplingParams
-from strata.runtime.textgen import TextPrompt, generate_text
+from strata.runtime.commands.textgen import TextPrompt, generate_text
 
 PROMPT = "Once upon a time"
 QUESTION = "What is the capital of France, and what is it famous for?"

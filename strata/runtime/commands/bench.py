@@ -99,23 +99,26 @@ def _row(name: str, batch: int, test: str, n_prompt: int, n_gen: int, rates: lis
 
 def bench(model_path: str | Path, *, n_prompt: int = 512, n_gen: int = 128, batches: Sequence[int] = (1, 8, 32),
           repetitions: int = 3, knobs: dict[str, Any] | None = None,
-          cache_dir: str | Path | None = None) -> list[BenchRow]:
+          cache_dir: str | Path | None = None, allow_nonfinite: bool = False) -> list[BenchRow]:
     """The pp and tg rows of each batch size (see the module docstring), a program compiled per
     batch size (kept in CACHE/bench-bB, CACHE being `cache_dir` or MODEL/.strata-cache/cpu)."""
-    from strata.pipeline import load_model
-    from strata.runtime.engine import cache_dir_of, open_program
+    from strata.runtime.opener import open_model
 
     if n_prompt < 0 or n_gen < 0 or n_prompt + n_gen == 0:
         raise BenchError("give -p or -n at least 1 token (both 0: nothing to measure)")
     if repetitions < 1:
         raise BenchError(f"-r {repetitions}: give at least 1 repetition")
-    model = load_model(model_path)
-    limit = int(model.config.max_position_embeddings)
-    if n_prompt + n_gen > limit:
-        raise BenchError(f"-p {n_prompt} and -n {n_gen} make {n_prompt + n_gen} positions, beyond the model's context "
-                         f"of {limit} tokens (max_position_embeddings)")
-    root = Path(cache_dir) if cache_dir is not None else cache_dir_of(model, "cpu")
-    vocab = int(model.config.vocab_size)
+
+    def checked_knobs(model: Any) -> dict[str, Any]:
+        limit = int(model.config.max_position_embeddings)
+        if n_prompt + n_gen > limit:
+            raise BenchError(f"-p {n_prompt} and -n {n_gen} make {n_prompt + n_gen} positions, beyond the model's "
+                             f"context of {limit} tokens (max_position_embeddings)")
+        return {**(knobs or {}), "ctx": n_prompt + n_gen}
+
+    opened = open_model(model_path, "cpu", checked_knobs, cache_dir=cache_dir, allow_nonfinite=allow_nonfinite)
+    root = opened.cache()
+    vocab = opened.vocab
     rng = np.random.default_rng(0)
     tests = (n_prompt > 0) + (n_gen > 0)
     show = counter("ran", "repetitions")
@@ -125,7 +128,7 @@ def bench(model_path: str | Path, *, n_prompt: int = 512, n_gen: int = 128, batc
     for b in batches:
         k = {**(knobs or {}), "ctx": n_prompt + n_gen, "Batch": b,
              "entries": ONE_ENTRIES if b == 1 else ROWS_ENTRIES}
-        program = open_program(model, "cpu", k, cache_dir=root / f"bench-b{b}")
+        program = opened.for_program(k, root / f"bench-b{b}").program()  # a program of its own per batch size
         try:
             runner = Runner(program, b, rng.integers(0, vocab, (b, n_prompt + n_gen)))
             if n_prompt:  # the warm-up: one untimed prefill and step

@@ -1,5 +1,5 @@
 """`strata call`: a list of calls run in order on one compiled program's state, results in an
-.npz; the library (strata.runtime.call) and the command, its one-line errors naming the call and
+.npz; the library (strata.runtime.commands.call) and the command, its one-line errors naming the call and
 the argument, and nothing written when a call fails."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from strata.pipeline import load_model
-from strata.runtime.call import CallError, Call, call_model, check_calls, read_calls
-from strata.runtime.engine import open_program
+from strata.runtime.commands.call import CallError, Call, call_model, check_calls, read_calls
+from strata.runtime.opener import open_program
 from support import TINY, run_tool, write_checkpoint
 
 CALLS = [

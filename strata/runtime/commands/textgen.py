@@ -19,22 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from strata.errors import say, warn
-from strata.runtime.engine import (
-    Engine,
-    EngineError,
-    cache_dir_of,
-    check_tokenizer_fits,
-    encode_prompt,
-    generate_reported,
-    model_tokenizer,
-    open_program,
-    prepare_device,
-    resolved_knobs,
-)
+from strata.runtime.engine import Engine, encode_prompt, generate_reported
 from strata.runtime.generate import Generation, generate
+from strata.runtime.opener import OpenedModel, OpenError, open_model, target_of
 from strata.runtime.progress import GenerationClock
 from strata.runtime.report import report_result
-from strata.runtime.request import check_finite, check_request
+from strata.runtime.request import check_request
 from strata.runtime.sampling import SamplingParams
 
 
@@ -50,107 +40,80 @@ class TextPrompt:
 
 
 @dataclass
-class Request:
-    """A request checked against the model and the target, before any compile."""
+class CheckedPrompt:
+    """A prompt checked against the model opened for the target, before any compile."""
 
-    model: Any
-    knobs: dict[str, Any]
+    opened: OpenedModel
     ids: list[int]
     tokenizer: Any  # None: ids in, ids out
 
-
-def check_sampling_target(params: SamplingParams | None, target_name: str, via: str | None) -> None:
-    """The EPU decodes greedily: refuse parameters that need a sampler before anything is compiled."""
-    if params is not None and not params.greedy and target_name == "epu" and via is None:
-        from strata.targets.epu.program import SAMPLING_REFUSED
-        from strata.targets.epu.stages import EpuError
-
-        raise EpuError(SAMPLING_REFUSED)
+    @property
+    def model(self) -> Any:
+        return self.opened.model
 
 
 def prepare_request(model_path: str | Path, prompt: TextPrompt | Sequence[int], max_new_tokens: int, *,
                     target_name: str, knobs: Mapping[str, Any] | None, interpret: bool, via: str | None = None,
-                    sampling: SamplingParams | None = None, text_out: bool = False) -> Request:
-    """Load the model and check the request (the module docstring's list). `text_out`: the
-    tokenizer is loaded for the reply too, when the prompt is ids (None if the model has none)."""
-    from strata.pipeline import load_model
-    from strata.runtime.text import TokenizerError
-
-    prepare_device(target_name, interpret)
+                    sampling: SamplingParams | None = None, text_out: bool = False, cache_dir: str | Path | None = None,
+                    allow_nonfinite: bool = False) -> CheckedPrompt:
+    """Open the model (`strata.runtime.opener.open_model`) and check the request (the module
+    docstring's list). `text_out`: the tokenizer is loaded for the reply too, when the prompt
+    is ids (None if the model has none)."""
     if isinstance(prompt, TextPrompt):  # the text is checked before anything is read
         from strata.runtime.text import check_utf8
 
         check_utf8(prompt.text, "--prompt")
-    model = load_model(model_path)
-    k = resolved_knobs(model, target_name, knobs)
-    check_sampling_target(sampling, target_name, via)
-    vocab = int(model.config.vocab_size)
+    if (knobs or {}).get("tp", 1) > 1 and (via is not None or interpret or target_of(target_name).opens is not None):
+        raise OpenError("--tp runs the compiled cpu program on several ranks: it takes no --via or --interpret")
+    opened = open_model(model_path, target_name, knobs, via=via, interpret=interpret, cache_dir=cache_dir,
+                        allow_nonfinite=allow_nonfinite)
+    opened.check_sampling(sampling)
     tokenizer = None
     if isinstance(prompt, TextPrompt):
-        tokenizer = model_tokenizer(model)
-        check_tokenizer_fits(tokenizer, vocab)
+        tokenizer = opened.tokenizer()
         ids = encode_prompt(tokenizer, prompt.text, chat=prompt.chat, system=prompt.system, template=prompt.template,
                             template_kwargs=prompt.template_kwargs)
     else:
         ids = [int(t) for t in prompt]
         if text_out:
-            try:
-                tokenizer = model_tokenizer(model)
-                check_tokenizer_fits(tokenizer, vocab)
-            except TokenizerError:
-                tokenizer = None
-    ids = [int(t) for t in check_request(ids, max_new_tokens, vocab, k["ctx"])]
-    return Request(model, k, ids, tokenizer)
+            tokenizer = opened.tokenizer(required=False)
+    ids = [int(t) for t in check_request(ids, max_new_tokens, opened.vocab, opened.knobs["ctx"])]
+    return CheckedPrompt(opened, ids, tokenizer)
 
 
-def _open(req: Request, target_name: str, *, via: str | None, interpret: bool, cache_dir: str | Path | None,
-          allow_nonfinite: bool, max_new_tokens: int):
-    store = req.model.open_weights()
-    check_finite(store, list(req.model.params()), allow_nonfinite)
-    return open_program(req.model, target_name, req.knobs, store=store, cache_dir=cache_dir, interpret=interpret,
-                        via=via, prompt_len=len(req.ids), need_decode=max_new_tokens > 1)
+def _program(req: CheckedPrompt, max_new_tokens: int):
+    """The program of the checked request: on this process, or on the `tp` ranks the knobs ask for."""
+    if req.opened.ranks > 1:
+        from strata.runtime.tp import launch_opened
 
-
-def _check_opener(opener: Any, via: str | None, interpret: bool) -> None:
-    if opener is not None and (via is not None or interpret):
-        raise EngineError("--tp runs the compiled cpu program on several ranks: it takes no --via or --interpret")
-
-
-def _open_for(req: Request, target_name: str, *, via: str | None, interpret: bool, cache_dir: str | Path | None,
-              allow_nonfinite: bool, max_new_tokens: int, opener: Any, model_path: str | Path):
-    """The program of this process (`_open`), or `opener`'s (every rank opens its own weights)."""
-    if opener is None:
-        return _open(req, target_name, via=via, interpret=interpret, cache_dir=cache_dir,
-                     allow_nonfinite=allow_nonfinite, max_new_tokens=max_new_tokens)
-    check_finite(req.model.open_weights(), list(req.model.params()), allow_nonfinite)
-    return opener(model_path, target_name, req.knobs, cache_dir)
+        return launch_opened(req.opened)
+    return req.opened.program(prompt_len=len(req.ids), need_decode=max_new_tokens > 1)
 
 
 def generate_text(model_path: str | Path, prompt: TextPrompt | Sequence[int], max_new_tokens: int,
                   sampling: SamplingParams | None = None, *, stop: Sequence[str] = (), target_name: str = "cpu",
                   knobs: Mapping[str, Any] | None = None, interpret: bool = False, via: str | None = None,
                   cache_dir: str | Path | None = None, allow_nonfinite: bool = False,
-                  verbose_prompt: bool = False, opener: Any = None) -> Generation:
+                  verbose_prompt: bool = False) -> Generation:
     """`strata generate`: a text prompt's reply streamed to standard output (timing on standard
     error), stopping at the tokenizer's end-of-generation ids and at `stop`; a prompt of ids (or
     a model without a tokenizer) prints `ids=...` last instead, as `strata run`. `verbose_prompt`:
-    the prompt's ids on standard error first (as llama-tokenize prints them). `opener`: as
-    `run_prompt`'s (rank 0 owns the tokenizer, the detokenizer and the stop strings)."""
+    the prompt's ids on standard error first (as llama-tokenize prints them). A `tp` knob above
+    1 runs the program on that many ranks (rank 0, this process, owns the tokenizer, the
+    detokenizer and the stop strings)."""
     from strata.runtime.text import StopStrings
 
     StopStrings(stop)  # a bad stop string is refused before anything is read
-    _check_opener(opener, via, interpret)
     req = prepare_request(model_path, prompt, max_new_tokens, target_name=target_name, knobs=knobs,
-                          interpret=interpret, via=via, sampling=sampling)
+                          interpret=interpret, via=via, sampling=sampling, cache_dir=cache_dir,
+                          allow_nonfinite=allow_nonfinite)
     if verbose_prompt:
-        from strata.runtime.tokens import format_ids
+        from strata.runtime.commands.tokenize import format_ids
 
         say(f"prompt: {len(req.ids)} tokens {format_ids(req.ids)}")
     if req.tokenizer is None and stop:
         warn("--stop needs text: with token ids in and out, generation stops at the length only")
-    program = _open_for(req, target_name, via=via, interpret=interpret, cache_dir=cache_dir,
-                        allow_nonfinite=allow_nonfinite, max_new_tokens=max_new_tokens, opener=opener,
-                        model_path=model_path)
+    program = _program(req, max_new_tokens)
     try:
         clock = GenerationClock(len(req.ids), max_new_tokens, progress=req.tokenizer is None)
         if req.tokenizer is None:
@@ -185,28 +148,23 @@ def _why(out: Generation, stop: str | None) -> str:
 def run_prompt(model_path: str | Path, prompt: TextPrompt | Sequence[int], max_new_tokens: int, *,
                target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, via: str | None = None,
                interpret: bool = False, cache_dir: str | Path | None = None, dump_logits: str | None = None,
-               allow_nonfinite: bool = False, sampling: SamplingParams | None = None, opener: Any = None) -> Generation:
+               allow_nonfinite: bool = False, sampling: SamplingParams | None = None) -> Generation:
     """`strata run`: check the request, open the program, generate (greedily, or with `sampling`)
-    with progress, and print the ids last (then the logits to `dump_logits`). `opener(model_path,
-    target_name, knobs, cache_dir)`, if given, opens the program instead
-    (`strata.runtime.tp.opener(N)`: on N ranks, this process rank 0 and the others spawned)."""
+    with progress, and print the ids last (then the logits to `dump_logits`). A `tp` knob above
+    1 runs the program on that many ranks (`strata.runtime.tp`: this process rank 0, the others
+    spawned)."""
     from strata.artifacts.files import check_output_path
 
-    _check_opener(opener, via, interpret)
     req = prepare_request(model_path, prompt, max_new_tokens, target_name=target_name, knobs=knobs,
-                          interpret=interpret, via=via, sampling=sampling)
+                          interpret=interpret, via=via, sampling=sampling, cache_dir=cache_dir,
+                          allow_nonfinite=allow_nonfinite)
     if dump_logits:  # before the work, not after it, and never onto the model or its compiled program
         inputs: dict[Any, str] = dict(req.model.input_files())
-        if via is None:
-            if cache_dir is not None:
-                inputs[Path(cache_dir)] = f"the compiled model's directory {cache_dir}"
-            elif opener is not None:  # the ranks' program is compiled under the model's cache
-                inputs[req.model.cache_root] = f"the compiled models' cache {req.model.cache_root}"
-            else:
-                cache = cache_dir_of(req.model, target_name, interpret)
-                inputs[cache] = f"the compiled model's directory {cache}"
+        cache = req.opened.cache()
+        if cache is not None and req.opened.ranks > 1 and req.opened.cache_dir is None:
+            inputs[req.model.cache_root] = f"the compiled models' cache {req.model.cache_root}"  # every rank's
+        elif cache is not None:
+            inputs[cache] = f"the compiled model's directory {cache}"
         check_output_path(dump_logits, inputs, "--dump-logits")
-    program = _open_for(req, target_name, via=via, interpret=interpret, cache_dir=cache_dir,
-                        allow_nonfinite=allow_nonfinite, max_new_tokens=max_new_tokens, opener=opener,
-                        model_path=model_path)
+    program = _program(req, max_new_tokens)
     return generate_reported(program, req.ids, max_new_tokens, dump_logits, sampling)
