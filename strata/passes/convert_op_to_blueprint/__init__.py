@@ -1,11 +1,11 @@
 """convert-op-to-blueprint{mode=decode rows=1}: the op level's ggml graph -> blueprint nodes.
 
-Each op-level function becomes a blueprint function of the same name whose nodes are seed
-001's semantic nodes (embed, rms_norm, `linear` with its role, gdn_gates, conv1d_update, ...),
+Each op-level function becomes a blueprint function of the same name whose nodes are
+kbp-graph/v1's semantic nodes (embed, rms_norm, `linear` with its role, gdn_gates, conv1d_update, ...),
 found from the op level's subgraphs by the recognisers of `blocks.py`, one per kind of block.
 A layer's blocks are told apart by the params it uses (llama.cpp's tensor names): a
 `ssm_conv1d` makes a Gated DeltaNet, `attn_q` attention, `ffn_gate_inp` a sparse MoE,
-`ffn_gate` a dense FFN. Sibling projections of one input are merged as seed 001 merges them
+`ffn_gate` a dense FFN. Sibling projections of one input are merged as kbp-graph/v1 merges them
 (qkv + z -> `qkvz`, b + a -> `ba`, gate + up -> `gate_up`): a linear's `concat` lists the
 weights whose rows follow its `param`'s.
 

@@ -3,9 +3,9 @@ DeltaNet, attention, sparse MoE, dense FFN, head). Each finds its subgraphs in t
 from their anchors (params and the ops using them), reads the hyperparameters and sizes
 off those ops, and emits the block's blueprint nodes in the block's order.
 
-Node ids are seed 001's (`l0.gdn.qkvz`), edge ids too (`l0.gdn.xn`): `<block>.<name>`,
+Node ids are kbp-graph/v1's (`l0.gdn.qkvz`), edge ids too (`l0.gdn.xn`): `<block>.<name>`,
 with blocks `embed`, `l<i>.gdn`, `l<i>.attn`, `l<i>.moe_ffn`, `l<i>.ffn` and `head`.
-Edge dims are expressions over seed 001's symbols, each checked against the op level's size.
+Edge dims are expressions over kbp-graph/v1's symbols, each checked against the op level's size.
 """
 
 from __future__ import annotations
