@@ -56,7 +56,7 @@ def serving_knobs(model: Any, target_name: str, knobs: Mapping[str, Any] | None,
     keeps a state slot per row, so it has at least as many."""
     from strata.runtime.engine import resolved_knobs
 
-    if target_name != "cpu":  # the scheduler steps seed 003's step_paged entry, which only the cpu target compiles
+    if target_name != "cpu":  # the scheduler steps the module level's step_paged entry, which only the cpu target compiles
         raise ServeError(f"strata serve runs on --target cpu: the {target_name} target does not compile the "
                          "step_paged entry the scheduler batches with")
     k = resolved_knobs(model, target_name, knobs)
