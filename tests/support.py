@@ -166,5 +166,5 @@ def seed_file(number: str) -> Path:
 
     found = sorted(SEEDS.glob(f"{number}_*.txt")) if SEEDS.is_dir() else []
     if not found:
-        pytest.skip(f"seed {number} is not beside the checkout ({SEEDS})")
+        pytest.skip(f"{SEEDS}/{number}_*.txt is not beside the checkout")
     return found[0]

@@ -1,5 +1,5 @@
 """blueprint-assign-precision: every recipe changes only `precision` and `steps`; fp8-bf16head
-gives what seed 001 shows; unknown recipes and malformed recipe files are one-line errors."""
+gives what the kbp-graph/v1 plan of Qwen3.6-35B-A3B shows; unknown recipes and malformed recipe files are one-line errors."""
 
 from __future__ import annotations
 
@@ -104,10 +104,10 @@ def _seed_precision(n: dict, node: NodeOp) -> dict:
     return p
 
 
-def test_fp8_bf16head_is_seed_001():
+def test_fp8_bf16head_is_the_kbp_graph_plans():
     seeds = sorted(SEEDS.glob("001_*.txt")) if SEEDS.is_dir() else []
     if not seeds:
-        pytest.skip(f"seed 001 is absent ({SEEDS} has no 001_*.txt)")
+        pytest.skip(f"the kbp-graph/v1 plan of Qwen3.6-35B-A3B is absent ({SEEDS} has no 001_*.txt)")
     seed = json.loads(seeds[0].read_text())
     _, after = run("fp8-bf16head")
     ir_nodes = {n.node.data: n for n in nodes(after)}
@@ -133,7 +133,7 @@ def test_fp8_bf16head_is_seed_001():
         if accumulate is not None:
             assert acc_steps == [accumulate], n["id"]
         checked.add(key)
-    # Every (op, role) of the module that seed 001 has was compared (and the seed's pairs are
+    # Every (op, role) of the module that the plan has was compared (and the seed's pairs are
     # one per (op, role), except rms_norm: input norm bf16, the MoE's post norm f32).
     assert checked == {_key(n) for n in nodes(after)} & set(table)
     assert len(checked) >= 20
@@ -145,7 +145,7 @@ def test_seed_nodes_without_ids_in_the_module_match_by_op_and_role():
     """The seed's nodes of every layer (not only layer 0) have the contract of their (op, role)."""
     seeds = sorted(SEEDS.glob("001_*.txt")) if SEEDS.is_dir() else []
     if not seeds:
-        pytest.skip(f"seed 001 is absent ({SEEDS} has no 001_*.txt)")
+        pytest.skip(f"the kbp-graph/v1 plan of Qwen3.6-35B-A3B is absent ({SEEDS} has no 001_*.txt)")
     seed = json.loads(seeds[0].read_text())
     _, after = run("fp8-bf16head")
     by_key_and_tail: dict[tuple, NodeOp] = {}
