@@ -1,4 +1,4 @@
-"""kbp-graph/v1 export of a hand-written blueprint shaped like the kbp-graph/v1 plan of Qwen3.6-35B-A3B (tests/blueprint_graph_ir.py:
+"""kbp-graph/v1 export of a hand-written blueprint shaped like the Qwen3.6-35B-A3B plan (tests/blueprint_graph_ir.py:
 embed, two Gated DeltaNet + MoE layers, one gated-attention + MoE layer, head)."""
 
 from __future__ import annotations

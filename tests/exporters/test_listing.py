@@ -1,4 +1,4 @@
-"""The module level of Llama-3-8B against its module-level listing (blocks, generics, entries), row for row where they share rows.
+"""The module level of Llama-3-8B against its module-level listing, row for row where they share rows.
 
 Strata's blocks carry one generic the seed does not have, `HeadDim` (the seed writes
 `H / Heads`, which is wrong for Qwen3 and other head sizes), so the rows that mention

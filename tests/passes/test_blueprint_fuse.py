@@ -1,4 +1,4 @@
-"""blueprint-fuse: every node in exactly one group; the kbp-graph/v1 plan of Qwen3.6-35B-A3B's grouping and rule names for its
+"""blueprint-fuse: every node in exactly one group; the Qwen3.6-35B-A3B kbp-graph/v1 plan's grouping and rule names for its
 model under fp8-bf16head; the same membership under every recipe; points spread over a group;
 dense families; pre-existing groups unwrapped; values unchanged when the step runs."""
 

@@ -1,4 +1,4 @@
-// blueprint-collapse on a fused blueprint shaped like the kbp-graph/v1 plan of Qwen3.6-35B-A3B (Inputs/blueprint-fused-3l.mlir: embed,
+// blueprint-collapse on a fused blueprint shaped like the Qwen3.6-35B-A3B kbp-graph/v1 plan (Inputs/blueprint-fused-3l.mlir: embed,
 // two Gated DeltaNet + MoE layers, one gated-attention + MoE layer, head): the function gets
 // blueprint.collapsed with the plan's template names, instances and ports, and nothing else changes.
 // A layer whose precision differs from its template's is a template of its own (#2). The error: a
