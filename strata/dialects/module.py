@@ -1,4 +1,4 @@
-"""The `module` dialect: a model as a program of blocks (blocks, generics, params, state, entries).
+"""The `module` dialect: a model as a program of blocks (with generics, params, state, entries).
 
 A `module.model` binds the generics (Vocab, H, Heads, ...) and holds the
 `module.block` definitions. A block declares its generic parameters, and its

@@ -1,4 +1,4 @@
-"""The module level as a `tensorviz.graph` document (format version 3, its schema).
+"""The module level as a `tensorviz.graph` document (format version 3).
 
 A llama-family model (std.model.causal_lm of std.layer.decoder layers with
 std.attn.grouped_query attention and a std.nn.mlp SwiGLU) is written as a PyTorch capture writes a

@@ -20,7 +20,7 @@ accumulate optional; a format is written as in kbp-graph/v1: `bf16`, `fp8/block1
 a rule. A node's float results (its edges) take its output format as their element type, so an
 edge's format is its producer's output; the graph and other attributes stay as they are.
 
-Recipes: fp8-bf16head (the kbp-graph/v1 plan of Qwen3.6-35B-A3B has it), bf16, f32 and w4a16. A tensor-parallel blueprint's
+Recipes: fp8-bf16head (the Qwen3.6-35B-A3B kbp-graph/v1 plan's), bf16, f32 and w4a16. A tensor-parallel blueprint's
 collectives take their wire format from their rule (`all_reduce`, `all_gather`) and their cost
 (`bytes_per_row`) is priced again in it.
 """

@@ -1,4 +1,4 @@
-"""The EPU gate (Quadric Chimera's, against ONNX Runtime): the EPU program's logits against ONNX Runtime's on the same int4
+"""The EPU gate (Quadric Chimera's): the EPU program's logits against ONNX Runtime's on the same int4
 graph (MatMulNBits) that the w4a16 stage wrote.
 
     metrics = score_epu(model, out, [1, 2, 3])     # rank_of_ort_argmax, rel_rmse_affine, topk_overlap, ...
