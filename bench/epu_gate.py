@@ -1,4 +1,4 @@
-"""Seed 004's gate on examples/sarashina2.2-3b cut to N layers (random weights): the EPU compile
+"""Quadric Chimera's gate on examples/sarashina2.2-3b cut to N layers (random weights): the EPU compile
 (calibrate -> smoothquant -> w4a16 -> fixed -> cpp), the g++ build, the driver's first token
 against ONNX Runtime on the same int4 graph.
 
@@ -6,7 +6,7 @@ against ONNX Runtime on the same int4 graph.
 
 Last line: `rank_of_ort_argmax=.. rel_rmse_affine=.. topk_overlap=.. compile_s=.. build_s=..
 run_s=..` (the issue's bar: rank 0 and rel_rmse_affine <= 0.045 with a g++ build under 60 s;
-the seed's best build reached 0.0448).
+Chimera's best build reached 0.0448).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--workdir", default=None, help="keep the checkpoint and the stages here (default: a temp dir)")
-    ap.add_argument("--prompt", default="9,803,301,8880,369,2,8", help="the seed's 7 prompt ids by default")
+    ap.add_argument("--prompt", default="9,803,301,8880,369,2,8", help="Chimera's Sarashina2.2-3B run's 7 prompt ids by default")
     ap.add_argument("--headroom", type=int, default=2)
     args = ap.parse_args()
     prompt = [int(t) for t in args.prompt.split(",")]
@@ -67,7 +67,7 @@ def main() -> int:
     full = cost.cycles + (32 - args.layers) * layer_cycles
     print(f"cost ESTIMATE (roofline, {QCU.name}): {args.layers} layers {cost.cycles / 1e6:.2f} M cycles; "
           f"scaled to 32 layers {full / 1e6:.2f} M cycles, {QCU.clock_hz / full:.0f} tokens/s "
-          f"(seed 004's ISS measured 32.6 M cycles, 46 tokens/s)")
+          f"(Chimera's ISS measured 32.6 M cycles, 46 tokens/s)")
     print(f"{len(prompt)}-token prompt: {len(prompt)} device steps in {run_s:.1f} s; logits FixedPoint32<{frac}>")
     print(f"rank_of_ort_argmax={m['rank_of_ort_argmax']} rel_rmse_affine={m['rel_rmse_affine']:.4f} "
           f"topk_overlap={m['topk_overlap']:.2f} compile_s={compile_s:.1f} build_s={build_s:.1f} run_s={run_s:.1f}")

@@ -1,8 +1,8 @@
-"""A hand-written blueprint function shaped like seed 001's graph (Qwen3.6-35B-A3B decode), for
-any list of layer kinds: node ids, ops, edge ids and dims as in the seed, nodes at top level in op
+"""A hand-written blueprint function shaped like the kbp-graph/v1 plan (Qwen3.6-35B-A3B decode), for
+any list of layer kinds: node ids, ops, edge ids and dims as in the plan, nodes at top level in op
 order (no groups), as the converter emits them before blueprint-assign-precision.
 
-    blueprint_text(["linear_attention", "full_attention"])            # seed 001's layers 0 and 3
+    blueprint_text(["linear_attention", "full_attention"])            # the plan's layers 0 and 3
     blueprint_text(["attention"] * 2, ffn="dense", qk_norm=True)      # a Qwen3-like dense model
 
 Layer kinds: `linear_attention` (Gated DeltaNet block `lN.gdn`), `full_attention` (Qwen3.6's
@@ -189,7 +189,7 @@ def blueprint_text(layers: Sequence[str], *, ffn: str = "moe_shared", mode: str 
             f"  func.return %head_next : {tok}\n}}\n")
 
 
-#: The groups seed 001 gives each layer, by its template (layer i > 0; layer 0 adds
+#: The groups the kbp-graph/v1 plan of Qwen3.6-35B-A3B gives each layer, by its template (layer i > 0; layer 0 adds
 #: `input_norm_residual`), and the prologue and head.
 SEED_GROUPS_PER_LAYER = {"linear_attention": 13, "full_attention": 18}
 SEED_GROUPS_OUTSIDE = ["embed_row_copy", "input_norm_residual", "final_norm", "lm_head_bf16_gemv", "argmax_host"]

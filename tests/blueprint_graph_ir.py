@@ -1,7 +1,7 @@
-"""A hand-written fused blueprint modeled on seed 001 (Qwen3.6-35B-A3B decode, rows 1): the
-embedding, Gated DeltaNet + MoE layers as seed 001's layers 0..2, gated-attention + MoE layers as
+"""A hand-written fused blueprint modeled on the kbp-graph/v1 plan (Qwen3.6-35B-A3B decode, rows 1): the
+embedding, Gated DeltaNet + MoE layers as the plan's layers 0..2, gated-attention + MoE layers as
 its layer 3, the head. Node ids, ops, edge ids and types, precision, steps, points, state effects,
-groups (rules, kernels, the cross-layer add + norm) are the seed's. Shared by the kbp-graph,
+groups (rules, kernels, the cross-layer add + norm) are the plan's. Shared by the kbp-graph,
 blueprint-collapse, Graphviz and table tests.
 
 `blueprint_text(kinds)` builds the function for a list of layer kinds ("linear_attention" or

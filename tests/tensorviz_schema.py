@@ -1,11 +1,11 @@
-"""seed 002's schema (`tensorviz.graph`, version 3), read off the seed, and a checker for it.
+"""The schema of `tensorviz.graph` version 3, read off a TinyLlama capture, and a checker for it.
 
 The schema is data in a small JSON-schema-like language: `{"type": "object", "required": {...},
 "optional": {...}}`, `{"type": "map", "values": S}` (an object used as a dictionary, e.g.
 node_positions), `{"type": "array", "items": S}`, `{"type": "string", "enum": [...]}`,
 `{"const": v}`, and the scalar types string, integer, number, boolean, scalar (any JSON
 scalar), any. `check` returns the list of violations as `path: what`; besides the shapes it
-checks what the seed's structure implies: edges join existing ports, a group's members are the
+checks what the format's structure implies: edges join existing ports, a group's members are the
 nodes naming it as parent, moduleLayerCount counts the leaves under a group, every node has a
 position, and collapsed modules are groups.
 """
@@ -146,6 +146,6 @@ def graph_errors(doc: dict) -> list[str]:
 
 
 def check(doc: Any) -> list[str]:
-    """Every way `doc` departs from seed 002's schema (empty when it conforms)."""
+    """Every way `doc` departs from tensorviz.graph's schema (empty when it conforms)."""
     errors = shape_errors(doc, SCHEMA)
     return errors or graph_errors(doc)

@@ -1,5 +1,5 @@
 """The EPU compile (strata/targets/epu/stages.py): content-addressed stages (a knob rebuilds exactly the stages
-it reaches), seed 004's gate against ONNX Runtime on the same int4 graph, and bad input."""
+it reaches), Quadric Chimera's gate against ONNX Runtime on the same int4 graph, and bad input."""
 
 from __future__ import annotations
 
@@ -61,10 +61,10 @@ def test_a_knob_rebuilds_only_the_stages_it_reaches(tiny_model):
 
 
 def test_gate_against_onnx_runtime(tiny_model):
-    """Seed 004's gate on the first generated token: the EPU program's logits (C++ fixed point,
+    """Quadric Chimera's gate on the first generated token: the EPU program's logits (C++ fixed point,
     int4 weights, int8 KV cache) against ONNX Runtime running the int4 graph (MatMulNBits on the
     w4a16 stage's very bytes), on two prompts. Measured rel_rmse_affine: tiny 0.0097 / 0.0077,
-    hidden 256 0.0130 / 0.0177, tied head 0.0103 / 0.0051; the seed's best build reached 0.0448, its
+    hidden 256 0.0130 / 0.0177, tied head 0.0103 / 0.0051; Chimera's best build reached 0.0448, its
     ceiling 0.08."""
     pytest.importorskip("onnxruntime")
     if shutil.which("g++") is None:

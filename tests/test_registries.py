@@ -95,7 +95,7 @@ def test_root_kind_implements_the_entries(example):
     model = load_model(EXAMPLES / example).model_op
     root = model.block(model.root.data)
     declared = {fn.member_name for fn in model.entries()}
-    assert set(ENTRIES) == declared  # seed 003's seventeen
+    assert set(ENTRIES) == declared  # the module level's seventeen
     for entry in ENTRIES:
         if entry == "sample":  # lowered on the op level's sampling op, not there yet
             continue

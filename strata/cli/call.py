@@ -1,4 +1,4 @@
-"""`strata call MODEL --calls FILE.json -o OUT.npz`: run entries of seed 003 on given inputs, in
+"""`strata call MODEL --calls FILE.json -o OUT.npz`: run entries of the module level on given inputs, in
 order on one program state (as IREE's iree-run-module), and save their results."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ def add(sub) -> None:
     add_model(p)
     p.add_argument("--calls", required=True, metavar="FILE",
                    help='a JSON list of calls run in order on one state: [{"entry": "decode_rows", '
-                        '"inputs": {"tokens": [[5], [9]], "positions": [3, 7]}}, ...] (seed 003\'s argument names)')
+                        '"inputs": {"tokens": [[5], [9]], "positions": [3, 7]}}, ...] (the module level\'s argument names)')
     p.add_argument("-o", "--output", required=True, metavar="OUT.npz",
                    help="where the results go: call<i>, or call<i>_<j> for an entry with several results")
     add_target(p, run=True)

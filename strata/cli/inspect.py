@@ -1,4 +1,4 @@
-"""`strata inspect MODEL [--level module|blueprint]`: the module level as seed 003's listing, or
+"""`strata inspect MODEL [--level module|blueprint]`: the module level as a listing (entries, generics, blocks), or
 the blueprint level as one line per kernel group."""
 
 from __future__ import annotations

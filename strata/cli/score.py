@@ -23,12 +23,12 @@ def add(sub) -> None:
     p = sub.add_parser("score", help="the EPU gate: the EPU program's logits against ONNX Runtime's on the same "
                                      "int4 graph, pass or fail")
     add_model(p)
-    p.add_argument("--target", choices=["epu"], required=True, help="the target scored (epu: the seed's gate)")
+    p.add_argument("--target", choices=["epu"], required=True, help="the target scored (epu: Quadric Chimera's gate against ONNX Runtime)")
     p.add_argument("--prompt-ids", metavar="IDS", required=True, help="the prompt as comma-separated token ids")
     p.add_argument("--steps", type=bounded_int(1, 4096), default=1,
                    help="greedy steps scored, each against ORT on the same context (default 1: the first token)")
     p.add_argument("--max-rel-rmse-affine", type=_fraction, default=MAX_REL_RMSE_AFFINE,
-                   help=f"the gate's bar on rel_rmse_affine, in (0, 1] (default {MAX_REL_RMSE_AFFINE:g}, the seed's)")
+                   help=f"the gate's bar on rel_rmse_affine, in (0, 1] (default {MAX_REL_RMSE_AFFINE:g}, Chimera's)")
     p.add_argument("--ctx", type=bounded_int(1), default=None, help="the EPU's context in tokens (default 256)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="a knob of the EPU compile: alpha, headroom, block, calib_prompts, calib_len, calib_seed, ctx")

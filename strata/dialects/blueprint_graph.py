@@ -1,5 +1,5 @@
-"""A blueprint function read as kbp-graph/v1 rows (seed 001): nodes, edges and groups as plain
-dicts, in the seed's key order. The kbp-graph exporter writes them, the `blueprint-collapse` pass
+"""A blueprint function read as kbp-graph/v1 rows: nodes, edges and groups as plain
+dicts, in kbp-graph/v1's key order. The kbp-graph exporter writes them, the `blueprint-collapse` pass
 collapses their layers (`strata.dialects.blueprint_templates`), the Graphviz and table printers
 draw them.
 
@@ -13,7 +13,7 @@ An edge is `fused` when its value never leaves its group (all its uses are nodes
 The function's attributes give the rest: `blueprint.mode`, `blueprint.rows`, `blueprint.layers`
 (each layer's kind), `blueprint.dims`, `blueprint.model`, `blueprint.recipe`.
 
-A tensor-parallel blueprint (`blueprint.ranks`) adds to the seed's fields: each rank-dependent
+A tensor-parallel blueprint (`blueprint.ranks`) adds to kbp-graph/v1's fields: each rank-dependent
 node's row gets `ranks`, and each collective's `collective` ({kind, group, ranks, bytes_per_row,
 bytes_per_call: the bytes one rank sends per call, null when the rows are not fixed});
 `tensor_parallel` sums them (`tensor_parallel_summary`).
@@ -33,7 +33,7 @@ from strata.dialects.blueprint.attrs import format_text
 from strata.dialects.blueprint_templates import layer_of
 from strata.errors import StrataError
 
-#: The node fields, in seed 001's order.
+#: The node fields, in kbp-graph/v1's order.
 NODE_FIELDS = ("id", "order", "layer", "block", "block_type", "kind", "op", "roles", "inserted", "precision",
                "steps", "group", "kernel", "family", "point", "compute", "numerics", "where", "state")
 #: The group attributes copied to the group's rows and its nodes' (absent: null).
@@ -41,7 +41,7 @@ GROUP_STRINGS = ("kernel", "family", "compute", "numerics")
 
 
 def element_text(t: Attribute) -> str:
-    """An edge element type as the seed writes it (`bf16`, `f32`, `i32`)."""
+    """An edge element type as kbp-graph/v1 writes it (`bf16`, `f32`, `i32`)."""
     return str(t)
 
 
@@ -66,7 +66,7 @@ def _str_attr(op: Operation, name: str) -> str | None:
     return a.data
 
 
-#: The blueprint's modes (seed 001's arms); a prefill's rows may be 0 (any length), a draft's are 1.
+#: The blueprint's modes (kbp-graph/v1's arms); a prefill's rows may be 0 (any length), a draft's are 1.
 MODES = ("decode", "multi_seq", "verify", "draft", "prefill")
 #: The most rows a blueprint function may take (the IR's int64 products stay safe).
 MAX_ROWS = 2**31 - 1

@@ -1,10 +1,10 @@
-"""Layer templates of a blueprint, computed on its kbp-graph/v1 rows (seed 001's `collapsed`).
+"""Layer templates of a blueprint, computed on its kbp-graph/v1 rows (kbp-graph/v1's `collapsed`).
 
 The rows are plain data, as `kbp-graph/v1` writes them: node dicts (`id`, `order`, `layer`,
 `block`, `block_type`, `kind`, `op`, `precision`, `group`, `kernel`, `family`, `compute`, `where`,
 `inserted`) and edge dicts (`from`, `to`, `format`, `fused`). One algorithm serves the
 `blueprint-collapse` pass (which records the result in the IR) and the kbp-graph exporter (which
-writes it out), and it runs unchanged on seed 001's own rows.
+writes it out), and it runs unchanged on the rows of a kbp-graph/v1 plan exported elsewhere.
 
 - The nodes before the first layer are the prologue, those after the last the epilogue; each of
   their blocks is one template named after its block type, with no instances.
@@ -28,7 +28,7 @@ from typing import Any
 from strata.errors import StrataError
 
 _LAYER = re.compile(r"^l(\d+)\.")
-#: The fields of a template's node, in seed 001's order.
+#: The fields of a template's node, in kbp-graph/v1's order.
 TEMPLATE_NODE_FIELDS = ("id", "op", "kind", "block_type", "precision", "kernel", "family", "compute",
                         "where", "group", "inserted")
 #: What a template's structure is: the fields that must agree for a layer to be an instance.
@@ -95,7 +95,7 @@ def _by_block(members: list[dict]) -> list[list[dict]]:
 
 
 def collapse(nodes: Sequence[dict], edges: Sequence[dict]) -> dict:
-    """Seed 001's `collapsed` section of a blueprint's rows: prologue, layout, epilogue, templates."""
+    """kbp-graph/v1's `collapsed` section of a blueprint's rows: prologue, layout, epilogue, templates."""
     nodes = sorted(nodes, key=lambda n: n["order"])
     layered = [i for i, n in enumerate(nodes) if n["layer"] is not None]
     first, last = (layered[0], layered[-1]) if layered else (len(nodes), len(nodes) - 1)

@@ -1,4 +1,4 @@
-"""The `fixed` dialect: FixedPoint32 integer arithmetic, as seed 004's Chimera kernels compute.
+"""The `fixed` dialect: FixedPoint32 integer arithmetic, as Quadric Chimera's FixedPoint32 kernels compute.
 
 Element type `!fixed.fp32<frac>`: a signed 32-bit integer X meaning X * 2^-frac (frac 0..31, the
 fractional bits; 31 - frac integer bits besides the sign). Values are static-shape tensors of it,
@@ -7,7 +7,7 @@ rows `i8`. The type joins the dtype table (`strata.ir.dtypes.register_dtype`, ki
 stored as int32, spelled `FixedPoint32<frac>` in C++).
 
 Every op's result format is its result type; `assign-frac-bits` sets it from calibration ranges
-(seed 004's rules) for every op that carries `node`, the name of its tensor in a ranges file.
+(Chimera's FixedPoint32 rules) for every op that carries `node`, the name of its tensor in a ranges file.
 Exact integer semantics, rounding (half away from zero) and saturation (at the int32 limits) are
 `strata.semantics.fixed_interp`'s; each op's docstring says what it computes:
 
@@ -230,7 +230,7 @@ class SiluOp(_Unary):
 @irdl_op_definition
 class RopeOp(FixedOp):
     """NeoX (rotate-half) rope of each head_dim-wide head of each row, with the cos and sin
-    tables [rows, head_dim/2] as operands (host-computed, seed 004's FixedPoint32<30> sin/cos):
+    tables [rows, head_dim/2] as operands (host-computed, Chimera's FixedPoint32<30> sin/cos):
     x1*c - x2*s and x2*c + x1*s exact in 64 bits, one rounding shift to the result's frac.
 
         %qr = fixed.rope %q, %cos, %sin {head_dim = 8 : i64} : tensor<5x32x!fixed.fp32<27>>, tensor<5x4x!fixed.fp32<30>>, tensor<5x4x!fixed.fp32<30>> -> tensor<5x32x!fixed.fp32<27>>
@@ -346,7 +346,7 @@ class MatmulW4A16Op(FixedOp):
     points) and x fixed. W is dequantized to `wfrac` fractional bits (as fixed.dequant_int4);
     each product X*W (below 2^62) is pre-shifted right by g = ceil(log2 K) (rounded) so the
     64-bit sum of K of them cannot overflow; the sum is shifted to the result's frac (rounded,
-    saturated). The result's frac is seed 004's `w4a16NBitsMatMul<frac, ...>`.
+    saturated). The result's frac is Chimera's `w4a16NBitsMatMul<frac, ...>`.
 
         %q = fixed.matmul_w4a16 %x, %b, %s, %zp {wfrac = 31 : i64, node = "Qcur-0"} : tensor<5x32x!fixed.fp32<28>>, tensor<32x1x64xui8>, tensor<32x1x!fixed.fp32<31>>, tensor<32x1xui8> -> tensor<5x32x!fixed.fp32<27>>
     """
@@ -399,7 +399,7 @@ class AttentionOp(FixedOp):
     query heads (q [rows, Hq*D], k and v [rows, Hkv*D], Hq a multiple of Hkv): scores q.k in
     64 bits (each product pre-shifted by ceil(log2 D)) times `scale`, rounded to `sfrac`
     fractional bits; the masked row's fixed.softmax in Q31; p.v in 64 bits (products pre-shifted
-    by ceil(log2 rows)), rounded to the result's frac. Seed 004's qwenMultiheadAttentionFx32RoPE
+    by ceil(log2 rows)), rounded to the result's frac. Chimera's qwenMultiheadAttentionFx32RoPE
     without its rope and int8 cache (those are fixed.rope and fixed.quant_int8/dequant_int8).
 
         %a = fixed.attention %q, %k, %v {head_dim = 8 : i64, scale = 0.35355339059327373 : f64, sfrac = 27 : i64} : tensor<5x32x!fixed.fp32<27>>, tensor<5x16x!fixed.fp32<27>>, tensor<5x16x!fixed.fp32<28>> -> tensor<5x32x!fixed.fp32<28>>
@@ -429,7 +429,7 @@ class AttentionOp(FixedOp):
         require(r == q, f"fixed.attention: result shape {list(r)} must be q's {list(q)}")
 
 
-#: The ops whose results get seed 004's w4a16 headroom (the matmul outputs).
+#: The ops whose results get Chimera's w4a16 headroom (the matmul outputs).
 MATMUL_OPS: tuple[type[FixedOp], ...] = (MatmulW4A16Op, MatmulOp)
 
 OPS = [ParamOp, EmbedOp, MulOp, AddOp, RescaleOp, RmsNormOp, SoftmaxOp, SigmoidOp, SiluOp, RopeOp,

@@ -104,7 +104,7 @@ class CacheAttentionOp(FixedOp):
     [ctx, Hkv*D] (every cache row, dequantized); query row i attends keys 0..pos+i. Scores q.k
     in 64 bits (products pre-shifted by ceil(log2 D)) times `scale`, at `sfrac`; the masked
     row's softmax in Q31; p.v in 64 bits with products pre-shifted by ceil(log2 ctx), rounded
-    to the result's frac. Seed 004's qwenMultiheadAttentionFx32RoPE after its rope and cache.
+    to the result's frac. Chimera's qwenMultiheadAttentionFx32RoPE after its rope and cache.
 
         %a = fixed.cache_attention %q, %k, %v, %pos {head_dim = 8 : i64, scale = 0.3535533905932738 : f64, sfrac = 27 : i64} : tensor<1x32x!fixed.fp32<27>>, tensor<64x16x!fixed.fp32<27>>, tensor<64x16x!fixed.fp32<28>>, tensor<1xi32> -> tensor<1x32x!fixed.fp32<28>>
     """

@@ -1,10 +1,10 @@
-"""The `module` dialect: a model as a program of blocks (seed 003).
+"""The `module` dialect: a model as a program of blocks (with generics, params, state, entries).
 
 A `module.model` binds the generics (Vocab, H, Heads, ...) and holds the
 `module.block` definitions. A block declares its generic parameters, and its
 members: params (weights), state (caches), subs (child blocks, possibly an array of
 `Layers` of them) and functions (entries on the root block). Member types use the
-seed's notation, `Tensor[Out, In; T]`, whose dims are arithmetic over the block's
+module level's notation, `Tensor[Out, In; T]`, whose dims are arithmetic over the block's
 generics; the verifier parses them (see `strata.ir.shapes`).
 
     module.model @tiny attributes {arch = "LlamaForCausalLM", root = "Linear", generics = {In = 16 : i64, Out = 32 : i64, T = f32}} {
@@ -62,7 +62,7 @@ from strata.ir.shapes import (
 
 
 class MemberOp(IRDLOperation):
-    """A named member of a block; `type` is the seed's notation for it."""
+    """A named member of a block; `type` is the module level's notation for it."""
 
     sym_name = attr_def(SymbolNameConstraint())
     member_type = attr_def(StringAttr, attr_name="type")

@@ -1,4 +1,4 @@
-"""`kbp-graph/v1`: a blueprint function as the JSON document of seed 001.
+"""`kbp-graph/v1`: a blueprint function as a kbp-graph/v1 JSON document (nodes, precision, steps, state effects, groups).
 
     {"schema":"kbp-graph/v1","blueprint_id":...,"lineage":...,"revision":0,"exported_by":...,
      "arm":{"mode":...,"rows":...,"digest":...},"layers":[...],"nodes":[...],"edges":[...],
@@ -19,7 +19,7 @@ A tensor-parallel blueprint (one rank's program of N) adds `tensor_parallel` bef
 call (its collective nodes' rows carry each one's, see `strata.dialects.blueprint_graph`).
 
 Canonical JSON is `json.dumps(x, sort_keys=True, separators=(",", ":"))`. The document is
-written compact, in the seed's key order (`kbp_graph_json`): the same IR gives the same bytes.
+written compact, in kbp-graph/v1's key order (`kbp_graph_json`): the same IR gives the same bytes.
 """
 
 from __future__ import annotations
@@ -87,5 +87,5 @@ def export_kbp_graph(fn: func.FuncOp, *, provenance: dict[str, Any]) -> dict[str
 
 
 def kbp_graph_json(doc: dict[str, Any]) -> str:
-    """The document as seed 001 writes it: compact, keys in order, no trailing newline."""
+    """The document as kbp-graph/v1 writes it: compact, keys in order, no trailing newline."""
     return json.dumps(doc, separators=(",", ":"))

@@ -1,4 +1,4 @@
-"""`strata inspect`: a module-level model as a listing shaped like seed 003.
+"""`strata inspect`: a module-level model as a listing of its entry table, generics and blocks.
 
 Entries with their signatures, the generics with the values the checkpoint binds,
 every block with its members and functions, and every param instance with its

@@ -1,13 +1,13 @@
-"""The module level as a `tensorviz.graph` document (format version 3, seed 002's schema).
+"""The module level as a `tensorviz.graph` document (format version 3).
 
 A llama-family model (std.model.causal_lm of std.layer.decoder layers with
-std.attn.grouped_query attention and a std.nn.mlp SwiGLU) is written as seed 002 writes its
+std.attn.grouped_query attention and a std.nn.mlp SwiGLU) is written as a PyTorch capture writes a
 TinyLlama: the torch-level nodes of each module (Linears, the Rotary's muls and stack,
 Softmax, SiLU, ...) with their ports, params and layer-type metadata
-(`tensorviz_layer_types.json`, the catalogue seed 002 carries), grouped into modules
+(`tensorviz_layer_types.json`, the catalogue tensorviz.graph carries), grouped into modules
 (`model::DecoderBlock`, `model::RMSNorm`, `model::Attention`, `model::Rotary`,
-`model::SwiGLU`) and joined by the seed's edges, both between leaves and between groups.
-One layer is `block` (the seed's name); L layers are `blocks.0` ... `blocks.{L-1}`.
+`model::SwiGLU`) and joined by tensorviz.graph's edges, both between leaves and between groups.
+One layer is `block` (a PyTorch capture's name); L layers are `blocks.0` ... `blocks.{L-1}`.
 
 What the torch graph cannot say goes into `document.semantic.metadata.strata` (head counts,
 eps, rope theta, context, dtype, tying), which `strata.frontends.tensorviz` reads back; the
@@ -58,7 +58,7 @@ def layer_types() -> dict[str, Any]:
 
 
 def _anon(kind: str, group: str, i: int) -> str:
-    """seed 002's names of unnamed torch ops: `mul@block.ffn#0`."""
+    """A tensorviz capture's names of unnamed torch ops: `mul@block.ffn#0`."""
     return f"{kind}@{group}#{i}"
 
 
@@ -101,7 +101,7 @@ def _norm(doc: _Doc, g: str, parent: str | None) -> tuple[str, str]:
 
 
 def _layer(doc: _Doc, b: str, lay: BlockInstance, src_leaf: str, src_group: str, parent_edges: list) -> tuple[str, str]:
-    """One DecoderBlock; returns (its output leaf, its group id). Nodes in seed 002's order."""
+    """One DecoderBlock; returns (its output leaf, its group id). Nodes in a PyTorch capture's order."""
     a, f = f"{b}.attention", f"{b}.ffn"
     qr, kr = f"{a}.query_rope", f"{a}.key_rope"
     add0, add1 = _anon("add", b, 0), _anon("add", b, 1)
@@ -139,7 +139,7 @@ def _layer(doc: _Doc, b: str, lay: BlockInstance, src_leaf: str, src_group: str,
     doc.leaf(silu, "SiLU", f)
     doc.leaf(fmul, "torch.mul", f)
     _linear(doc, down, f, mlp.child("down"))
-    # edges, in seed 002's order
+    # edges, in a PyTorch capture's order
     e = doc.edge
     e(f"{b}.attention_norm.gain", n1)
     for r in (qr, kr):
@@ -180,7 +180,7 @@ def _check_kinds(root: BlockInstance) -> None:
         if inst.kind == "std.attn.grouped_query" and (inst.has("q_norm") or inst.attr("rope_scaling") is not None
                                                       or inst.attr("rotary_dim") is not None):
             what = "q/k norms" if inst.has("q_norm") else "rope scaling or a partial rotary"
-            raise TensorvizExportError(f"export --format tensorviz: '{inst.name}' has {what}, which seed 002's "
+            raise TensorvizExportError(f"export --format tensorviz: '{inst.name}' has {what}, which tensorviz.graph's "
                                        "Attention cannot show")
 
 
@@ -202,7 +202,7 @@ def export_tensorviz(module: ModuleOp) -> dict:
     doc.leaf("input", "Input", None, {"shape": shape}, kind="input")
     doc.leaf("embedding", "Embedding", None, {"num_embeddings": emb.dim("Vocab"), "embedding_dim": emb.dim("H")})
     for b in names:
-        doc.nodes[b] = {}  # placeholders keep the seed's order: top-level nodes first
+        doc.nodes[b] = {}  # placeholders keep a capture's order: top-level nodes first
     doc.nodes["final_norm"] = {}
     _linear(doc, "lm_head", None, root.child("lm_head"))
     doc.leaf("output", "Output", None, kind="output")
@@ -241,7 +241,7 @@ def export_tensorviz(module: ModuleOp) -> dict:
 
 
 def _order(doc: _Doc, top: list[str]) -> None:
-    """seed 002's node order: the top level, then each group's members before its subgroups'."""
+    """A tensorviz capture's node order: the top level, then each group's members before its subgroups'."""
     out: list[str] = list(top)
 
     def visit(g: str) -> None:
@@ -267,7 +267,7 @@ def _count(doc: _Doc) -> None:
 
 
 def _positions(doc: _Doc, top: list[str]) -> dict:
-    """seed 002's layout: the top level in a row, each group's members in a column."""
+    """A tensorviz capture's layout: the top level in a row, each group's members in a column."""
     pos = {n: {"x": 340 * i, "y": 160} for i, n in enumerate(top)}
     for g in doc.groups:
         for i, m in enumerate(doc.nodes[g]["metadata"]["moduleMembers"]):
@@ -276,7 +276,7 @@ def _positions(doc: _Doc, top: list[str]) -> dict:
 
 
 def default_input_shape(heads: int, head_dim: int, max_seq: int) -> str:
-    """The Input shape written when the model keeps none: batch, heads, seq, head_dim (seed 002's layout)."""
+    """The Input shape written when the model keeps none: batch, heads, seq, head_dim (a tensorviz capture's layout)."""
     return f"1,{heads},{max_seq},{head_dim}"
 
 

@@ -1,4 +1,4 @@
-"""Export the op level as llama.cpp's eval-callback table (seed 000).
+"""Export the op level as llama.cpp's eval-callback table (one row per ggml op of llama.cpp's graph).
 
 One row per non-leaf op in program order: the tensor name, the ggml op name, the
 first two operands (`src0`, `src1`, as the callback prints them) with their shapes,

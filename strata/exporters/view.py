@@ -18,7 +18,7 @@ by `to_dot` and as SVG or a self-contained HTML page by `strata.exporters.view_r
   labels, one cluster per kernel group, edges labelled `format rows x dim`.
 
 `collapse_layers` keeps, for graphs of many layers, the first layer of each structure and
-draws every later layer equal to it as one node `layer i = layer k`, as seed 001's templates
+draws every later layer equal to it as one node `layer i = layer k`, as kbp-graph/v1's templates
 do (the blueprint level uses those templates, `strata.dialects.blueprint_templates`; the
 module and op levels compare each layer's nodes and internal edges with its index removed).
 """
@@ -295,7 +295,7 @@ def op_graph(module: ModuleOp) -> ViewGraph:
 
 
 def blueprint_graph(fn: func.FuncOp) -> tuple[ViewGraph, dict[int, str]]:
-    """The blueprint's picture and each layer's template (seed 001's `collapsed.layout`)."""
+    """The blueprint's picture and each layer's template (kbp-graph/v1's `collapsed.layout`)."""
     graph = read_graph(fn)
     tp = tensor_parallel_summary(graph)
     g = ViewGraph(fn.sym_name.data, label=tensor_parallel_line(tp) if tp is not None else None)

@@ -1,4 +1,4 @@
-"""Read a `tensorviz.graph` document (seed 002: format `tensorviz.graph`, version 3) as a model.
+"""Read a `tensorviz.graph` document (format `tensorviz.graph`, version 3: a PyTorch capture) as a model.
 
 A tensorviz document is a semantic graph of a torch module: nodes with ports (`in_ports`,
 `out_ports`), params (`Linear {in_features, out_features, bias}`, `Embedding {num_embeddings,
@@ -17,7 +17,7 @@ dims from the attention's Linears, the FFN width from the SwiGLU's, the layer co
 the DecoderBlock groups (ordered along the top-level edges). What a torch graph does not
 say is read from `document.semantic.metadata.strata` when the document has it (strata's
 exporter writes it: head counts, eps, rope theta, context, dtype, tying); otherwise the head
-count comes from the Input's 4-d shape `batch,heads,seq,head_dim` (seed 002's `1,4,6,4`), and
+count comes from the Input's 4-d shape `batch,heads,seq,head_dim` (a TinyLlama capture's `1,4,6,4`), and
 the rest takes the llama defaults (eps 1e-5, rope theta 10000, 2048 positions, f32, untied).
 The Rotary groups rotate interleaved pairs (Meta's layout); strata's llama family rotates
 halves (HF's), which is the same attention up to a fixed permutation of the query/key rows
@@ -47,7 +47,7 @@ DEFAULTS: dict[str, Any] = {"rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_po
 #: The keys of `semantic.metadata.strata` the importer reads (all optional).
 META_KEYS = ("num_attention_heads", "num_key_value_heads", "head_dim", *DEFAULTS)
 
-#: Linear roles by their local name (the seed's first, then Meta's, HF's and others).
+#: Linear roles by their local name (a TinyLlama capture's first, then Meta's, HF's and others).
 ATTN_ROLES = {"q": ("query", "wq", "q_proj", "q"), "k": ("key", "wk", "k_proj", "k"),
               "v": ("value", "wv", "v_proj", "v"), "o": ("project", "wo", "o_proj", "out_proj", "o", "output")}
 MLP_ROLES = {"gate": ("gate", "w1", "gate_proj"), "up": ("up", "w3", "up_proj"), "down": ("down", "w2", "down_proj")}

@@ -20,7 +20,7 @@ What the graph fixes is read off it: vocab and hidden size (the embedding), head
 dim (the view that splits q and k into heads), the MLP width, the norms' eps (the scalar
 added to the mean square), the RoPE frequencies (a 1-D buffer of HeadDim/2 frequencies,
 such as HF's `inv_freq`; they must be theta^(-2i/d)) and its pairing: rotate-half (HF, a
-`cat` of `-x2, x1`) or interleaved pairs (Meta's Llama and seed 002, a `stack` then
+`cat` of `-x2, x1`) or interleaved pairs (Meta's Llama and the TinyLlama of tensorviz.graph, a `stack` then
 `flatten`), whose q/k rows are permuted to HF's order in the weights, exactly as HF's
 Meta-to-HF converter does. The weights come from the module's parameters, renamed to HF's
 names (`model.layers.0.self_attn.q_proj.weight`).

@@ -51,7 +51,7 @@ class DTypeError(StrataError):
 class DType:
     """One element type and its names everywhere."""
 
-    name: str  # the IR / seed-notation spelling: f32, bf16, f8E4M3FN, i32, i4
+    name: str  # the IR / module-notation spelling: f32, bf16, f8E4M3FN, i32, i4
     kind: str  # float, int or packed
     bits: int
     attr: Attribute  # the IR element type

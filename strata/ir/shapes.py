@@ -1,4 +1,4 @@
-"""The seed-003 type notation used by the module level, parsed without `eval`.
+"""The type notation of the module level (`Tensor[B, S; i32]`), parsed without `eval`.
 
     Tensor[B, S, Vocab; T]          a tensor whose dims are expressions over generics
     Tensor[*S, H; T]                `*S` is a variadic leading shape
@@ -21,7 +21,7 @@ from strata.ir.dtypes import names as dtype_names
 
 
 class ShapeSyntaxError(StrataError):
-    """A member type in the seed's notation that does not parse or names an unknown dim."""
+    """A member type in the module level's notation that does not parse or names an unknown dim."""
 
 
 _TOKEN = re.compile(r"\s*(->|[A-Za-z_][A-Za-z0-9_]*|\d+|[\[\]<>(),;:*/+\-=?|])")

@@ -1,6 +1,6 @@
 """The llama family (Llama 2/3, TinyLlama, Qwen2, Qwen3): a builder and its name table.
 
-`build_llama(cfg)` writes the program of blocks of seed 003: Embedding, RmsNorm,
+`build_llama(cfg)` writes the program of blocks of Llama-3-8B's module level: Embedding, RmsNorm,
 Linear, GroupedQueryAttention, SwiGlu, DecoderLayer and the root Model, with the
 checkpoint's generics bound on the `module.model`. Each block is an instance of a
 standard block kind (its `path`); the kinds' semantics and their expansion to the op

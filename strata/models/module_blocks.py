@@ -1,5 +1,5 @@
 """What every family's builder shares: the element types, the sharding and paging generics,
-the functions of the sequence blocks and the model's entries (seed 003), and the block and
+the functions of the sequence blocks and the model's entries (forward, prefill, decode, ...), and the block and
 function makers.
 
     model = block("Model", ["Vocab: Dim", ...], "std.model.causal_lm", [*subs, *model_fns()])
@@ -16,7 +16,7 @@ DTYPES: dict[str, Attribute] = {"float32": Float32Type(), "float16": Float16Type
 
 SHARDING = ["Shards: Dim = 1", "PageSize: Dim = 64"]
 
-#: The functions every sequence block (attention, layer) exposes, as seed 003's DecoderLayer and
+#: The functions every sequence block (attention, layer) exposes, as Llama-3-8B's module-level DecoderLayer and
 #: GroupedQueryAttention list them, in its order.
 SEQ_FNS = {
     "forward": "<B: Dim, S: Dim>(x: Tensor[B, S, H; T]) -> Tensor[B, S, H; T]",
@@ -49,7 +49,7 @@ RECURRENT_SEQ_FNS = {
                      "-> Tensor[M, S, H; T]",
 }
 
-#: The model entries of seed 003, with its signatures, in its order.
+#: The model entries (the module level's entry table), with their signatures, in its order.
 ENTRIES = {
     "forward": "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, S, Vocab; T]",
     "next_token": "<B: Dim, S: Dim>(tokens: Tensor[B, S; i32]) -> Tensor[B, Vocab; T]",
@@ -86,7 +86,7 @@ ENTRIES = {
 }
 
 #: The root block's private functions (the pieces its entries share), by the entry they follow
-#: in seed 003's listing.
+#: in the module level's listing.
 MODEL_FNS = {
     "hidden_packed": {"packed_states": "<P: Dim>(tokens: Tensor[P; i32], positions: Tensor[P; i32], "
                                        "segments: Tensor[P; i32]) -> Tensor[P, H; T]"},
@@ -100,7 +100,7 @@ MODEL_FNS = {
 
 
 def model_fns() -> list[M.FnOp]:
-    """The root block's functions: seed 003's entries, with its private functions among them."""
+    """The root block's functions: the module level's entries, with its private functions among them."""
     out: list[M.FnOp] = []
     for name, sig in ENTRIES.items():
         out.append(fn(name, sig, entry=True))

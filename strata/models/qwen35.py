@@ -90,7 +90,7 @@ POST_NORM = {"Qwen3MoeForCausalLM": "ffn_norm"}
 # Facts of llama.cpp's graph builders (src/models/qwen3moe.cpp, qwen35.cpp, qwen35moe.cpp,
 # qwen3next.cpp), stamped on the blocks for convert-module-to-op: names, and which of two
 # equivalent graphs the builder makes.
-#: The graph inputs' names (this llama.cpp names them; seed 000's left them leaf_N).
+#: The graph inputs' names (this llama.cpp names them; llama.cpp's Qwen3-8B graph left them leaf_N).
 GGML_INPUTS = {"positions": "inp_pos", "k_rows": "attn_inp_k_idxs", "v_rows": "attn_inp_v_idxs",
                "out_ids": "out_ids", "state_copy": "rs_s_copy"}
 #: The embedding's output name.

@@ -1,18 +1,18 @@
 """assign-frac-bits{headroom=2 ranges=FILE}: set every fixed op's result format from calibration
-ranges, by seed 004's rules, and record the range it came from.
+ranges, by Quadric Chimera's FixedPoint32 rules, and record the range it came from.
 
 For each `fixed` compute op carrying `node` (in program order), with max|y| = max(|min|, |max|)
 of its calibrated range:
 
     integer bits  I = ceil(log2 max|y|)          (exact: 8 -> 3, 8.1875 -> 4, 0.75 -> 0)
-    frac          F = 31 - I - headroom          matmul outputs (fixed.matmul_w4a16: seed 004's
+    frac          F = 31 - I - headroom          matmul outputs (fixed.matmul_w4a16: Chimera's
                                                  w4a16 outputs, IMF_HEADROOM)
                   F = 31 - I                     every other op (element-wise, norms, embedding,
                                                  rope, softmax, attention, dequantization)
 
 then F is clamped to at most 31 (a range below 1 needs no integer bit; max|y| = 0 gives 31).
 F < 0 is an error naming the op, its tensor and its range: the model overflows int32 under that
-headroom. An exact power of two 2^I gets I integer bits, as the seed gives [0, 1] frac 31: its
+headroom. An exact power of two 2^I gets I integer bits, as Chimera gives [0, 1] frac 31: its
 largest value, 2^I - 2^-F, saturates the top of the range by one LSB.
 
 How ranges map to ops: an op's `node` is a key of the ranges file's `tensors` (`strata
@@ -24,7 +24,7 @@ A node with neither is an error naming it and the file.
 The pass sets each result's element type to `!fixed.fp32<F>` (consumers read their operands'
 formats from the types, so they follow), writes `range = [min, max]` on the op, updates each
 function's result types, and records `fixed.headroom` and `fixed.ranges` (the file's sha256) on
-the function. `range_table(module)` prints seed 004's table (op, range, frac) from that IR;
+the function. `range_table(module)` prints Chimera's range table (op, range, frac) from that IR;
 `strata-opt -p 'assign-frac-bits{...}' -t fixed-range-table` prints it too.
 """
 
@@ -62,7 +62,7 @@ def integer_bits(absmax: float) -> int:
 
 
 def frac_bits(lo: float, hi: float, headroom: int = 0) -> int:
-    """Seed 004's frac for a tensor in [lo, hi]: 31 - ceil(log2 max|y|) - headroom, at most 31;
+    """Chimera's frac for a tensor in [lo, hi]: 31 - ceil(log2 max|y|) - headroom, at most 31;
     negative when the range does not fit (the caller reports it)."""
     a = max(abs(lo), abs(hi))
     if a == 0:
@@ -142,7 +142,7 @@ def assign(module: ModuleOp, tensors: Mapping[str, Any], headroom: int, source: 
 
 @dataclass(frozen=True)
 class AssignFracBitsPass(StrataPass):
-    """Set every fixed op's result format from the calibration ranges (seed 004's rules)."""
+    """Set every fixed op's result format from the calibration ranges (Chimera's FixedPoint32 rules)."""
 
     name = "assign-frac-bits"
 
@@ -186,7 +186,7 @@ def range_rows(module: ModuleOp) -> list[tuple[str, str, str, str, str, str]]:
 
 
 def range_table(module: ModuleOp) -> str:
-    """Seed 004's range table: a header line, dashes under each column, one line per op; columns
+    """Chimera's range table: a header line, dashes under each column, one line per op; columns
     as wide as their widest cell, two spaces apart, left-aligned."""
     rows = range_rows(module)
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(HEADERS)]

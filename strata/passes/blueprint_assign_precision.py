@@ -15,12 +15,12 @@ A rule matches a node by
   - `node` (optional): a glob on the node's id, its `node` attribute (`*.post_norm`; a node without
     an id never matches).
 The first rule that matches a node gives it `precision` (each of weight, activation, output and
-accumulate optional; a format is written as in seed 001: `bf16`, `fp8/block128x128`,
-`int4/block128/asymmetric`) and `steps` (`"verb detail"`, seed 001's spelling). Every node needs
+accumulate optional; a format is written as in kbp-graph/v1: `bf16`, `fp8/block128x128`,
+`int4/block128/asymmetric`) and `steps` (`"verb detail"`, kbp-graph/v1's spelling). Every node needs
 a rule. A node's float results (its edges) take its output format as their element type, so an
 edge's format is its producer's output; the graph and other attributes stay as they are.
 
-Recipes: fp8-bf16head (seed 001's), bf16, f32 and w4a16. A tensor-parallel blueprint's
+Recipes: fp8-bf16head (the Qwen3.6-35B-A3B kbp-graph/v1 plan's), bf16, f32 and w4a16. A tensor-parallel blueprint's
 collectives take their wire format from their rule (`all_reduce`, `all_gather`) and their cost
 (`bytes_per_row`) is priced again in it.
 """

@@ -1,7 +1,7 @@
 """blueprint-fuse{rules=NAME}: wrap every blueprint node into exactly one `blueprint.group`, the
 kernel launch a fusion rule gives it.
 
-The rules are data, `strata/passes/fusion/NAME.json` (default `rules`, seed 001's grouping):
+The rules are data, `strata/passes/fusion/NAME.json` (default `rules`, kbp-graph/v1's grouping for Qwen3.6-35B-A3B):
 
     {"description": "...",
      "tables": {"gemm": {"fp8": "w8a16", "int4": "w4a16", "bf16": "bf16", ...}, ...},

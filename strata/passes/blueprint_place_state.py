@@ -1,9 +1,9 @@
 """blueprint-place-state{kv=paged|contiguous embed=host|device sample=host|device}: where each
 blueprint node runs, how the KV cache is laid out, and which state each stateful node touches.
 
-  - `placement`: every node gets one: `blueprint.embed` on `embed` (default host, as seed 001's
+  - `placement`: every node gets one: `blueprint.embed` on `embed` (default host, as kbp-graph/v1's
     `embed_row_copy`), `blueprint.argmax` and the sampler `blueprint.sample` on `sample`
-    (default host, seed 001's `argmax_host`), every other node on the device.
+    (default host, kbp-graph/v1's `argmax_host`), every other node on the device.
   - `kv_layout`: `kv_write`, `paged_attention` and the dense families' whole `attention` carry
     `kv_layout = "paged"` (default) or `"contiguous"`.
   - `effects`: a stateful node without effects gets its kind's (conv1d_update `conv:update`,
@@ -11,8 +11,8 @@ blueprint node runs, how the KV cache is laid out, and which state each stateful
     paged_attention `k:read, v:read`, attention all four); one with effects must have exactly
     its kind's effect verbs (the state names are the converter's, and `slots` stay as they are).
   - Snapshots, by the function's `blueprint.mode` (absent: decode):
-      decode, multi_seq, prefill: nothing is inserted and the converter's snapshots stay (seed
-        001's decode step snapshots the conv state after `conv1d_update`; every row of a
+      decode, multi_seq, prefill: nothing is inserted and the converter's snapshots stay (a
+        kbp-graph/v1 decode step snapshots the conv state after `conv1d_update`; every row of a
         multi_seq step is its own sequence and nothing is ever rolled back, prefill neither).
       verify, draft: a rejected draft token must roll back every recurrent state to the last
         accepted row, so every `conv1d_update` and every `gdn_recurrence` needs a

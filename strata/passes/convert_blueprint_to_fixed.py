@@ -26,7 +26,7 @@ each kind by its own rewrite pattern (groups are inlined first, in program order
 A gate_up projection is two values where the blueprint has one edge: its pattern hands both to
 silu_mul through a `builtin.unrealized_conversion_cast`, which silu_mul's pattern consumes.
 
-With `ctx` > 0 (a persistent int8 KV cache of ctx positions, seed 004's decode; `strata.dialects.
+With `ctx` > 0 (a persistent int8 KV cache of ctx positions, Chimera's decode; `strata.dialects.
 fixed_kv`) the function is `@<entry>(%tokens, %pos: tensor<1xi32>, %cos, %sin)`: the rows are
 at positions pos.., and each layer's attention becomes
 
@@ -43,7 +43,7 @@ at positions pos.., and each layer's attention becomes
 that llama.cpp name (and op kind where the name has several: `op.mul_mat` for a projection,
 `op.rope` for its rope); the attention's output projection, unnamed at the op level, is the
 first `op.mul_mat` after `kqv_out-L`. A missing one is an error naming it. Result formats are
-seed 004's (frac = 31 - ceil(log2 max|y|)) without headroom; `assign-frac-bits` then sets the
+Chimera's (frac = 31 - ceil(log2 max|y|)) without headroom; `assign-frac-bits` then sets the
 node'd ones with it. Formats decided here: silu(gate) from the gate's range, whose silu lies in
 [-0.2785, max(0, max gate)]; attention scores (sfrac) from max|q| * max|k| * head_dim (Cauchy-
 Schwarz); weights, given `weights` (an object with `.get(name)`), from their own max|w| (norm

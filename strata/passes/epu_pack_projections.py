@@ -1,6 +1,6 @@
 """epu-pack-projections: one output format for the w4a16 projections that read one value.
 
-Seed 004 packs q|k|v and gate|up into one `w4a16PackedProj<N, Frac, ...>` custom op, which writes
+Quadric Chimera's pipeline packs q|k|v and gate|up into one `w4a16PackedProj<N, Frac, ...>` custom op, which writes
 all N outputs in one FixedPoint32<Frac>. For every set of N >= 2 `fixed.matmul_w4a16` ops with
 the same input, this pass sets each result's format to the smallest frac among them (the widest
 range: no member's calibrated range is cut), and records the group on each op (`packed = N`).

@@ -1,6 +1,6 @@
 """shard-tensor-parallel{tp=N}: a model's program of blocks as one rank of N (Megatron-style).
 
-Seed 003 writes the per-rank dims with the generic `Shards` (`q_proj: Linear<H, (Heads /
+The module level writes the per-rank dims with the generic `Shards` (`q_proj: Linear<H, (Heads /
 Shards) * HeadDim, T>`); this pass binds `Shards = N`, divides the dims that the families'
 builders leave whole, and stamps on each sub which piece of its weights a rank holds and
 where the ranks' results join (as gpt-fast's tp.py marks linears colwise or rowwise and hooks

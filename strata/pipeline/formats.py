@@ -4,7 +4,7 @@ captured with `torch.export` (`strata.frontends.torch`) and a tensorviz.graph do
 their `architectures` names reads them and builds the module.
 
     out = capture_to_dir(model, (ids,), "build/captured")    # config.json + model.safetensors
-    cfg, module = import_tensorviz("seed002.json")
+    cfg, module = import_tensorviz("tinyllama.tensorviz.json")
 """
 
 from __future__ import annotations

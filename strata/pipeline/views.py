@@ -1,6 +1,6 @@
 """A model's levels as text: what `strata inspect`, `ir`, `trace`, `blueprint` and `view` print.
 
-    text = listing(model)                                        # the module level, seed 003 style
+    text = listing(model)                                        # the module level: entries, generics
     text = level_ir(model, "op", entry="decode", start=7, ctx=4096)
     text = trace(model, "prefill", tokens=5, ctx=256, kv_pad=256)
     text = blueprint_text(model, "kbp-graph", "decode", 1, "fp8-bf16head")
@@ -63,7 +63,7 @@ def blueprint_function(model: Any, bp: Blueprint) -> func.FuncOp:
 
 
 def listing(model: Any) -> str:
-    """The module level as seed 003's listing: entries, generics, blocks."""
+    """The module level as a listing: entries, generics, blocks."""
     from strata.exporters.listing import model_listing
 
     return model_listing(model.module)

@@ -5,7 +5,7 @@
     step.token, step.logits                    # the program's choice, the last row's logits
     step = program.decode(step.token, 3)
     step = program.decode(step.token, 4, SamplingParams(temperature=0.8, seed=1))  # its sampler's draw
-    logits, = program.call("decode_rows", tokens=[[5], [9]], positions=[3, 7])   # any entry of seed 003
+    logits, = program.call("decode_rows", tokens=[[5], [9]], positions=[3, 7])   # any entry of the module level
     chooser = program.chooser()                # one sequence's next token, from logits a `call` returned
     step = chooser.choose(logits[0], [5], 3, True, params)
     program.close()
@@ -97,7 +97,7 @@ class Program(Protocol):
     entries: Mapping[str, tuple[tuple, tuple]]
 
     def call(self, entry: str, **inputs) -> tuple[np.ndarray, ...]:
-        """Run `entry` (seed 003's entries: decode_rows, prefill_slots, ...) on `inputs`, its
+        """Run `entry` (the module level's entries: decode_rows, prefill_slots, ...) on `inputs`, its
         arguments by name, on the program's state (the calls of one program share its KV cache
         and recurrent state); returns its results. Bad inputs raise ValueError naming the
         argument."""

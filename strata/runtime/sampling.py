@@ -65,7 +65,7 @@ class SamplingParams:
 
     @property
     def key(self) -> tuple[int, int]:
-        """The sampler's key (seed 003's `key: Tensor[2; i64]`): the seed's low 64 bits as an int64, and 0."""
+        """The sampler's key (the module level's `key: Tensor[2; i64]`): the seed's low 64 bits as an int64, and 0."""
         if self.seed is None:
             raise SamplingError("sampling: no seed (call resolved() first)")
         low = self.seed & (2**64 - 1)

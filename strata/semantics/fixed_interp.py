@@ -98,7 +98,7 @@ def param_value(op: FX.ParamOp, env: Env) -> np.ndarray:
 
 
 def _check_fits(op: FX.ParamOp, w: np.ndarray, frac: int) -> None:
-    """A weight beyond its format's range (by more than the one LSB seed 004's rule allows at an
+    """A weight beyond its format's range (by more than the one LSB Chimera's rule allows at an
     exact power of two) is an error, not a silent saturation."""
     top = float(np.abs(w).max()) if w.size else 0.0
     if top * 2.0 ** frac > 2.0 ** 31 + 0.5:
@@ -310,7 +310,7 @@ def run_fixed(fn: func.FuncOp, weights: Any, inputs: Sequence[np.ndarray], *, ca
 
 def rope_tables(rows: int, head_dim: int, theta: float, pos: int = 0, frac: int = 30) -> tuple[np.ndarray, np.ndarray]:
     """The host's cos and sin tables [rows, head_dim/2] at positions pos.., as FixedPoint32<frac>
-    (seed 004 passes them as FixedPoint32<30>): NeoX frequencies theta^(-2i/head_dim)."""
+    (Chimera passes them as FixedPoint32<30>): NeoX frequencies theta^(-2i/head_dim)."""
     inv = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
     ang = (pos + np.arange(rows, dtype=np.float64))[:, None] * inv[None, :]
     return to_fixed(np.cos(ang), frac), to_fixed(np.sin(ang), frac)

@@ -1,4 +1,4 @@
-"""The host side of an entry's call: seed 003's arguments checked, then every `op.input` of the
+"""The host side of an entry's call: its arguments checked, then every `op.input` of the
 entry's op-level function computed from them, as llama.cpp's host fills a graph's inputs from a
 batch of tokens (each with its position and sequence) and its cache cells.
 

@@ -222,7 +222,7 @@ class DecoderLayer(Block):
 
 @BLOCK_SEMANTICS.register("std.model.causal_lm")
 class Model(Block):
-    #: The entries of seed 003 this kind runs (the runner's `call`, strata.semantics.module_entries).
+    #: The entries of the module level this kind runs (the runner's `call`, strata.semantics.module_entries).
     ENTRIES = ("forward", "next_token", "decode", "prefill", "decode_rows", "prefill_slots", "loss_packed",
                "log_probs_packed", "hidden_packed", "prefill_packed", "step_packed", "decode_paged", "prefill_paged",
                "step_paged", "generate", "sample", "generate_until")

@@ -1,4 +1,4 @@
-"""The module level's semantics of seed 003's entries, as plainly as they can be said: every
+"""The module level's semantics of its entries (forward, prefill, decode, ...), as plainly as they can be said: every
 entry that runs several sequences runs each one alone, in its own row of the state, through the
 blocks' one-sequence `prefill`; a paged cache is gathered into a row of its own from the pages
 the block table names, and what the call wrote is put back.
@@ -102,7 +102,7 @@ def _steps(root: Block, tokens, positions, state: Callable) -> np.ndarray:
 
 
 def run_entry(root: Block, entry: str, args: dict):
-    """Entry `entry` of the model whose root block is `root` on `args` (seed 003's argument
+    """Entry `entry` of the model whose root block is `root` on `args` (the module level's argument
     names, and `steps` for a device loop) -> its result, or a tuple of its results."""
     a = {k: np.asarray(v) for k, v in args.items()}
     if entry in ("forward", "next_token"):

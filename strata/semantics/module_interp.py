@@ -68,7 +68,7 @@ class ModuleRunner:
         return self.root.decode(self._ids([token]), int(pos))[0]
 
     def call(self, entry: str, inputs: dict, steps: int = 16):
-        """Entry `entry` of seed 003 on `inputs` (its arguments by name): each sequence run alone
+        """Entry `entry` of the module level on `inputs` (its arguments by name): each sequence run alone
         in its own row of the state (see `strata.semantics.module_entries`); `steps` is the
         device loops' Steps (or MaxNew)."""
         if entry not in getattr(self.root, "ENTRIES", ()):

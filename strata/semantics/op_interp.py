@@ -516,7 +516,7 @@ def run_function(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray]
 
 def run_entry(fn: func.FuncOp, weights: Weights, state: dict[str, np.ndarray], inputs: dict, *,
               observe: Callable[[Operation, np.ndarray], None] | None = None):
-    """Run the entry `fn` on `inputs` (its arguments by seed 003's names, `op.args`): its result,
+    """Run the entry `fn` on `inputs` (its arguments by the module level's names, `op.args`): its result,
     or a tuple of its results. A one-sequence prefill or decode takes `tokens` and `start`
     (`token` and `pos`, as its signature names them, too)."""
     name = fn.sym_name.data

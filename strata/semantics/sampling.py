@@ -12,7 +12,7 @@ is the Philox key ``(k0, k1) = (lo32(seed), hi32(seed))``, a 64-bit offset is th
 ``(c0, c1, c2, c3) = (lo32(offset), hi32(offset), 0, 0)`` (a 32-bit offset leaves ``c1 = 0``),
 ten rounds, and ``tl.randint`` is the first of the four output words.
 
-A sampling call is keyed by ``key`` (two int64, seed 003's ``key: Tensor[2; i64]``), the
+A sampling call is keyed by ``key`` (two int64, the module level's ``key: Tensor[2; i64]``), the
 generation ``step`` and the batch ``row``. Its one random word per row is
 
     bits[row] = tl.randint(seed=key[0], offset=key[1] + step * 2**32 + row)   (offset mod 2**64)

@@ -24,14 +24,14 @@ DEFAULT_ENTRIES = "prefill,decode"
 SAMPLED_ENTRIES = {"prefill", "decode", "decode_rows", "prefill_slots", "prefill_packed", "step_packed",
                    "decode_paged", "prefill_paged", "step_paged", "next_token"}
 #: The cpu target's knobs beyond ctx, flash_attn and kv_pad: the entries to compile
-#: (comma-separated, or "all") and the generics of seed 003 a checkpoint does not bind
+#: (comma-separated, or "all") and the module level's generics a checkpoint does not bind
 #: (None: the model's value or the option's default).
 ENTRY_KNOBS: dict[str, Any] = {"entries": DEFAULT_ENTRIES, **{g: None for g in (
     "Batch", "MaxSeq", "PageSize", "Rows", "Pages", "M", "S", "P", "Steps", "MaxNew")}}
 
 
 def entry_list(text: str) -> list[str]:
-    """The entries a knob names: comma-separated, or "all" (every entry of seed 003)."""
+    """The entries a knob names: comma-separated, or "all" (every entry of the module level)."""
     from strata.passes.convert_module_to_op import ENTRIES
 
     if text == "all":
@@ -104,7 +104,7 @@ def _cuda() -> Target:
     # type; fp8-bf16head (fp8 block weights, bf16 head), w4a16 and f32 (exact, for the
     # interpreter) are the others. KV cache contiguous by default (one sequence; the paged
     # decode attention spills on sm_90 at Qwen3-8B's head size), kv=paged for pages of 16 rows.
-    # The sampler (seed 001's `sample` placement): on the device by default, beside the argmax;
+    # The sampler (kbp-graph/v1's `sample` placement): on the device by default, beside the argmax;
     # sample=host draws on the host from the logits copied there.
     return Target("cuda", pipeline, emit, {"ctx": None, "recipe": "bf16", "kv": "contiguous", "sample": "device"},
                   ("kernels.py", "model.py"), load=program.load, prepare=device.prepare, interprets=True,

@@ -1,12 +1,12 @@
-"""The EPU gate (seed 004): the EPU program's logits against ONNX Runtime's on the same int4
+"""The EPU gate (Quadric Chimera's): the EPU program's logits against ONNX Runtime's on the same int4
 graph (MatMulNBits) that the w4a16 stage wrote.
 
     metrics = score_epu(model, out, [1, 2, 3])     # rank_of_ort_argmax, rel_rmse_affine, topk_overlap, ...
     result = gate_steps(model, out, [1, 2, 3], steps=4)   # the same on each of 4 greedy steps
     lines, passed = score_model("M", [1, 2, 3], steps=4)   # `strata score`: compile (or reuse), gate
 
-The reference is built from the w4a16 stage before any custom-op replacement; the bar is the
-seed's: the same top-1 token and rel_rmse_affine <= 0.08. On a step after the first, ORT
+The reference is built from the w4a16 stage before any custom-op replacement; the bar is
+Chimera's: the same top-1 token and rel_rmse_affine <= 0.08. On a step after the first, ORT
 prefills the prompt and the tokens the EPU chose before it (the EPU's own path), so both sides
 see the same context at every step.
 """
@@ -22,7 +22,7 @@ import numpy as np
 
 from strata.errors import StrataError
 
-#: The seed's bar on rel_rmse_affine (its best build reached 0.0448).
+#: Chimera's bar on rel_rmse_affine (its best build reached 0.0448).
 MAX_REL_RMSE_AFFINE = 0.08
 
 

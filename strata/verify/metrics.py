@@ -1,4 +1,4 @@
-"""How far one logit vector is from a reference's: the gate of seed 004.
+"""How far one logit vector is from a reference's: the gate of Quadric Chimera's pipeline.
 
     m = logit_metrics(ours, reference)
     m["rank_of_ort_argmax"], m["rel_rmse_affine"], m["topk_overlap"]

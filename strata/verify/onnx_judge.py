@@ -1,4 +1,4 @@
-"""ONNX Runtime as the judge of w4a16 weights (the judge of seed 004).
+"""ONNX Runtime as the judge of w4a16 weights (the judge of Quadric Chimera's pipeline).
 
     err = check_projections(w4a16_weights, rows=4)     # per projection: ORT's MatMulNBits vs numpy
     model = llama_prefill_onnx(cfg, weights, packed, block, seq=5)

@@ -1,5 +1,5 @@
-"""The layer collapse (strata.dialects.blueprint_templates) on plain rows: seed 001's own rows give
-seed 001's own `collapsed` section and `layers`; changed rows split templates as they should."""
+"""The layer collapse (strata.dialects.blueprint_templates) on plain rows: the rows of
+the kbp-graph/v1 plan of Qwen3.6-35B-A3B give its own `collapsed` section and `layers`; changed rows split templates as they should."""
 
 from __future__ import annotations
 

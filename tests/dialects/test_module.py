@@ -101,7 +101,7 @@ def test_tensor_names_come_from_the_ir(tmp_path, key):
     assert params["output_norm.weight"].hf == "model.norm.weight"
 
 
-def test_listing_is_shaped_like_seed_003(tmp_path):
+def test_listing_is_shaped_like_the_module_level_listing_of_llama3_8b(tmp_path):
     module, _ = _model(tmp_path, "qwen3")
     text = model_listing(module)
     for header in ("Entries", "Generics", "Blocks", "Params", "State"):

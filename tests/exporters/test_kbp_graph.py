@@ -1,4 +1,4 @@
-"""kbp-graph/v1 export of a hand-written blueprint shaped like seed 001 (tests/blueprint_graph_ir.py:
+"""kbp-graph/v1 export of a hand-written blueprint shaped like the Qwen3.6-35B-A3B plan (tests/blueprint_graph_ir.py:
 embed, two Gated DeltaNet + MoE layers, one gated-attention + MoE layer, head)."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def test_keys_and_counts(doc, seed):
         assert list(ours) == list(theirs)
 
 
-def test_embed_and_the_first_two_layers_are_seed_001s_rows(doc, seed):
+def test_embed_and_the_first_two_layers_are_the_kbp_graph_plans_rows(doc, seed):
     # Our layers 0 and 1 are the seed's layers 0 and 1, node for node, edge for edge.
     assert doc["nodes"][:47] == seed["nodes"][:47]
     assert [e for e in doc["edges"] if e["from"] < 46] == [e for e in seed["edges"] if e["from"] < 46]
@@ -50,7 +50,7 @@ def test_embed_and_the_first_two_layers_are_seed_001s_rows(doc, seed):
     assert doc["layers"][:2] == seed["layers"][:2]
 
 
-def test_the_attention_layer_is_seed_001s_layer_3(doc, seed):
+def test_the_attention_layer_is_the_kbp_graph_plans_layer_3(doc, seed):
     ours = [n for n in doc["nodes"] if n["layer"] == 2][:-1]  # the last add: ours ends the model
     theirs = [n for n in seed["nodes"] if n["layer"] == 3][:-1]
     shift = theirs[0]["order"] - ours[0]["order"], theirs[1]["group"] - ours[1]["group"]

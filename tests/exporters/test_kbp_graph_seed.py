@@ -1,5 +1,5 @@
-"""examples/qwen3.6-35b-a3b exported through the whole blueprint pipeline equals seed 001
-(the kbp-graph/v1 export of Qwen3.6-35B-A3B, decode, 1 row, fp8-bf16head) on every field the
+"""examples/qwen3.6-35b-a3b exported through the whole blueprint pipeline equals the
+kbp-graph/v1 plan (the kbp-graph/v1 export of Qwen3.6-35B-A3B, decode, 1 row, fp8-bf16head) on every field the
 seed and Strata share; other layer patterns, dense families and recipes give the structure they
 imply; the `strata blueprint` CLI writes it."""
 

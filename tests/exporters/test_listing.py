@@ -1,4 +1,4 @@
-"""The module level of Llama-3-8B against seed 003's listing, row for row where they share rows.
+"""The module level of Llama-3-8B against its module-level listing, row for row where they share rows.
 
 Strata's blocks carry one generic the seed does not have, `HeadDim` (the seed writes
 `H / Heads`, which is wrong for Qwen3 and other head sizes), so the rows that mention
@@ -20,8 +20,8 @@ from strata.exporters.listing import model_listing
 from strata.pipeline import load_model
 from support import EXAMPLES, SEEDS
 
-SEED_003 = SEEDS / "003_d12d2afe00e6155e.txt"
-pytestmark = pytest.mark.skipif(not SEED_003.exists(), reason="no seed 003 beside the checkout (../shared/seeds)")
+LLAMA3_8B_LISTING = SEEDS / "003_d12d2afe00e6155e.txt"
+pytestmark = pytest.mark.skipif(not LLAMA3_8B_LISTING.exists(), reason="no Llama-3-8B module listing beside the checkout (../shared/seeds/003_*.txt)")
 
 
 def sections(text: str) -> dict[str, list[str]]:
@@ -64,7 +64,7 @@ def as_seed_writes_it(row: str) -> str:
 @pytest.fixture(scope="module")
 def listings():
     ours = model_listing(load_model(EXAMPLES / "llama-3-8b").module)
-    return sections(ours), sections(SEED_003.read_text())
+    return sections(ours), sections(LLAMA3_8B_LISTING.read_text())
 
 
 def test_generics_bind_the_same_values(listings):

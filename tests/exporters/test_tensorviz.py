@@ -1,5 +1,5 @@
-"""strata.exporters.tensorviz: documents seed 002's schema accepts; seed -> import -> export keeps every
-node, port, group membership, param and edge of the seed; export -> import gives the same module level."""
+"""strata.exporters.tensorviz: documents tensorviz.graph's schema accepts; a TinyLlama capture -> import -> export keeps every
+node, port, group membership, param and edge of the capture; export -> import gives the same module level."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The op level of Qwen3-8B prefilling 5 tokens equals llama.cpp's trace (seed 000)."""
+"""The op level of Qwen3-8B prefilling 5 tokens equals llama.cpp's eval-callback trace of it."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from strata.models import read_config as load_hf_config
 from strata.pipeline import load_model
 from support import EXAMPLES, SEEDS, lower
 
-SEED_000 = SEEDS / "000_fedadef405e17808.txt"
+LLAMA_CPP_TRACE = SEEDS / "000_fedadef405e17808.txt"
 
 
 def lowered_trace(config, entry: str, **opts) -> str:
     return trace_table(lower(load_model(config).module, entry, **opts))
 
 
-@pytest.mark.skipif(not SEED_000.exists(), reason="no seed 000 beside the checkout (../shared/seeds)")
+@pytest.mark.skipif(not LLAMA_CPP_TRACE.exists(), reason="no llama.cpp trace of Qwen3-8B beside the checkout (../shared/seeds/000_*.txt)")
 def test_qwen3_8b_prefill_matches_llama_cpp_row_for_row():
     mine = parse_trace(lowered_trace(EXAMPLES / "qwen3-8b", entry="prefill", tokens=5, start=0, ctx=89856, kv_pad=256))
-    seed = parse_trace(SEED_000.read_text())
+    seed = parse_trace(LLAMA_CPP_TRACE.read_text())
     assert len(seed) == 1266
     assert len(mine) == len(seed)
     for i, (a, b) in enumerate(zip(mine, seed), start=1):

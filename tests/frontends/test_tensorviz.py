@@ -1,4 +1,4 @@
-"""strata.frontends.tensorviz: seed 002 (a TinyLlama as a tensorviz.graph) as a model that compiles
+"""strata.frontends.tensorviz: a TinyLlama captured from PyTorch as a tensorviz.graph as a model that compiles
 and runs, and one-line errors for documents it cannot read."""
 
 from __future__ import annotations

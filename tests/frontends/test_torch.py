@@ -1,4 +1,4 @@
-"""torch capture (strata.frontends.torch): seed 002's TinyLlama and an HF LlamaForCausalLM are
+"""torch capture (strata.frontends.torch): the tensorviz.graph TinyLlama and an HF LlamaForCausalLM are
 captured with torch.export, compiled for the CPU and run against the modules' own logits;
 unsupported ops and mismatching modules give one-line errors (the op-by-op lowering:
 test_torch_ops.py)."""
@@ -54,14 +54,14 @@ def _compiled_vs_module(module, tmp: Path, steps: int = 4) -> tuple[float, float
     return float(np.abs(np.stack(got) - want).max()), float(np.abs(want).max())
 
 
-def test_seed_tinyllama_compiled_matches_module(tmp_path):
+def test_tensorviz_tinyllama_compiled_matches_module(tmp_path):
     diff, scale = _compiled_vs_module(EX.seeded_tinyllama(), tmp_path)
     assert scale > 0.5  # logits that are not all near 0
     assert diff <= TOL, diff
 
 
-def test_seed_tinyllama_shape_is_seed_002s():
-    """vocab, dim and ffn as seed 002 gives them; 4 heads as its walkthrough says."""
+def test_tensorviz_tinyllama_shape_is_the_documents():
+    """vocab, dim and ffn as the tensorviz.graph document gives them; 4 heads as its walkthrough says."""
     seed = json.loads(seed_file("002").read_text())
     nodes = {n["node_id"]: n["params"] for n in seed["document"]["semantic"]["nodes"]}
     cfg = capture_model(EX.seeded_tinyllama(), (torch.tensor([PROMPT]),)).config

@@ -1,4 +1,4 @@
-"""assign-frac-bits on synthetic ranges files: seed 004's rules exactly (matmul outputs
+"""assign-frac-bits on synthetic ranges files: Chimera's FixedPoint32 rules exactly (matmul outputs
 31 - ceil(log2 max|y|) - headroom, every other op headroom 0), the edge cases (max|y| = 0, exact
 powers of two, ranges below 1, overflow), the range lookup, the table's layout, and the
 interpreter following the new formats."""
@@ -57,7 +57,7 @@ def run(tmp_path, tensors, headroom=2):
     return module
 
 
-SEED = {  # seed 004's rows: (range, frac) with the op kind the seed's table gives
+SEED = {  # Chimera's rows: (range, frac) with the op kind its range table gives
     "norm-0": row(-18.9287, 28.7483),       # contrib.epu.rms_norm -> 26
     "Qcur-0": row(-11.0497, 9.87976),       # w4a16NBitsMatMul<25, 31> -> 25 (headroom 2)
     "sig": row(1.40071e-05, 0.999586),      # sigmoid -> 31
@@ -66,10 +66,10 @@ SEED = {  # seed 004's rows: (range, frac) with the op kind the seed's table giv
 }
 
 
-def test_seed_rules(tmp_path):
+def test_chimera_rules(tmp_path):
     m = run(tmp_path, SEED)
     assert fracs(m) == {"norm-0": 26, "Qcur-0": 25, "sig": 31, "ffn_out-0": 25, "l_out-0": 27}
-    # the seed's other matmul rows: <18, 31> [-1840.37, 87.8], <15, 28> [-54.17, 10572.1], lm_head <23, 31>
+    # Chimera's other matmul rows: <18, 31> [-1840.37, 87.8], <15, 28> [-54.17, 10572.1], lm_head <23, 31>
     assert frac_bits(-1840.37, 87.7969, 2) == 18
     assert frac_bits(-54.1731, 10572.1, 2) == 15
     assert frac_bits(-29.1443, 37.6655, 2) == 23
@@ -91,7 +91,7 @@ def test_headroom_only_on_matmul_outputs(tmp_path, headroom):
 @pytest.mark.parametrize("lo,hi,bits,frac0,frac2", [
     (0.0, 0.0, None, 31, 31),           # max|y| = 0: nothing to hold, the finest format
     (-8.0, 1.0, 3, 28, 26),             # exact power of two: 3 integer bits (8 saturates by 1 LSB)
-    (0.0, 1.0, 0, 31, 29),              # [0, 1] -> 31, as the seed's sigmoid rows
+    (0.0, 1.0, 0, 31, 29),              # [0, 1] -> 31, as Chimera's sigmoid rows
     (-8.000001, 0.0, 4, 27, 25),        # just above a power of two
     (-0.75, 0.5, 0, 31, 29),            # below 1: no integer bit
     (0.0, 2.0 ** -40, -40, 31, 31),     # far below 1: clamped at 31
@@ -148,7 +148,7 @@ def test_errors(tmp_path):
 
 def test_table_layout(tmp_path):
     m = run(tmp_path, SEED)
-    # seed 004's cells ([-18.9287f, 28.7483f], C's %g then f; N/A for a second output); columns
+    # Chimera's cells ([-18.9287f, 28.7483f], C's %g then f; N/A for a second output); columns
     # as wide as their widest cell, two spaces apart
     assert range_table(m) == (
         "Source name  Op                  Output 0 Range             Output 0 Frac Bits  Output 1 Range  Output 1 Frac Bits\n"

@@ -1,5 +1,5 @@
 """blueprint-assign-precision: every recipe changes only `precision` and `steps`; fp8-bf16head
-gives what seed 001 shows; unknown recipes and malformed recipe files are one-line errors."""
+gives what the kbp-graph/v1 plan of Qwen3.6-35B-A3B shows; unknown recipes and malformed recipe files are one-line errors."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def _seed_precision(n: dict, node: NodeOp) -> dict:
     return p
 
 
-def test_fp8_bf16head_is_seed_001():
+def test_fp8_bf16head_is_the_kbp_graph_plans():
     seeds = sorted(SEEDS.glob("001_*.txt")) if SEEDS.is_dir() else []
     if not seeds:
         pytest.skip("no ../shared/seeds/001_*.txt beside the checkout")
@@ -133,7 +133,7 @@ def test_fp8_bf16head_is_seed_001():
         if accumulate is not None:
             assert acc_steps == [accumulate], n["id"]
         checked.add(key)
-    # Every (op, role) of the module that seed 001 has was compared (and the seed's pairs are
+    # Every (op, role) of the module that the plan has was compared (and the seed's pairs are
     # one per (op, role), except rms_norm: input norm bf16, the MoE's post norm f32).
     assert checked == {_key(n) for n in nodes(after)} & set(table)
     assert len(checked) >= 20

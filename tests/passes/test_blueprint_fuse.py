@@ -1,4 +1,4 @@
-"""blueprint-fuse: every node in exactly one group; seed 001's grouping and rule names for its
+"""blueprint-fuse: every node in exactly one group; the Qwen3.6-35B-A3B kbp-graph/v1 plan's grouping and rule names for its
 model under fp8-bf16head; the same membership under every recipe; points spread over a group;
 dense families; pre-existing groups unwrapped; values unchanged when the step runs."""
 
@@ -75,8 +75,8 @@ def test_every_node_in_exactly_one_group_and_group_counts(layers):
     assert [g.rule.data for g in groups(m)][-4:] == ["ffn_residual_add", *SEED_GROUPS_OUTSIDE[2:]]
 
 
-@pytest.mark.skipif(not SEED, reason="no ../shared/seeds/001_*.txt beside the checkout")
-def test_seed_001_grouping_and_rule_names():
+@pytest.mark.skipif(not SEED, reason="the kbp-graph/v1 plan of Qwen3.6-35B-A3B is not in ../shared/seeds (001_*.txt)")
+def test_kbp_graph_plan_grouping_and_rule_names():
     seed = json.loads(Path(SEED[0]).read_text())
     nodes = seed["nodes"]
     want = [(g["rule"], [nodes[i]["id"] for i in g["nodes"]]) for g in seed["groups"]]
@@ -84,7 +84,7 @@ def test_seed_001_grouping_and_rule_names():
     assert table(m) == want
     where = {g["rule"]: g["where"] for g in seed["groups"]}
     assert all(g.placement.value == where[g.rule.data] for g in groups(m))
-    # seed 001's points after fusion: every member carries its group's union
+    # the plan's points after fusion: every member carries its group's union
     points = {n["id"]: n["point"] or {} for n in nodes}
     for op in m.walk():
         if isinstance(op, NodeOp) and op.node is not None and op.node.data in points and op.name != "blueprint.rope":

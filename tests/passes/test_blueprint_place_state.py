@@ -45,7 +45,7 @@ def test_registered():
     assert strata_passes()["blueprint-place-state"]() is BlueprintPlaceStatePass
 
 
-def test_defaults_are_seed_001():
+def test_defaults_are_the_kbp_graph_plans():
     nodes = by_id(place(blueprint_text(["linear_attention", "full_attention"])))
     where = {k: n.placement.value for k, n in nodes.items()}
     assert where.pop("embed.embed") == "host" and where.pop("head.argmax") == "host"

@@ -85,7 +85,7 @@ def test_fixed_logits_match_the_blueprint(setup):
     np.testing.assert_array_equal(ours, fixed_logits(fixed_module(model, store, ranges), store, prompt))  # deterministic
 
 
-def test_formats_follow_seed_rules(setup):
+def test_formats_follow_chimera_rules(setup):
     model, store, ranges, _ = setup
     tensors = read_tensor_ranges(ranges)
     for headroom in (2, 3):

@@ -1,4 +1,4 @@
-"""Seed 003's entries, executed before and after convert-module-to-op, against HF transformers.
+"""The module level's entries, executed before and after convert-module-to-op, against HF transformers.
 
 For every family (the llama family's three tiny configs, the hybrid and MoE families), each
 entry runs on the module interpreter (each sequence alone in its row of the state) and on the

@@ -272,7 +272,7 @@ def test_attention_causal_gqa():
 def test_param_refuses_a_weight_beyond_its_format():
     text = 'func.func @f() -> tensor<2x!fixed.fp32<30>> {\n  %g = fixed.param "g" : tensor<2x!fixed.fp32<30>>\n  func.return %g : tensor<2x!fixed.fp32<30>>\n}'
     fn = next(o for o in parse_ir(text).walk() if isinstance(o, func.FuncOp))
-    (g,) = run_fixed(fn, {"g": np.array([2.0, -1.0], np.float32)}, [])  # 2 = 2^1: saturates one LSB (seed 004's rule)
+    (g,) = run_fixed(fn, {"g": np.array([2.0, -1.0], np.float32)}, [])  # 2 = 2^1: saturates one LSB (Chimera's FixedPoint32 rule)
     assert g[0] == INT32_MAX
     with pytest.raises(FixedRunError, match="weight 'g' \\(value\\) reaches 2.5, beyond FixedPoint32<30>'s range of \\+-2"):
         run_fixed(fn, {"g": np.array([2.5, -1.0], np.float32)}, [])

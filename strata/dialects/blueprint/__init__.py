@@ -1,6 +1,6 @@
-"""The `blueprint` dialect: fused kernel groups with precision, placement and state effects (seed 001).
+"""The `blueprint` dialect: fused kernel groups with precision, placement and state effects (kbp-graph/v1).
 
-A blueprint is a graph of semantic nodes (seed 001's `op`: `blueprint.rms_norm`,
+A blueprint is a graph of semantic nodes (kbp-graph/v1's `op`: `blueprint.rms_norm`,
 `blueprint.linear` with its role, `blueprint.gdn_recurrence`, ...) joined by edges. Edges
 are SSA values of type `!blueprint.edge<rows, dim, element>` whose rows and dim are
 symbolic dim expressions kept as written (`"n*top_k"`, `"hidden"`). What a node decides

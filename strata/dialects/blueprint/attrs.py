@@ -25,11 +25,11 @@ from strata.errors import StrataError
 from strata.ir.dtypes import DType, dtype_named, lookup
 from strata.ir.shapes import Expr, parse_expr
 
-#: Short element names of the seeds (fp8/block128x128, int4) and the dtype table's entries they mean.
+#: Short element names of kbp-graph/v1 and Chimera (fp8/block128x128, int4) and the dtype table's entries they mean.
 FORMAT_ALIASES = {"fp8": "f8E4M3FN", "fp8e5": "f8E5M2", "int8": "i8", "int4": "i4", "uint4": "ui4"}
 PLACEMENTS = ("host", "device")
 EFFECTS = ("update", "snapshot", "read", "write")
-#: The verbs of seed 001's `steps` lists.
+#: The verbs of kbp-graph/v1's `steps` lists.
 STEP_KINDS = ("act", "weight", "mma", "accumulate", "scale", "compute", "state", "gather", "scatter",
               "move", "combine", "compare", "score", "scores", "softmax", "cache", "wire")
 
@@ -41,7 +41,7 @@ def _dtype(name: str) -> DType:
 @irdl_attr_definition
 class FormatAttr(ParametrizedAttribute):
     """A weight or activation format: an element kind (a dtype-table name or one of the
-    seeds' short names fp8, int4, ...), an optional quantization block and, for integer
+    short names fp8, int4, ... of kbp-graph/v1 and Chimera), an optional quantization block and, for integer
     kinds, an asymmetric (zero-point) flag.
 
         #blueprint.format<bf16>
@@ -104,7 +104,7 @@ class FormatAttr(ParametrizedAttribute):
 
 
 def format_text(fmt: FormatAttr) -> str:
-    """Seed 001's spelling of a format: `bf16`, `fp8/block128x128`, `int4/block128/asymmetric`."""
+    """kbp-graph/v1's spelling of a format: `bf16`, `fp8/block128x128`, `int4/block128/asymmetric`."""
     text = fmt.elem.data
     if fmt.block_sizes:
         text += "/block" + "x".join(str(b) for b in fmt.block_sizes)
@@ -201,7 +201,7 @@ class PlacementAttr(_WordAttr):
 
 @irdl_attr_definition
 class StateEffectAttr(ParametrizedAttribute):
-    """What a node does to a named state (seed 001's `conv:update`, `k:write`, `v:read`):
+    """What a node does to a named state (kbp-graph/v1's `conv:update`, `k:write`, `v:read`):
 
         #blueprint.effect<conv:update>
         #blueprint.effect<k:write>
@@ -232,7 +232,7 @@ class StateEffectAttr(ParametrizedAttribute):
 
 @irdl_attr_definition
 class StepAttr(ParametrizedAttribute):
-    """One step of a node's numerics contract (seed 001's `steps`): a verb and its detail.
+    """One step of a node's numerics contract (kbp-graph/v1's `steps`): a verb and its detail.
 
         #blueprint.step<weight, "fp8/block128x128->bf16">
     """

@@ -1,7 +1,7 @@
 """The abstract bases of the blueprint ops: the attributes every node may carry, and the
 operand shapes the nodes share.
 
-Every node may carry `node` (seed 001's node id), `edges` (its results' ids), `precision`,
+Every node may carry `node` (kbp-graph/v1's node id), `edges` (its results' ids), `precision`,
 `steps`, `placement`, `effects` (state effects), `slots` (the state buffers those effects act
 on) and `point` (its specialization point). A node that reads a weight names it with `weight "param"` (a
 param name, as the op level's `op.param`; weights never enter the IR); a node that reads
@@ -68,9 +68,9 @@ class NodeOp(IRDLOperation):
     steps = opt_attr_def(ArrayAttr[StepAttr])
     placement = opt_attr_def(PlacementAttr)
     effects = opt_attr_def(ArrayAttr[StateEffectAttr])
-    #: The ids of the node's results, in order (seed 001's edge ids, `l0.gdn.xn`).
+    #: The ids of the node's results, in order (kbp-graph/v1's edge ids, `l0.gdn.xn`).
     edges = opt_attr_def(ArrayAttr[StringAttr])
-    #: The node's specialization point (seed 001's `point`: `{gate = "softplus", decay = "head"}`).
+    #: The node's specialization point (kbp-graph/v1's `point`: `{gate = "softplus", decay = "head"}`).
     point = opt_attr_def(DictionaryAttr)
     #: The state buffers the node's `effects` act on, one per effect (`cache_r_l0`); absent: the
     #: effects' own state names.

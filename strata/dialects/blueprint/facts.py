@@ -8,7 +8,7 @@ attributes of the function, read through `function_dims` and `function_weights`.
             "blk.0.attn_qkv.weight" = ungroup_rows [2, 0, 3, 16, 16, 32, 32] of "blk.0.ssm_in.weight",
             "blk.0.attn_q.weight" = split [0, 2]>}
 
-`blueprint.dims` gives the size of each symbol the edges' dims are written in (seed 001's
+`blueprint.dims` gives the size of each symbol the edges' dims are written in (kbp-graph/v1's
 `hidden`, `q_heads`, `top_k`, ...). `blueprint.weights` says, for each weight a node names
 whose op-level param is not read as stored, how it is read: the op level's conversion
 (`op.param`'s `convert` and `convert_args`, one of `strata.dialects.op.PARAM_CONVERSIONS`) and

@@ -24,7 +24,7 @@ from strata.ir.checks import require
 
 @irdl_op_definition
 class GroupOp(IRDLOperation):
-    """A kernel group: the nodes one fusion rule (seed 001's `rule`, such as `w8a16_m32`
+    """A kernel group: the nodes one fusion rule (kbp-graph/v1's `rule`, such as `w8a16_m32`
     or `cross_layer_add_norm`) fuses into one launch, where it runs, and the edges it
     hands on (its results, yielded by the body). The body reads edges from outside;
     groups do not nest.

@@ -105,7 +105,7 @@ class GatedRmsNormOp(WeightedBinaryNode):
 
 @irdl_op_definition
 class LinearOp(WeightedNode):
-    """A projection x @ W^T; `role` says which (seed 001's `linear:qkvz`, `linear:o`, ...).
+    """A projection x @ W^T; `role` says which (kbp-graph/v1's `linear:qkvz`, `linear:o`, ...).
 
         %q = blueprint.linear %xn weight "model.layers.3.self_attn.q_proj.weight" role "q" : !blueprint.edge<"n", "hidden", bf16> -> !blueprint.edge<"n", "q_heads*head_dim*2", bf16>
     """

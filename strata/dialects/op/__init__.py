@@ -1,4 +1,4 @@
-"""The `op` dialect: ggml-like tensor operations (seed 000).
+"""The `op` dialect: ggml-like tensor operations (the ggml ops of llama.cpp's graph).
 
 Every op has ggml's semantics, but shapes are ordinary row-major tensor types:
 ggml's `{4096, 5, 1, 1}` (fastest dimension first) is `tensor<5x4096xf32>` here.
@@ -13,9 +13,9 @@ tensor name (`Qcur-0`), and an `op.block` attribute: the module-level block inst
 was expanded from (`origin`).
 
 Types are builtin tensors so that the later levels can refine them in place: a
-quantized weight (seed 001's fp8 block128x128, seed 004's int4 block-128 asymmetric)
-is a tensor whose `encoding` names its format, and a FixedPoint32<frac> value (seed
-004) is a tensor of a fixed-point element type; shapes, names and op semantics stay.
+quantized weight (kbp-graph/v1's fp8 block128x128, Chimera's int4 block-128 asymmetric)
+is a tensor whose `encoding` names its format, and a FixedPoint32<frac> value (Quadric
+Chimera's) is a tensor of a fixed-point element type; shapes, names and op semantics stay.
 
 State is a buffer, as in ggml: `op.set_rows` writes rows into an `op.state` and
 returns the written tensor, `op.cpy` into an `op.view` of one writes it whole; later
@@ -140,7 +140,7 @@ Op = Dialect(
         AllGatherOp,
         GetRowsShardedOp,
         MulMatIdShardedOp,
-        # Batches of sequences, packed segments, scores and device loops (seed 003's entries).
+        # Batches of sequences, packed segments, scores and device loops (the module level's entries).
         GatedDeltaNetSeqOp,
         TargetLogProbsOp,
         GenerateOp,

@@ -1,5 +1,5 @@
 """Device loops: an entry that runs a step function many times, feeding each step the token
-the previous one chose (seed 003's generate, sample and generate_until).
+the previous one chose (the module level's generate, sample and generate_until).
 
 The step is a `func.func` of the same module (its `op.call` is a decode's: one token per row
 at one position) that returns the chosen ids, one per row; it writes the KV cache and the

@@ -30,7 +30,7 @@ class SampleOp(OpBase):
     `tl.randint(key[0], key[1] + step * 2**32 + row)`. The op is stateless (the same operands
     give the same ids), hence `Pure`.
 
-    Operands: `key` [2] i64 (seed 003's `key: Tensor[2; i64]`); `step` [1] (an integer below
+    Operands: `key` [2] i64 (the module level's `key: Tensor[2; i64]`); `step` [1] (an integer below
     2**31: the draw's counter, a generation's step); then the per-row parameters, each [R] or
     [1] (one value for every row): `temperature`, `top_k` (i32, <= 0: off), `top_p`, `min_p`,
     `repetition_penalty`, `presence_penalty`, `frequency_penalty` (f32); optionally `counts`:

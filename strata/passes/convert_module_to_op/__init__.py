@@ -6,7 +6,7 @@ package); it knows no model family. One `func.func` per entry:
 
 * `prefill` of S tokens (S static, or dynamic with `tokens=0`) from a start position, and
   `decode` of one token: llama.cpp's graph of one sequence (with Batch 1);
-* every other entry of seed 003 (and prefill and decode with Batch > 1) runs the tokens of
+* every other entry of the module level's entry table (and prefill and decode with Batch > 1) runs the tokens of
   several sequences as one flat row [N, H] (see `CallPlan`): batched rows (`decode_rows`),
   prompts into slots (`prefill_slots`), packed segments (`*_packed`), a paged cache
   (`*_paged`), whole sequences without a cache (`forward`, `next_token`), and the device

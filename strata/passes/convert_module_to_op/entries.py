@@ -1,4 +1,4 @@
-"""The plans of seed 003's entries: how each runs its tokens (see `CallPlan`), the generics it
+"""The plans of the module level's entries: how each runs its tokens (see `CallPlan`), the generics it
 binds, and its function's record of its arguments and of what the host computes from them.
 
 | entry | K and V | attention streams | recurrent state |
@@ -50,7 +50,7 @@ from strata.passes.convert_module_to_op.lowering import (
     tensor,
 )
 
-#: Every entry of seed 003, in its order.
+#: Every entry of the module level's entry table, in its order.
 ENTRIES = ("forward", "next_token", "decode", "prefill", "decode_rows", "prefill_slots", "loss_packed",
            "log_probs_packed", "hidden_packed", "prefill_packed", "step_packed", "decode_paged", "prefill_paged",
            "step_paged", "generate", "sample", "generate_until")
@@ -66,7 +66,7 @@ LAYOUTS = {
 #: The device loops: entry -> its step function (one decode step per row, choosing each row's
 #: token by the argmax or, for sample, by the sampler).
 LOOPS = {"generate": "greedy_step", "sample": "sample_step", "generate_until": "greedy_step"}
-#: A step function's own signature (seed 003's `step`, choosing the token as well); a sampling
+#: A step function's own signature (the module level's `step`, choosing the token as well); a sampling
 #: step also takes the entry's key and temperature, and its draw's counter `step`.
 STEP_SIGNATURES = {
     "greedy_step": "(token: Tensor[Batch, 1; i32], pos: i32) -> Tensor[Batch; i32]",

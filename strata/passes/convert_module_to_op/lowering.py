@@ -245,14 +245,14 @@ class Lowering:
         # The root block may say otherwise (`ggml_output_rows`, see CausalLM).
         self.prune = entry == "prefill" and tokens != 1 and plan is None
         #: The names llama.cpp gives the graph inputs (positions, k_rows, v_rows, out_ids,
-        #: state_copy), stamped on the root block by the family; absent: seed 000's leaf_N.
+        #: state_copy), stamped on the root block by the family; absent: llama.cpp's leaf_N.
         self.input_names: dict[str, str] = {}
         self._leaves: dict[Hashable, SSAValue] = {}
         self._root: O.BlockOriginAttr | None = None
 
     def input_name(self, key: str) -> str | None:
         """llama.cpp's name of the graph input `key` (positions, k_rows, v_rows, out_ids,
-        state_copy), or None (an unnamed leaf, as in seed 000)."""
+        state_copy), or None (an unnamed leaf, as llama.cpp's Qwen3-8B graph has)."""
         return self.input_names.get(key)
 
     @property

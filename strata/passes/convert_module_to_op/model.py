@@ -2,11 +2,11 @@
 sequence as llama.cpp builds them; every other entry by its plan, `CausalLM.run_plan`).
 
 llama.cpp's builders differ in a few names and in where they gather the rows whose logits
-are returned; the family stamps those facts on its blocks (absent, seed 000's llama):
+are returned; the family stamps those facts on its blocks (absent, llama.cpp's llm_build_llama):
 
 * the root's `ggml_names` (`embd`: the embedding's output name), `ggml_inputs` (the graph
   inputs' names, see `Lowering.input_names`) and `ggml_output_rows`: absent, the last
-  layer of a multi-token prefill keeps the output rows (seed 000); `last_layer`, it does
+  layer of a multi-token prefill keeps the output rows (llama.cpp's graph); `last_layer`, it does
   for every call (this llama.cpp's llama-style builders); `after_norm`, the rows are
   gathered after the final norm, named `h_nextn` (llama.cpp's Qwen3.5 and Qwen3-Next);
 * a layer's `ggml_names`: `residual` (default `ffn_inp`), `mlp_norm` (default

@@ -1,7 +1,7 @@
 """convert-op-to-blueprint{mode=decode rows=1}: the op level's ggml graph -> blueprint nodes.
 
-Each op-level function becomes a blueprint function of the same name whose nodes are seed
-001's semantic nodes (embed, rms_norm, `linear` with its role, gdn_gates, conv1d_update, ...),
+Each op-level function becomes a blueprint function of the same name whose nodes are
+kbp-graph/v1's semantic nodes (embed, rms_norm, `linear` with its role, gdn_gates, conv1d_update, ...),
 found from the op level's subgraphs by the recognisers of `blocks.py`, one per kind of block.
 Each op records the module-level block instance it was expanded from (`op.block`), and the
 nodes are grouped by it: the model's `embedding` makes the embed block, each layer
@@ -9,7 +9,7 @@ nodes are grouped by it: the model's `embedding` makes the embed block, each lay
 (`std.attn.gated_delta_net` a Gated DeltaNet, `std.attn.grouped_query` and `std.attn.gated`
 attention) and of its `mlp` sub (`std.moe.sparse` a sparse MoE, `std.nn.mlp` a dense FFN),
 and the model's `norm` and `lm_head` the head. The params' tensor names (the family's) only
-name the weights the nodes read. Sibling projections of one input are merged as seed 001
+name the weights the nodes read. Sibling projections of one input are merged as kbp-graph/v1
 merges them (qkv + z -> `qkvz`, b + a -> `ba`, gate + up -> `gate_up`): a linear's `concat`
 lists the weights whose rows follow its `param`'s.
 

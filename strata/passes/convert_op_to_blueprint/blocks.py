@@ -5,9 +5,9 @@ layer, `attention.q_proj`, and the member's name; and the ops using them), reads
 hyperparameters and sizes off those ops, and emits the block's blueprint nodes in the block's
 order. Which recogniser a layer's mixer and FFN take is their block kind (`MIXERS`, `FFNS`).
 
-Node ids are seed 001's (`l0.gdn.qkvz`), edge ids too (`l0.gdn.xn`): `<block>.<name>`,
+Node ids are kbp-graph/v1's (`l0.gdn.qkvz`), edge ids too (`l0.gdn.xn`): `<block>.<name>`,
 with blocks `embed`, `l<i>.gdn`, `l<i>.attn`, `l<i>.moe_ffn`, `l<i>.ffn` and `head`.
-Edge dims are expressions over seed 001's symbols, each checked against the op level's size.
+Edge dims are expressions over kbp-graph/v1's symbols, each checked against the op level's size.
 """
 
 from __future__ import annotations

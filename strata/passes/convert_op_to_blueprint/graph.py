@@ -183,7 +183,7 @@ def _name(value: SSAValue) -> str:
 
 
 class Dims:
-    """The model's dims (seed 001's symbols: hidden, q_heads, lin_k_dim, ...), each read off
+    """The model's dims (kbp-graph/v1's symbols: hidden, q_heads, lin_k_dim, ...), each read off
     the op level once and checked wherever it is read again."""
 
     def __init__(self) -> None:

@@ -8,7 +8,7 @@ cache and the recurrent state carry from call to call), the results saved in one
     results = call_model("models/tiny", "calls.json", "out.npz", knobs={"Batch": 2})
     results["call0"], results["call1"]          # an entry with several results: call<i>_<j>
 
-The arguments are seed 003's, by name, with the shapes of the entry's signature (the dims the
+The arguments are the module level's, by name, with the shapes of the entry's signature (the dims the
 checkpoint does not bind set with `--set Batch=2`, ...). The program is compiled with the
 entries the calls use (and prefill and decode). Every call is checked before the first runs:
 an unknown entry, a missing, extra or mistyped argument and a wrong shape are one-line errors
@@ -80,7 +80,7 @@ def check_calls(calls: Sequence[Call], entries: Mapping[str, tuple], where: str 
     for i, c in enumerate(calls):
         if c.entry not in entries:
             known = ", ".join(sorted(entries)) or "none"
-            why = "an entry this program was not compiled with" if c.entry in ENTRIES else "no entry of seed 003"
+            why = "an entry this program was not compiled with" if c.entry in ENTRIES else "no entry of the module level"
             raise CallError(f"{where}: call {i}: unknown entry {c.entry[:40]!r}: {why} (it has: {known})")
         try:
             out.append(check_args(c.entry, entries[c.entry][0], c.inputs))
@@ -136,7 +136,7 @@ def call_model(model_path: str | Path, calls_path: str | Path, out_path: str | P
     calls = read_calls(calls_path)
     for i, c in enumerate(calls):  # before a compile: the names need no program
         if c.entry not in ENTRIES:
-            raise CallError(f"{calls_path}: call {i}: unknown entry {c.entry[:40]!r} (seed 003's entries: "
+            raise CallError(f"{calls_path}: call {i}: unknown entry {c.entry[:40]!r} (the module level's entries: "
                             f"{', '.join(ENTRIES)})")
     if not target_of(target_name).compiles_entries:
         raise CallError(f"strata call runs entries on --target cpu; the {target_name} target's program runs "

@@ -37,7 +37,7 @@ from strata.errors import StrataError, counter, say
 DEFAULT_CTX = 512
 #: The shortest chunk with two scored tokens (the ± error needs count > 1).
 MIN_CTX = 4
-#: The entries the program is compiled with (in seed 003's order): the generation loop's and the
+#: The entries the program is compiled with (in the module level's order): the generation loop's and the
 #: scorer's; with a KL base, `forward` too (whole distributions).
 ENTRIES = "decode,prefill,log_probs_packed"
 KL_ENTRIES = "forward,decode,prefill,log_probs_packed"

@@ -13,7 +13,7 @@ that calls the op's kernel, in program order. The generated module
   ``op.state`` (the KV cache) from its IR type; one method per entry computes its host
   inputs and then runs the ops, with locals named after the IR values: a one-sequence
   ``prefill(tokens, start)`` and ``decode(token, pos)`` with ``host_input``, every other
-  entry with seed 003's arguments by name (``decode_rows(tokens, positions)``, ...) checked
+  entry with its arguments by name (``decode_rows(tokens, positions)``, ...) checked
   and turned into its inputs by ``entry_call`` and ``call_input`` (copied from
   :mod:`strata.semantics.host_inputs`); ``ARGS`` and ``RESULTS`` give each entry's
   arguments and results. A device loop calls its step function (a method too). An entry

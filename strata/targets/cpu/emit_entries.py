@@ -1,5 +1,5 @@
-"""The cpu target's entry methods, as text for `emit.py` to print: each entry's arguments (seed
-003's, from `op.args` and `op.arg_types`), the generated Model's tables of them (`OUTPUTS`,
+"""The cpu target's entry methods, as text for `emit.py` to print: each entry's arguments (the
+module level's, from `op.args` and `op.arg_types`), the generated Model's tables of them (`OUTPUTS`,
 `RESULTS`, `ARGS`, `LAYOUTS`), and the head of each method: a one-sequence `prefill(tokens,
 start)` / `decode(token, pos)` computes its inputs with `host_input`; every other entry takes its
 arguments by name and turns them into its inputs with `entry_call` (strata.semantics.host_inputs).
@@ -17,7 +17,7 @@ from xdsl.ir import Attribute
 from strata.ir import dtypes
 from strata.targets.codegen import CodegenError, Namer, literal_name, sanitize_label
 
-#: The names an entry's arguments may have (seed 003's are of this form).
+#: The names an entry's arguments may have (the module level's are of this form).
 ARG_NAME = re.compile(r"[a-z][a-z0-9_]{0,40}")
 
 
@@ -62,7 +62,7 @@ def argument_names(fn: func.FuncOp, reserved: set[str]) -> list[str]:
 
 def arg_spec(fn: func.FuncOp, reserved: set[str]) -> tuple:
     """The entry's arguments as (name, shape (-1: the call's size) or None for a scalar, numpy
-    dtype name); a one-sequence prefill or decode has seed 003's (its method takes them flat);
+    dtype name); a one-sequence prefill or decode has the module level's (its method takes them flat);
     an entry with function arguments (the sampler) takes them, of static shapes."""
     if fn.function_type.inputs.data:
         return tuple((name, tuple(int(d) for d in a.type.get_shape()), numpy_name(a.type.get_element_type()))

@@ -1,4 +1,4 @@
-"""The EPU target (seed 004, Quadric Chimera): a fixed-level decode step printed as C++17 calling
+"""The EPU target (Quadric Chimera's GPNPU): a fixed-level decode step printed as C++17 calling
 the EPU custom ops (`emit.py`), with a header-only reference runtime (`runtime/epu_runtime.h`).
 
 Its compile reads the weights and calibration data, so it is staged (`stages.py`: calibrate ->

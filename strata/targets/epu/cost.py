@@ -1,7 +1,7 @@
 """An ESTIMATE of one decode step's cost on a QC-U-like EPU, per custom op: MACs, bytes moved over
 DDR, cycles, and tokens/s. Not a simulator: a documented roofline.
 
-The machine (seed 004's QC-U): a 32 x 32 PE array with 8 MACs per PE (8192 MACs per cycle) at
+The machine (Quadric Chimera's QC-U): a 32 x 32 PE array with 8 MACs per PE (8192 MACs per cycle) at
 1.5 GHz, 8 MB on-chip memory, 128 GB/s DDR (85.3 bytes per cycle). The model:
 
 - activations stay on chip (a decode step's are well under 8 MB); what crosses DDR is every weight
@@ -12,7 +12,7 @@ The machine (seed 004's QC-U): a 32 x 32 PE array with 8 MACs per PE (8192 MACs 
 - cycles of an op = max(MACs / 8192, DDR bytes / 85.3) (compute and transfer overlap), summed
   over the ops in program order; tokens/s = 1.5e9 / cycles of one step.
 
-Seed 004 measured 32.6 M cycles and 46 tokens/s for one Sarashina2.2-3B decode step on the ISS;
+Quadric's Chimera SDK measured 32.6 M cycles and 46 tokens/s for one Sarashina2.2-3B decode step on the ISS;
 `bench/epu_gate.py` prints this model's estimate for the same shapes next to that anchor.
 """
 
@@ -111,7 +111,7 @@ class Cost:
 
 
 def step_cost(module: ModuleOp, pos: int = 7, machine: Machine = QCU) -> Cost:
-    """The estimate of one decode step at position `pos` (seed 004: a 7-token prompt), one row
+    """The estimate of one decode step at position `pos` (Chimera's Sarashina2.2-3B run: a 7-token prompt), one row
     per custom op (a packed projection, an attention with its ropes and cache) or other op."""
     from strata.targets.epu.emit import custom_op_groups
 

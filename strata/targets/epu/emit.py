@@ -1,11 +1,11 @@
-"""The EPU target's printer: a fixed-level decode step as C++17 calling seed 004's custom ops.
+"""The EPU target's printer: a fixed-level decode step as C++17 calling Quadric Chimera's custom ops.
 
     files = emit_epu(module, weights, model_name)   # {"model.h", "main.cpp", "Makefile",
                                                     #  "epu_runtime.h", "weights.bin"}
 
 One handler per fixed op (`EPU_EMITTER`, keyed by op class), in program order, each writing the
 call of `runtime/epu_runtime.h` that computes what the op's semantics say. Two matches group ops
-into seed 004's custom ops before printing (`custom_op_groups`):
+into Chimera's custom ops before printing (`custom_op_groups`):
 
 - every set of `fixed.matmul_w4a16` reading one value: N >= 2 of them (q|k|v, gate|up) are one
   `nn_custom::w4a16PackedProj<N, Frac, XFrac>` (their outputs must share one format:

@@ -1,5 +1,5 @@
 """The EPU target's compile: content-addressed stages from a Llama checkpoint to C++ calling
-the EPU custom ops (seed 004).
+the EPU custom ops (Quadric Chimera's w4a16 and FixedPoint32 ops).
 
     out, rebuilt = compile_epu(model, "build/tiny-epu", {"headroom": 2})   # the stages under OUT
 
@@ -18,7 +18,7 @@ reaches:
                  ranges the fixed-point formats come from)
     fixed        fixed.mlir: the decode step at the fixed level (convert-blueprint-to-fixed with
                  an int8 KV cache of ctx positions, assign-frac-bits{headroom},
-                 epu-pack-projections) and range_table.txt (seed 004's table)
+                 epu-pack-projections) and range_table.txt (Chimera's range table)
     cpp          model.h, main.cpp, epu_runtime.h, Makefile, weights.bin (strata.targets.epu) and
                  cost.txt (an estimate per custom op: MACs, DDR bytes, cycles; strata.targets.epu.cost)
 
@@ -235,7 +235,7 @@ def smoothed_store(model: Any, out: Path, store: Any = None) -> Overlay:
 
 
 def _int4_head(module, int4: set[str]) -> None:
-    """Seed 004's lm_head is int4 (w4a16NBitsMatMul) where the w4a16 stage made its weight int4, as
+    """Chimera's lm_head is int4 (w4a16NBitsMatMul) where the w4a16 stage made its weight int4, as
     the ORT graph's (the recipe keeps it bf16); a head tied to the embedding table stays fixed.matmul."""
     from strata.dialects import blueprint as B
 

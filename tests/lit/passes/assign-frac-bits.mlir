@@ -1,6 +1,6 @@
-// assign-frac-bits sets each fixed op's format from a ranges file by seed 004's rules (matmul
+// assign-frac-bits sets each fixed op's format from a ranges file by Chimera's FixedPoint32 rules (matmul
 // outputs 31 - ceil(log2 max|y|) - headroom, other ops headroom 0), records the range, updates
-// the function's result types; -t fixed-range-table prints seed 004's table; a missing tensor
+// the function's result types; -t fixed-range-table prints Chimera's range table; a missing tensor
 // or a range that overflows int32 under the headroom is a one-line error.
 // RUN: strata-opt %s -p 'assign-frac-bits{headroom=2 ranges="%S/Inputs/fixed-ranges.json"}' | filecheck %s
 // RUN: strata-opt %s -p 'assign-frac-bits{headroom=3 ranges="%S/Inputs/fixed-ranges.json"}' | filecheck %s --check-prefix=HR3

@@ -1,6 +1,6 @@
 // blueprint-assign-precision on a hand-written Gated DeltaNet + MoE layer (Inputs/blueprint-gdn-moe.mlir):
 // each recipe gives every node its precision and steps and changes nothing else. fp8-bf16head is
-// seed 001's: fp8/block128x128 weights for the big projections and experts, bf16 for ba, the router,
+// the Qwen3.6-35B-A3B kbp-graph/v1 plan's: fp8/block128x128 weights for the big projections and experts, bf16 for ba, the router,
 // shared_gate and lm_head, bf16 activations, f32 accumulation; w4a16 puts int4 (block 128, asymmetric)
 // where fp8-bf16head puts fp8. The errors: an unknown recipe lists the known ones.
 

@@ -1,6 +1,6 @@
-// blueprint-collapse on a fused blueprint shaped like seed 001 (Inputs/blueprint-fused-3l.mlir: embed,
+// blueprint-collapse on a fused blueprint shaped like the Qwen3.6-35B-A3B kbp-graph/v1 plan (Inputs/blueprint-fused-3l.mlir: embed,
 // two Gated DeltaNet + MoE layers, one gated-attention + MoE layer, head): the function gets
-// blueprint.collapsed with seed 001's template names, instances and ports, and nothing else changes.
+// blueprint.collapsed with the plan's template names, instances and ports, and nothing else changes.
 // A layer whose precision differs from its template's is a template of its own (#2). The error: a
 // node outside any layer between two layers.
 

@@ -1,6 +1,6 @@
-// blueprint-fuse after blueprint-assign-precision and blueprint-place-state on a seed-001-shaped
-// function (Inputs/blueprint-seed-layers.mlir): every node lands in exactly one group, with seed
-// 001's rule names and members for a GDN + MoE layer, a gated attention + MoE layer and the head
+// blueprint-fuse after blueprint-assign-precision and blueprint-place-state on a kbp-graph/v1-shaped
+// function (Inputs/blueprint-seed-layers.mlir): every node lands in exactly one group, with the
+// kbp-graph/v1 plan's rule names and members for a GDN + MoE layer, a gated attention + MoE layer and the head
 // under fp8-bf16head. Under w4a16 the same groups take int4 names. The points of a group's members
 // spread over the group (ba gets the gates' point, shared_gate the blend's).
 

@@ -1,5 +1,5 @@
-// blueprint-place-state on a seed-001-shaped function (Inputs/blueprint-seed-layers.mlir: a GDN +
-// MoE layer, a gated attention + MoE layer, the head; no effects given). Defaults are seed 001's:
+// blueprint-place-state on a kbp-graph/v1-shaped function (Inputs/blueprint-seed-layers.mlir: a GDN +
+// MoE layer, a gated attention + MoE layer, the head; no effects given). Defaults are kbp-graph/v1's:
 // embed and argmax on the host, everything else on the device, a paged KV cache; stateful nodes
 // get their kind's effects. Options move embed/argmax to the device and make the KV contiguous.
 // In verify mode the recurrence's state h gets an inserted snapshot (the conv one exists).

@@ -1,4 +1,4 @@
-// convert-module-to-op on seed 003's entries of several sequences (Inputs/, see generate.py):
+// convert-module-to-op on the module level's entries of several sequences (Inputs/, see generate.py):
 // one flat row of the call's tokens, KV written at host-computed cells (SET_ROWS), attention in
 // streams of the rows or one stream masked to each token's sequence, recurrent state in slots.
 

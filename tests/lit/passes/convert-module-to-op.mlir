@@ -2,7 +2,7 @@
 // Inputs/generate.py: vocab 32, hidden 16, 4 query heads, 2 KV heads, head dim 4,
 // ffn 40, MaxSeq 64, or 128 for llama3_2l). Each RUN line lowers one entry; the
 // checks follow one whole layer (layer 1, the last one) op by op, as llama.cpp's
-// llm_build_llama / llm_build_qwen3 expand it (compare seed 000).
+// llm_build_llama / llm_build_qwen3 expand it (compare llama.cpp's eval-callback trace).
 
 // Prefill of 5 tokens from position 0, flash attention: n_kv = 32 (kv-pad 32).
 // RUN: strata-opt %S/Inputs/llama2l.mlir -p 'convert-module-to-op{entry=prefill tokens=5 start=0 ctx=64 kv-pad=32 flash-attn=true}' | filecheck %s --check-prefix=PREFILL

@@ -1,4 +1,4 @@
-// The op level's ggml subgraphs become seed 001's semantic nodes: a Gated DeltaNet + MoE
+// The op level's ggml subgraphs become kbp-graph/v1's semantic nodes: a Gated DeltaNet + MoE
 // layer (Qwen3.5-MoE), its attention layer, the dense families' attention + FFN; prefill
 // has no conv snapshot; bad options are one-line errors.
 // RUN: strata-opt %S/Inputs/qwen35moe_4l.mlir -p 'convert-module-to-op{entry=decode start=5 ctx=256},convert-op-to-blueprint{mode=decode rows=1}' | filecheck %s --check-prefix=GDN

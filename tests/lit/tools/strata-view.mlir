@@ -1,4 +1,4 @@
-// `strata view` of a module-level file (seed 002's TinyLlama, as `strata import --format tensorviz`
+// `strata view` of a module-level file (the tensorviz.graph TinyLlama, as `strata import --format tensorviz`
 // gives it): Graphviz with a cluster per block that has sub-blocks, the params' shapes and
 // precisions on the nodes, the activations' shapes and precisions on the edges.
 // RUN: strata view %s --level module --format dot | filecheck %s

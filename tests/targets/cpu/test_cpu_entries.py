@@ -1,4 +1,4 @@
-"""Seed 003's entries on the cpu target: every entry compiled into one module (a method each, taking
+"""The module level's entries on the cpu target: every entry compiled into one module (a method each, taking
 the entry's arguments by name), run by the program's `call` on one state, equals the op
 interpreter on the stage's own op-level IR (the same kernels: bit for bit), and HF for the
 logits (a llama and a hybrid family); `sample` draws what the runtime's loop draws with the same

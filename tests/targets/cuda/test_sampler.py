@@ -1,4 +1,4 @@
-"""The CUDA target's sampler, placed by the `sample` knob (seed 001's placement): on the device
+"""The CUDA target's sampler, placed by the `sample` knob (kbp-graph/v1's placement): on the device
 (the sampling kernel on the logits the step left there) or on the host (the numpy sampler that
 model.py then carries); both draw the cpu target's ids for a seed, in Triton's interpreter."""
 

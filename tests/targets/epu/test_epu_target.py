@@ -1,6 +1,6 @@
 """The EPU target's C++ (strata/targets/epu): built once with g++ for a tiny Llama, its logits
 are the fixed interpreter's integers bit for bit, its greedy ids the interpreter's, and the code
-calls seed 004's custom ops with their template parameters."""
+calls Quadric Chimera's custom ops with their template parameters."""
 
 from __future__ import annotations
 

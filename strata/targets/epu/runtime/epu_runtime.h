@@ -1,4 +1,4 @@
-// Strata's EPU reference runtime: the custom ops of seed 004 (Quadric Chimera) on the host, in
+// Strata's EPU reference runtime: the custom ops of Quadric Chimera on the host, in
 // FixedPoint32 integer arithmetic, header-only C++17.
 //
 // Every function computes exactly what strata/semantics/fixed_arith.py and fixed_interp.py

@@ -70,7 +70,7 @@ func.func @f(%a: !blueprint.edge<"n", "hidden", bf16>) {
 
 // -----
 
-// blueprint.step: a verb of seed 001's steps.
+// blueprint.step: a verb of kbp-graph/v1's steps.
 // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.step: unknown step 'dance' (known: act, weight, mma, accumulate, scale, compute, state, gather, scatter, move, combine, compare, score, scores, softmax, cache, wire)
 func.func @f(%a: !blueprint.edge<"n", "hidden", bf16>) {
   %x = blueprint.silu_mul %a {steps = [#blueprint.step<dance, "bf16">]} : !blueprint.edge<"n", "hidden", bf16> -> !blueprint.edge<"n", "hidden", bf16>

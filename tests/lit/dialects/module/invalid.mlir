@@ -1,6 +1,6 @@
 // RUN: strata-opt %s --split-input-file --verify-diagnostics --parsing-diagnostics | filecheck %s
 
-// Verifier errors of the `module` dialect: type strings in the seed-003 notation
+// Verifier errors of the `module` dialect: type strings in the module level's notation
 // (unknown names, bad syntax), subs that name no block, members defined twice,
 // unbound generics of the root block, and ops in the wrong place. Each CHECK
 // anchors the diagnostic's first line (its message) at the start of a line, so a

@@ -18,7 +18,7 @@
 // members module.param (with and without `optional`), module.state, module.sub
 // (a block, an array of blocks, with `bias` and `tied`), and module.fn (with
 // `pub` and `entry`, with generics, with several results). Type strings use the
-// seed-003 notation (dim arithmetic over generics, `*S` variadic shapes). One
+// module level's notation (dim arithmetic over generics, `*S` variadic shapes). One
 // member is written in the generic form and printed in the custom one.
 
 // CHECK-LABEL: module.model @tiny attributes {arch = "LlamaForCausalLM", root = "Model", generics = {Vocab = 32 : i64, H = 16 : i64, Heads = 4 : i64, KvHeads = 2 : i64, HeadDim = 4 : i64, Inner = 40 : i64, Layers = 2 : i64, Batch = 1 : i64, MaxSeq = 64 : i64, T = f32}} {

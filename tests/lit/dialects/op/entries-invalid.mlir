@@ -1,6 +1,6 @@
 // RUN: strata-opt %s --split-input-file --verify-diagnostics --parsing-diagnostics | filecheck %s
 
-// One verifier error (at least) for each op that seed 003's entries of several sequences bring
+// One verifier error (at least) for each op that the module level's entries of several sequences bring
 // (see invalid.mlir for how the checks anchor).
 
 // op.gated_delta_net_seq: one sequence id per token.

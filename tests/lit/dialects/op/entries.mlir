@@ -2,7 +2,7 @@
 // RUN: strata-opt %s > %t.1.mlir
 // RUN: strata-opt %t.1.mlir | diff %t.1.mlir -
 
-// Round trip of the ops that seed 003's entries of several sequences bring: GATED_DELTA_NET over
+// Round trip of the ops that the module level's entries of several sequences bring: GATED_DELTA_NET over
 // several sequences (with and without their states), the targets' log-probabilities, the device
 // loops (a module with their step function), FLASH_ATTN_EXT with a leading dim of streams, and
 // the host inputs those entries read.

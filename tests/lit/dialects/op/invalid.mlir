@@ -558,7 +558,7 @@ func.func @f(%l: tensor<48xf32>, %key: tensor<2xi64>, %s: tensor<1xi32>, %t: ten
 
 // -----
 
-// op.sample: the key is two int64 (seed 003's key: Tensor[2; i64]).
+// op.sample: the key is two int64 (the module level's key: Tensor[2; i64]).
 // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.sample: key must be tensor<2xi64>
 func.func @f(%l: tensor<2x48xf32>, %key: tensor<2xi32>, %s: tensor<1xi32>, %t: tensor<2xf32>, %k: tensor<1xi32>) {
   %i = op.sample %l, %key, %s, %t, %k, %t, %t, %t, %t, %t : tensor<2x48xf32>, tensor<2xi32>, tensor<1xi32>, tensor<2xf32>, tensor<1xi32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32> -> tensor<2xi32>

@@ -1,6 +1,6 @@
 // A hand-written blueprint module for blueprint-assign-precision: the embedding, one
 // Gated DeltaNet (linear attention) layer with a sparse MoE (routed and shared experts,
-// as seed 001's layer 0), the final norm, the head and the argmax. Node ids as in seed 001.
+// as layer 0 of the kbp-graph/v1 plan of Qwen3.6-35B-A3B), the final norm, the head and the argmax. Node ids as in kbp-graph/v1.
 func.func @decode(%tok: !blueprint.edge<"n", "1", i32>) {
   %h = blueprint.embed %tok weight "model.embed_tokens.weight" {node = "embed.embed"} : !blueprint.edge<"n", "1", i32> -> !blueprint.edge<"n", "hidden", bf16>
   %xn = blueprint.rms_norm %h weight "model.layers.0.input_layernorm.weight" {node = "l0.gdn.input_norm"} : !blueprint.edge<"n", "hidden", bf16> -> !blueprint.edge<"n", "hidden", bf16>

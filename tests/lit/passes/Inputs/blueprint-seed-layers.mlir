@@ -1,6 +1,6 @@
-// A hand-written blueprint function shaped like seed 001 (Qwen3.6-35B-A3B decode, rows 1): the
-// embedding, one Gated DeltaNet + MoE layer (seed layer 0's nodes, ids l0.*), one gated attention
-// + MoE layer (seed layer 3's nodes, here ids l1.*), the final norm, the head and the argmax, in op
+// A hand-written blueprint function shaped like the kbp-graph/v1 plan (Qwen3.6-35B-A3B decode, rows 1): the
+// embedding, one Gated DeltaNet + MoE layer (the plan's layer 0 nodes, ids l0.*), one gated attention
+// + MoE layer (the plan's layer 3 nodes, here ids l1.*), the final norm, the head and the argmax, in op
 // order, without groups, precision or placement, and without state effects (blueprint-place-state
 // sets them). Written out by tests/blueprint_fixture.py:
 //   blueprint_text(["linear_attention", "full_attention"], effects=False)

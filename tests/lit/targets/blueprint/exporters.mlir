@@ -1,5 +1,5 @@
-// strata-opt's blueprint targets on a fused blueprint shaped like seed 001
-// (passes/Inputs/blueprint-fused-3l.mlir): kbp-graph/v1 JSON in the seed's compact key order, the
+// strata-opt's blueprint targets on a fused blueprint shaped like the kbp-graph/v1 plan of Qwen3.6-35B-A3B
+// (passes/Inputs/blueprint-fused-3l.mlir): kbp-graph/v1 JSON in its compact key order, the
 // Graphviz digraph with one cluster per group, the group table. A module without a blueprint
 // function is a one-line error.
 

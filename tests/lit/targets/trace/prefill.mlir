@@ -1,4 +1,4 @@
-// `-t trace` prints the op level as llama.cpp's eval-callback table (seed 000):
+// `-t trace` prints the op level as llama.cpp's eval-callback table (the ggml ops of llama.cpp's graph):
 // one row per compute op in firing order, the ggml tensor name, the GGML op, the
 // first two sources with their shapes, and the output shape, all in ggml order
 // (fastest dimension first, padded to 4 dims). Views are named after their
