@@ -19,13 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from strata.errors import StrataError
 from strata.runtime.sampling import SamplingError, SamplingParams
 
 #: The most choices one request may ask for, the most stop strings and top log-probs (OpenAI's limits).
 MAX_N, MAX_STOPS, MAX_LOGPROBS = 16, 4, 20
 
 
-class ApiError(Exception):
+class ApiError(StrataError):
     def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None):
         super().__init__(message)
         self.message, self.param, self.status, self.code = message, param, status, code

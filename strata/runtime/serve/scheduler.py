@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from strata.errors import StrataError
 from strata.runtime.program import Program
 from strata.runtime.sampling import SamplingParams
 from strata.runtime.serve.pages import PageAllocator, page_key, prefix_keys, ROOT_KEY
@@ -46,7 +47,7 @@ from strata.semantics.sampling_inputs import SequenceTokens, needs_sampler, samp
 ENTRY = "step_paged"
 
 
-class SchedulerError(ValueError):
+class SchedulerError(StrataError):
     """A program or a request the scheduler cannot run."""
 
 

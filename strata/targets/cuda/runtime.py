@@ -3,7 +3,8 @@
 `strata.targets.cuda.emit` copies this file's source into `OUT/model.py` after the
 generated header and appends the generated part (the weight table, the state table and one
 method per entry, each a sequence of kernel launches, one per blueprint group). So this file
-imports nothing from strata: only numpy, torch and (through `kernels.py`) triton.
+imports nothing from strata but, where it is installed, the base of its user errors: only
+numpy, torch and (through `kernels.py`) triton.
 
 What it does:
 
@@ -41,7 +42,14 @@ E4M3_MAX = 448.0
 PAGE = 16
 
 
-class ModelError(ValueError):
+try:  # under strata's drivers the model's refusals are user errors (one line, no traceback)
+    from strata.errors import StrataError as _UserError
+except ImportError:  # model.py used where strata is not installed
+    class _UserError(Exception):  # type: ignore[no-redef]
+        """An error in what the model was asked to do, not in the model."""
+
+
+class ModelError(_UserError, ValueError):
     """A request or an input the compiled model cannot take (one line)."""
 
 
