@@ -163,9 +163,22 @@ def compile_model(model: Model, target_name: str, out: str | Path, knobs: Mappin
     return out
 
 
+def in_own_cache(model: Model, path: Path) -> bool:
+    """Whether `path` lies in the model's own cache (`model.cache_root`, `.strata-cache` beside
+    the checkpoint): a folder there is strata's, rebuilt whatever it holds. A cache the user
+    named elsewhere (`--cache-dir`) is replaced only when it holds a strata stage."""
+    try:
+        path, root = path.resolve(), model.cache_root.resolve()
+        return path != root and path.is_relative_to(root)
+    except (OSError, RuntimeError):  # a loop of symbolic links: not ours to judge
+        return False
+
+
 def cached_compile(model: Model, target_name: str, cache: str | Path, knobs: Mapping[str, Any] | None = None,
                    store: WeightStore | None = None) -> tuple[Path, str | None]:
-    """The stage in `cache` for these inputs: reused if it matches, else (re)built.
+    """The stage in `cache` for these inputs: reused if it matches, else (re)built. In the
+    model's own cache, anything else at `cache` (a stage a kill or an edit broke, a folder of
+    an older layout) is replaced; elsewhere only a strata stage is.
 
     Returns (the directory, None if reused else why it was built)."""
     staged = _staged(model, target_name, cache, knobs)
@@ -182,10 +195,14 @@ def cached_compile(model: Model, target_name: str, cache: str | Path, knobs: Map
             ok, why = stage_matches(cache, inputs, stage_files)
             if ok:
                 return cache, None  # another process built it meanwhile
+        elif cache.exists() or cache.is_symlink():
+            why = "what was there was not a strata stage"
         else:
             why = "there was none"
-        check_destination(cache, stage_files)
-        write_stage(cache, files)
+        own = in_own_cache(model, cache)
+        if not own:
+            check_destination(cache, stage_files)
+        write_stage(cache, files, replace_any=own)
     return cache, why
 
 

@@ -101,7 +101,8 @@ def bench(model_path: str | Path, *, n_prompt: int = 512, n_gen: int = 128, batc
           repetitions: int = 3, knobs: dict[str, Any] | None = None,
           cache_dir: str | Path | None = None) -> list[BenchRow]:
     """The pp and tg rows of each batch size (see the module docstring), a program compiled per
-    batch size (kept in CACHE/bench-bB, CACHE being `cache_dir` or MODEL/.strata-cache/cpu)."""
+    batch size (kept in CACHE/bench-bB with a `cache_dir`, else in MODEL/.strata-cache/cpu-bench-bB: a folder
+    of its own beside the plain compile's cpu/)."""
     from strata.pipeline import load_model
     from strata.runtime.engine import cache_dir_of, open_program
 
@@ -114,7 +115,7 @@ def bench(model_path: str | Path, *, n_prompt: int = 512, n_gen: int = 128, batc
     if n_prompt + n_gen > limit:
         raise BenchError(f"-p {n_prompt} and -n {n_gen} make {n_prompt + n_gen} positions, beyond the model's context "
                          f"of {limit} tokens (max_position_embeddings)")
-    root = Path(cache_dir) if cache_dir is not None else cache_dir_of(model, "cpu")
+    root = Path(cache_dir) if cache_dir is not None else None
     vocab = int(model.config.vocab_size)
     rng = np.random.default_rng(0)
     tests = (n_prompt > 0) + (n_gen > 0)
@@ -125,7 +126,8 @@ def bench(model_path: str | Path, *, n_prompt: int = 512, n_gen: int = 128, batc
     for b in batches:
         k = {**(knobs or {}), "ctx": n_prompt + n_gen, "Batch": b,
              "entries": ONE_ENTRIES if b == 1 else ROWS_ENTRIES}
-        program = open_program(model, "cpu", k, cache_dir=root / f"bench-b{b}")
+        cache = root / f"bench-b{b}" if root is not None else cache_dir_of(model, "cpu").with_name(f"cpu-bench-b{b}")
+        program = open_program(model, "cpu", k, cache_dir=cache)
         try:
             runner = Runner(program, b, rng.integers(0, vocab, (b, n_prompt + n_gen)))
             if n_prompt:  # the warm-up: one untimed prefill and step
