@@ -3,6 +3,8 @@ strata's own (numpy): fp8 block and ONNX Runtime's int4, bit for bit."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -44,3 +46,11 @@ def test_conversions():
     got = runtime._convert(torch.from_numpy(w), "ungroup_rows", args).numpy()
     assert np.array_equal(got, convert_ungroup_rows(w, args))
     assert np.allclose(runtime._convert(torch.from_numpy(w), "neg_exp", ()).numpy(), -np.exp(w))
+
+
+def test_the_kernels_are_state_of_the_model_not_of_the_module():
+    """Each Model holds the kernels module it loaded (`self.kernels`, `K` in its entry methods);
+    the runtime keeps no module global that a constructor sets."""
+    assert "K" not in vars(runtime)
+    assert "global " not in Path(runtime.__file__).read_text(encoding="utf-8")
+
