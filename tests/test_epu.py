@@ -206,6 +206,25 @@ def test_leftovers_are_strata_s_only_by_their_whole_name(tiny_model, tmp_path):
     assert (tmp_path / "mine" / ".w4a16.tmp-k2").is_dir()
 
 
+def test_a_broken_epu_output_in_the_model_s_own_cache_is_rebuilt(tiny_model, tmp_path):
+    """`strata run --target epu`'s default cache is strata's own: an EPU.json a kill or an edit
+    broke there is rebuilt; the same in a --cache-dir the user named is refused."""
+    from strata.pipeline import cached_compile
+
+    model, _ = tiny_model
+    model = load_model(shutil.copytree(model.root, tmp_path / "m"))
+    for cache in (model.cache_root / "epu", tmp_path / "mine"):
+        out, rebuilt = cached_compile(model, "epu", cache, {"ctx": 16})
+        assert out == cache and rebuilt == f"stages {', '.join(DOWNSTREAM)} rebuilt"
+        (cache / "EPU.json").write_text("{half written")
+    out, rebuilt = cached_compile(model, "epu", model.cache_root / "epu", {"ctx": 16})
+    assert rebuilt == f"stages {', '.join(DOWNSTREAM)} rebuilt"
+    assert json.loads((out / "EPU.json").read_text())["format"] == "strata-epu/v1"
+    with pytest.raises(EpuError, match="not an EPU output directory"):
+        cached_compile(model, "epu", tmp_path / "mine", {"ctx": 16})
+    assert (tmp_path / "mine" / "EPU.json").read_text() == "{half written"
+
+
 def test_interpreter_loop_matches_itself(tiny_model):
     """interpret_epu (the reference of the C++ run) is deterministic and feeds the argmax back."""
     model, root = tiny_model

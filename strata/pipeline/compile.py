@@ -138,12 +138,15 @@ def _prepare(model: Model, target_name: str, knobs: Mapping[str, Any] | None, st
     return tgt, knobs, inputs, {*tgt.outputs, OP_MLIR}
 
 
-def _staged(model: Model, target_name: str, out: str | Path, knobs: Mapping[str, Any] | None):
-    """(directory, stages rebuilt) of a staged target's compile, or None for the others."""
+def _staged(model: Model, target_name: str, out: str | Path, knobs: Mapping[str, Any] | None,
+            replace_any: bool = False):
+    """(directory, stages rebuilt) of a staged target's compile, or None for the others;
+    `replace_any`: `out` is in the model's own cache (see `cached_compile`)."""
     tgt = target(target_name)
     if tgt.staged is None:
         return None
-    return tgt.staged(model, Path(out), resolve_knobs(tgt, model, knobs or {}))
+    options = {"replace_any": True} if replace_any else {}
+    return tgt.staged(model, Path(out), resolve_knobs(tgt, model, knobs or {}), **options)
 
 
 def compile_model(model: Model, target_name: str, out: str | Path, knobs: Mapping[str, Any] | None = None,
@@ -181,7 +184,7 @@ def cached_compile(model: Model, target_name: str, cache: str | Path, knobs: Map
     an older layout) is replaced; elsewhere only a strata stage is.
 
     Returns (the directory, None if reused else why it was built)."""
-    staged = _staged(model, target_name, cache, knobs)
+    staged = _staged(model, target_name, cache, knobs, replace_any=in_own_cache(model, Path(cache)))
     if staged is not None:
         out, rebuilt = staged
         return out, f"stages {', '.join(rebuilt)} rebuilt" if rebuilt else None

@@ -290,8 +290,23 @@ def fixed_module(model: Any, ranges: Path, weights: Any, headroom: int, ctx: int
     return run_pipeline(fx, finish)
 
 
-def compile_epu(model: Any, out: str | Path, knobs: Mapping[str, Any] | None = None) -> tuple[Path, list[str]]:
-    """Build or reuse every stage of OUT; returns (OUT, the stages rebuilt)."""
+def _clear_for_rebuild(out: Path) -> None:
+    """Remove whatever stands at `out` that is not an EPU output (a folder of strata's own cache
+    broken by a kill or an edit), so that it is built anew. The caller holds the lock."""
+    try:
+        _check_out(out)
+    except EpuError:
+        if out.is_symlink() or not out.is_dir():
+            out.unlink()
+        else:
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+
+
+def compile_epu(model: Any, out: str | Path, knobs: Mapping[str, Any] | None = None, *,
+                replace_any: bool = False) -> tuple[Path, list[str]]:
+    """Build or reuse every stage of OUT; returns (OUT, the stages rebuilt). `replace_any`: OUT
+    is a folder of strata's own cache, rebuilt whole if it is not an EPU output."""
     from strata.ir.text import parse_ir, print_ir
     from strata.ir.weights import write_safetensors
     from strata.passes.assign_frac_bits import range_table
@@ -303,7 +318,8 @@ def compile_epu(model: Any, out: str | Path, knobs: Mapping[str, Any] | None = N
 
     k = resolve(model, knobs)
     out = Path(out)
-    _check_out(out)
+    if not replace_any:
+        _check_out(out)
     store = model.open_weights(quiet=True)
     # The weights are baked into every stage (ranges, int4, weights.bin): their bytes are hashed
     # (each safetensors file, or the GGUF file), not only the headers the cpu target's manifest records.
@@ -314,6 +330,8 @@ def compile_epu(model: Any, out: str | Path, knobs: Mapping[str, Any] | None = N
             "strata_sources_sha256": versions()["strata_sources_sha256"]}
     rebuilt: list[str] = []
     with locked(out):
+        if replace_any:
+            _clear_for_rebuild(out)
         out.mkdir(parents=True, exist_ok=True)
         _check_out(out)
         _remove_leftovers(out)
