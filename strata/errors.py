@@ -7,12 +7,15 @@ it imports only small standard-library modules, never xDSL or numpy.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+#: Set to 1, every driver (strata, strata-opt, a rank worker) shows a user error's traceback too.
+DEBUG_VARIABLE = "STRATA_DEBUG"
 
 
 class StrataError(Exception):
@@ -54,18 +57,22 @@ def one_line_errors() -> Iterator[None]:
         raise
 
 
-def run_tool(prog: str, body: Callable[[], int], *, owns_process: bool = False) -> int:
+def run_tool(prog: str, body: Callable[[], int], *, owns_process: bool = False, debug: bool = False) -> int:
     """Run a driver's `body`; what the user caused is a message on stderr and an exit code.
 
     `prog: error: MESSAGE` and 1 for bad input (see `user_error_message`; an
     xDSL parse error goes on to show the source line and a caret), `prog:
     interrupted` and 130 for Ctrl-C. Anything else is a bug in strata and keeps
-    its traceback.
+    its traceback: it propagates, and Python prints it and exits 1.
+
+    `debug` (or STRATA_DEBUG=1 in the environment): a user error prints its
+    traceback before its line, to find where it was raised.
 
     `owns_process`: the caller exits with the result (a console script,
     `python -m`), so the process may be shaped so that no Ctrl-C, whenever it
     comes, ends in a traceback.
     """
+    debug = debug or os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
     if owns_process:
         sys.unraisablehook = _redeliver_swallowed_ctrl_c
     try:
@@ -82,6 +89,10 @@ def run_tool(prog: str, body: Callable[[], int], *, owns_process: bool = False) 
             message = user_error_message(e)
             if message is None:
                 raise
+            if debug:
+                import traceback
+
+                traceback.print_exception(e)
         if owns_process:
             _ignore_ctrl_c_from_now_on()
     except KeyboardInterrupt:
@@ -96,8 +107,23 @@ def run_tool(prog: str, body: Callable[[], int], *, owns_process: bool = False) 
     return status
 
 
+def debug_requested(argv: list[str]) -> bool:
+    """Whether `--debug` is among a driver's own options, the ones before its command."""
+    for arg in argv:
+        if arg == "--debug":
+            return True
+        if not arg.startswith("-"):
+            return False
+    return False
+
+
 def user_error_message(e: BaseException) -> str | None:
-    """The message for an error the user caused; None for a bug in strata."""
+    """The message for an error the user caused; None for a bug in strata.
+
+    The user's errors are a StrataError (each part of strata turns what it finds wrong in a
+    file, a flag or a request into one), an xDSL diagnostic on the user's IR, an OSError (a
+    path that is missing or unwritable, a full disk) and running out of stack or memory. A bare
+    ValueError, KeyError or TypeError is strata's own mistake: its traceback is what fixes it."""
     if isinstance(e, StrataError) or _is_xdsl_diagnostic(e):
         fill_xdsl_placeholder(e)
         return str(e).strip() or type(e).__name__
@@ -110,8 +136,6 @@ def user_error_message(e: BaseException) -> str | None:
         return "input nested too deeply (Python's recursion limit was reached)"
     if isinstance(e, MemoryError):
         return "out of memory"
-    if isinstance(e, ValueError):
-        return str(e).strip() or type(e).__name__
     return None
 
 

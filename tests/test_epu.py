@@ -6,6 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -142,6 +147,82 @@ def test_cli(tiny_model, tmp_path):
     r = run_tool("run", str(model.root), "--target", "epu", "--prompt-ids", "3,17,5", "--max-new-tokens", "20",
                  "--set", "ctx=16", "--cache-dir", str(tmp_path / "c"))
     assert r.returncode == 1 and "more than the context of 16" in r.stderr
+
+
+def _kill_when(proc: subprocess.Popen, appears: Callable[[], list], timeout_s: float = 300) -> list:
+    """SIGKILL `proc` the moment `appears()` finds something; what it found."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            found = appears()
+            if found:
+                proc.send_signal(signal.SIGKILL)
+                return found
+            if proc.poll() is not None:
+                pytest.fail(f"the compile ended (exit {proc.returncode}) before the moment to kill it came")
+            time.sleep(0.002)
+        pytest.fail(f"the moment to kill the compile did not come in {timeout_s} s")
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("moment", [".w4a16.tmp-*", ".w4a16.tmp-*.strata-partial"])
+def test_a_rerun_after_a_kill_succeeds(tiny_model, tmp_path, moment):
+    model, _ = tiny_model
+    out = tmp_path / "o"
+    argv = ["compile", str(model.root), "--target", "epu", "-o", str(out), "--set", "ctx=16"]
+    proc = subprocess.Popen([sys.executable, "-m", "strata.cli", *argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    left = _kill_when(proc, lambda: sorted(out.glob(moment)) if out.is_dir() else [])
+    assert left and all(p.exists() for p in left)  # the killed compile's temporary is still there
+    r = run_tool(*argv)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["EPU.json", *sorted(DOWNSTREAM)]
+    assert json.loads((out / "EPU.json").read_text())["format"] == "strata-epu/v1"
+
+
+def test_leftovers_are_strata_s_only_by_their_whole_name(tiny_model, tmp_path):
+    from strata.targets.epu.stages import epu_output_problem, is_leftover
+
+    model, _ = tiny_model
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "EPU.json").write_text(json.dumps({"format": "strata-epu/v1", "stages": {}}))
+    (out / ".w4a16.tmp-k2_x9q").mkdir()
+    (out / ".w4a16.tmp-k2_x9q.strata-partial").touch()
+    (out / ".EPU.json.tmp").write_text("{")
+    assert epu_output_problem(out) is None
+    for name in (".w4a16.tmp-k2_x9q.bak", "w4a16.tmp-k2", ".notes.tmp-k2", ".w4a16.tmp-"):
+        assert not is_leftover(out / name), name
+    (out / ".notes.tmp-k2").mkdir()
+    assert "is not part of an EPU output" in epu_output_problem(out)
+    # a folder of the user's with a leftover's name in it is still the user's
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / ".w4a16.tmp-k2").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(EpuError, match="not an EPU output directory"):
+        compile_epu(model, tmp_path / "mine", {"ctx": 16})
+    assert (tmp_path / "mine" / ".w4a16.tmp-k2").is_dir()
+
+
+def test_a_broken_epu_output_in_the_model_s_own_cache_is_rebuilt(tiny_model, tmp_path):
+    """`strata run --target epu`'s default cache is strata's own: an EPU.json a kill or an edit
+    broke there is rebuilt; the same in a --cache-dir the user named is refused."""
+    from strata.pipeline import cached_compile
+
+    model, _ = tiny_model
+    model = load_model(shutil.copytree(model.root, tmp_path / "m"))
+    for cache in (model.cache_root / "epu", tmp_path / "mine"):
+        out, rebuilt = cached_compile(model, "epu", cache, {"ctx": 16})
+        assert out == cache and rebuilt == f"stages {', '.join(DOWNSTREAM)} rebuilt"
+        (cache / "EPU.json").write_text("{half written")
+    out, rebuilt = cached_compile(model, "epu", model.cache_root / "epu", {"ctx": 16})
+    assert rebuilt == f"stages {', '.join(DOWNSTREAM)} rebuilt"
+    assert json.loads((out / "EPU.json").read_text())["format"] == "strata-epu/v1"
+    with pytest.raises(EpuError, match="not an EPU output directory"):
+        cached_compile(model, "epu", tmp_path / "mine", {"ctx": 16})
+    assert (tmp_path / "mine" / "EPU.json").read_text() == "{half written"
 
 
 def test_interpreter_loop_matches_itself(tiny_model):

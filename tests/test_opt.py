@@ -301,7 +301,6 @@ def _raise(error: BaseException):
         (StrataError("model.json: field 'x' is missing"),
          "tool: error: model.json: field 'x' is missing", 1),
         (FileNotFoundError(2, "No such file or directory", "in.mlir"), "tool: error: in.mlir: No such file or directory", 1),
-        (ValueError("bad value"), "tool: error: bad value", 1),
         (RecursionError("maximum recursion depth exceeded"), "tool: error: input nested too deeply", 1),
         (MemoryError(), "tool: error: out of memory", 1),
         (KeyboardInterrupt(), "tool: interrupted", 130),

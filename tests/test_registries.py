@@ -139,3 +139,13 @@ def test_a_fresh_table():
     assert table.missing(FAKE) == [] and _FakeOp in table and table.keys() == [_FakeOp]
     with pytest.raises(ValueError, match="registered twice"):
         table.add(_FakeOp, lambda: None)
+
+
+def test_a_table_included_in_another():
+    part: Implementations = Implementations("a part of the consumer")
+    part.add(_FakeOp, print)
+    whole: Implementations = Implementations("test consumer")
+    whole.include(part)
+    assert whole.get(_FakeOp) is print and whole.missing(FAKE) == []
+    with pytest.raises(ValueError, match="registered twice"):
+        whole.include(part)

@@ -162,42 +162,74 @@ def test_an_earlier_strata_stage_in_the_run_cache_is_rebuilt(model, capsys):
     assert rc == 0 and "reusing" in err
 
 
-@pytest.mark.parametrize("manifest, found", [
+BROKEN_MANIFESTS = pytest.mark.parametrize("manifest, found", [
     (b"\x00\xff\xfe\x80 garbage \x9c", "corrupt"),
     (b"{this is not json", "corrupt"),
     (b"[1, 2, 3]\n", "corrupt"),
     (json.dumps({"format": "something-else/7"}).encode(), "format 'something-else/7'"),
 ], ids=["binary-garbage", "not-json", "not-an-object", "foreign-format"])
-def test_a_manifest_that_is_not_strata_s_marks_nothing_as_strata_s(model, capsys, manifest, found):
-    """A file named manifest.json does not make a directory strata's: what it holds is not replaced."""
+
+
+@BROKEN_MANIFESTS
+def test_a_broken_manifest_in_the_model_s_own_cache_is_rebuilt(model, capsys, manifest, found):
+    """The default cache is strata's own: what a kill or an edit broke there is rebuilt."""
     rc, out, err = run(capsys, model)
     assert rc == 0, err
+    first = ids_of(out)
     cache = default_cache(model)
     (cache / MANIFEST).write_bytes(manifest)
-    before = {p.name: p.read_bytes() for p in cache.iterdir()}
     rc, out, err = run(capsys, model)
+    assert rc == 0, err
+    assert ids_of(out) == first
+    assert "rebuilt" in err and found in err
+    assert sorted(os.listdir(cache)) == STAGE_FILES
+    assert json.loads((cache / MANIFEST).read_text())["format"] == FORMAT
+    rc, _, err = run(capsys, model)  # and the rebuilt stage is reused
+    assert rc == 0 and "reusing" in err
+
+
+@BROKEN_MANIFESTS
+def test_a_manifest_that_is_not_strata_s_marks_nothing_as_strata_s(model, tmp_path, capsys, manifest, found):
+    """In a cache the user named, a file named manifest.json does not make a directory strata's:
+    what it holds is not replaced."""
+    cache = tmp_path / "mine"
+    rc, out, err = run(capsys, model, "--cache-dir", cache)
+    assert rc == 0, err
+    (cache / MANIFEST).write_bytes(manifest)
+    before = {p.name: p.read_bytes() for p in cache.iterdir()}
+    rc, out, err = run(capsys, model, "--cache-dir", cache)
     clean_error(rc, err)
     assert "not a strata output directory" in err and found in err and out == ""
     assert {p.name: p.read_bytes() for p in cache.iterdir()} == before
 
 
-def test_cache_dir_holding_a_foreign_file_is_refused(model, capsys):
+def test_a_folder_in_the_model_s_own_cache_is_replaced_whatever_it_holds(model, capsys):
     cache = default_cache(model)
+    (cache / "bench-b1").mkdir(parents=True)  # what `strata bench` kept there before it had folders of its own
+    (cache / "notes.txt").write_text("in strata's cache")
+    rc, out, err = run(capsys, model)
+    assert rc == 0, err
+    assert "rebuilt: it has no manifest.json" in err
+    assert sorted(os.listdir(cache)) == STAGE_FILES
+
+
+def test_cache_dir_holding_a_foreign_file_is_refused(model, tmp_path, capsys):
+    cache = tmp_path / "mine"
     cache.mkdir(parents=True)
     (cache / "notes.txt").write_text("precious")
-    rc, out, err = run(capsys, model)
+    rc, out, err = run(capsys, model, "--cache-dir", cache)
     clean_error(rc, err)
-    assert "not a strata output directory" in err and str(cache) in err and "--cache-dir" in err
+    assert "not a strata output directory" in err and str(cache) in err
     assert out == ""
     assert os.listdir(cache) == ["notes.txt"] and (cache / "notes.txt").read_text() == "precious"
 
 
-def test_stale_stage_holding_a_foreign_file_is_refused(model, capsys):
-    rc, _, err = run(capsys, model, ctx=CTX)
+def test_stale_stage_holding_a_foreign_file_is_refused(model, tmp_path, capsys):
+    cache = tmp_path / "mine"
+    rc, _, err = run(capsys, model, "--cache-dir", cache, ctx=CTX)
     assert rc == 0, err
-    cache = default_cache(model)
     (cache / "notes.txt").write_text("precious")
-    rc, _, err = run(capsys, model, ctx=2 * CTX)  # other knobs: the stage is stale
+    rc, _, err = run(capsys, model, "--cache-dir", cache, ctx=2 * CTX)  # other knobs: the stage is stale
     assert (cache / "notes.txt").read_text() == "precious"
     clean_error(rc, err)
     assert "notes.txt" in err or "not a strata output directory" in err

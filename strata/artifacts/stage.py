@@ -195,7 +195,9 @@ def check_destination(out: Path, files: set[str] | frozenset[str] = frozenset())
                          "overwrite it, choose another output path")
 
 
-def write_stage(out: Path, files: Mapping[str, bytes]) -> None:
+def write_stage(out: Path, files: Mapping[str, bytes], *, replace_any: bool = False) -> None:
     """Put `files` at `out` atomically (the caller holds `locked(out)`); an existing `out` is
-    checked again right before it is replaced."""
-    write_directory(out, dict(files), check=lambda: check_destination(out, set(files)))
+    checked again right before it is replaced, unless `replace_any`: `out` is a folder of
+    strata's own cache, whatever it holds (a stage broken by a kill or by hand, an older
+    layout) is strata's to replace."""
+    write_directory(out, dict(files), check=None if replace_any else lambda: check_destination(out, set(files)))

@@ -3,7 +3,8 @@ into the library (`strata.pipeline`, `strata.runtime`, `strata.quant`, `strata.v
 
 MODEL is a directory holding an HF `config.json` (and safetensors for compile and run), or the
 path of the config file itself, or a llama.cpp GGUF file. User errors print one line and exit
-1; `strata-opt` is `strata.cli.opt`.
+1 (`strata --debug COMMAND` adds their traceback); a bug in strata prints its traceback;
+`strata-opt` is `strata.cli.opt`.
 
 Importing this package loads neither xDSL nor numpy: the commands import the library inside
 `main`'s error handler, so that a Ctrl-C while it loads is handled like any other.
@@ -23,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     import importlib
 
     parser = argparse.ArgumentParser(prog="strata", description="Strata: a multi-level compiler for LLM inference")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error in the input too (a bug in strata always shows it)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"strata.cli.{name}").add(sub)
@@ -32,11 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from strata.errors import run_tool
+    import sys
+
+    from strata.errors import debug_requested, run_tool
 
     def body() -> int:
         args = build_parser().parse_args(argv)
         return args.func(args)
 
     # Called without arguments, main is the program (console script, python -m).
-    return run_tool("strata", body, owns_process=argv is None)
+    debug = debug_requested(sys.argv[1:] if argv is None else argv)
+    return run_tool("strata", body, owns_process=argv is None, debug=debug)

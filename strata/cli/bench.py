@@ -24,7 +24,7 @@ def add(sub) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="a knob of the cpu target (kv_pad, kv_type, ...), as strata compile --set")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
-                   help="where the compiled programs are kept, one per batch size (default: MODEL/.strata-cache/cpu)")
+                   help="where the compiled programs are kept, one per batch size (default: MODEL/.strata-cache/cpu-bench-bB)")
     add_allow_nonfinite(p)
     p.set_defaults(func=run)
 

@@ -3,8 +3,8 @@
 Element type `!fixed.fp32<frac>`: a signed 32-bit integer X meaning X * 2^-frac (frac 0..31, the
 fractional bits; 31 - frac integer bits besides the sign). Values are static-shape tensors of it,
 `tensor<5x32x!fixed.fp32<27>>`; weights in their packed int4 form are `ui8` tensors, int8 KV
-rows `i8`. The type joins the dtype table (`strata.ir.dtypes.register_dtype`, kind `fixed`,
-stored as int32, spelled `FixedPoint32<frac>` in C++).
+rows `i8`. The type is in the dtype table (`strata.ir.dtypes`, kind `fixed`, stored as
+int32, spelled `FixedPoint32<frac>` in C++).
 
 Every op's result format is its result type; `assign-frac-bits` sets it from calibration ranges
 (Chimera's FixedPoint32 rules) for every op that carries `node`, the name of its tensor in a ranges file.

@@ -1,6 +1,7 @@
 """The `fixed` dialect's element type and the base of its ops.
 
-`!fixed.fp32<frac>` (FixedPoint32 with `frac` fractional bits) and `FixedOp`, the base that
+`!fixed.fp32<frac>` (FixedPoint32 with `frac` fractional bits, defined with the element-type
+table in `strata.ir.fixed_point`) and `FixedOp`, the base that
 carries an op's ranges-file name and calibrated range, are shared by the compute ops
 (`strata.dialects.fixed`) and the decode ops (`strata.dialects.fixed_kv`); the dialect itself
 is assembled in `strata.dialects.fixed`.
@@ -10,59 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntAttr, StringAttr, TensorType
-from xdsl.ir import Attribute, ParametrizedAttribute, SSAValue, TypeAttribute
-from xdsl.irdl import IRDLOperation, irdl_attr_definition, opt_attr_def
-from xdsl.parser import AttrParser
-from xdsl.printer import Printer
+from xdsl.dialects.builtin import ArrayAttr, FloatAttr, StringAttr, TensorType
+from xdsl.ir import Attribute, SSAValue
+from xdsl.irdl import IRDLOperation, opt_attr_def
 from xdsl.utils.exceptions import VerifyException
 
 from strata.ir.checks import elem_of, require
-from strata.ir.dtypes import DType, TensorOf, register_dtype
+from strata.ir.dtypes import TensorOf
+from strata.ir.fixed_point import MAX_FRAC, FixedPointType
 
-MAX_FRAC = 31
-
-
-@irdl_attr_definition
-class FixedPointType(ParametrizedAttribute, TypeAttribute):
-    """FixedPoint32 with `frac` fractional bits: int32 X means X * 2^-frac.
-
-        !fixed.fp32<27>      range [-16, 16 - 2^-27), resolution 2^-27
-    """
-
-    name = "fixed.fp32"
-    frac_attr: IntAttr
-
-    def __init__(self, frac: int):
-        super().__init__(IntAttr(frac))
-
-    @property
-    def frac(self) -> int:
-        return self.frac_attr.data
-
-    def verify(self) -> None:
-        if not 0 <= self.frac <= MAX_FRAC:
-            raise VerifyException(f"fixed.fp32: frac must be in 0..{MAX_FRAC}, got {self.frac}")
-
-    @classmethod
-    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        with parser.in_angle_brackets():
-            frac = parser.parse_integer(allow_boolean=False, context_msg=" (the fractional bits)")
-        return (IntAttr(frac),)
-
-    def print_parameters(self, printer: Printer) -> None:
-        printer.print_string(f"<{self.frac}>")
-
-
-def _fixed_dtype(attr: Attribute) -> DType:
-    assert isinstance(attr, FixedPointType)
-    f = attr.frac
-    return DType(f"fp32<{f}>", "fixed", 32, attr, np.dtype(np.int32), None, None,
-                 {"cpp": f"FixedPoint32<{f}>", "cpu": "np.int32"})
-
-
-register_dtype(lambda a: isinstance(a, FixedPointType), _fixed_dtype)
+__all__ = ["MAX_FRAC", "FixedPointType", "FixedTensor", "FixedOp", "fixed_tensor", "frac_of"]
 
 FixedTensor = TensorOf(("fixed",))
 

@@ -23,8 +23,12 @@ The Rotary groups rotate interleaved pairs (Meta's layout); strata's llama famil
 halves (HF's), which is the same attention up to a fixed permutation of the query/key rows
 (what HF's conversion script applies), so the imported model uses HF's layout.
 
-Anything else (an op the recognised structure does not have, a Linear whose role is not
-known, dims that disagree) is a one-line error naming the node.
+The document is checked whole before it is read: every field the format defines has its shape
+(a field missing or of the wrong type), and every reference holds (an edge's nodes and ports, a
+node's parentId and a group's moduleMembers, with no cycle of parents, and a group's
+moduleInstanceId, isGroup and moduleLayerCount). Anything else (an op the recognised structure
+does not have, a Linear whose role is not known, dims that disagree) is a one-line error naming
+the node too.
 """
 
 from __future__ import annotations
@@ -84,17 +88,79 @@ def read_document(path: str | Path) -> dict:
         raise TensorvizError(f"{p}: not a tensorviz document (field 'format' is {got}, expected '{FORMAT}')")
     if doc.get("version") != VERSION:
         raise TensorvizError(f"{p}: field 'version' is {_show(doc.get('version'))}; only version {VERSION} is read")
-    sem = doc.get("document", {}).get("semantic") if isinstance(doc.get("document"), dict) else None
-    if not isinstance(sem, dict):
-        raise TensorvizError(f"{p}: field 'document.semantic' is missing or not an object")
-    for key in ("nodes", "edges"):
-        if not isinstance(sem.get(key), list):
-            raise TensorvizError(f"{p}: field 'document.semantic.{key}' is missing or not a list")
+    _check_fields(doc, (("document", "object", True),), str(p))
+    _check_fields(doc["document"], (("semantic", "object", True),), str(p), "document.")
+    _check_fields(doc["document"]["semantic"], SEMANTIC_FIELDS, str(p), "document.semantic.")
+    _check_fields(doc["document"], DOCUMENT_FIELDS, str(p), "document.")
+    _check_fields(doc, FILE_FIELDS, str(p))
+    _check_fields(doc["document"]["view"], VIEW_FIELDS, str(p), "document.view.")
+    if "collaboration" in doc:
+        _check_fields(doc["collaboration"], COLLABORATION_FIELDS, str(p), "collaboration.")
     return doc
 
 
+#: A node's kinds, and the fields of a node, of its metadata and of an edge: (key, what its value
+#: must be, whether the field is required). Every field is checked, read here or not: a document
+#: with a field of the wrong shape is malformed, whatever the importer would make of the rest.
+KINDS = ("input", "layer", "module", "output")
+NODE_FIELDS = (("kind", "string", True), ("op", "string", True), ("params", "object of scalars", True),
+               ("in_ports", "list of strings", True), ("out_ports", "list of strings", True),
+               ("metadata", "object", True))
+NODE_METADATA = (("layerType", "object", True), ("parentId", "string", False), ("moduleInstanceId", "string", False),
+                 ("moduleTemplateId", "string", False), ("isGroup", "boolean", False),
+                 ("moduleMembers", "list of strings", False), ("moduleLayerCount", "integer", False))
+LAYER_TYPE_FIELDS = (("id", "string", True), ("name", "string", True), ("displayName", "string", True),
+                     ("description", "string", True), ("icon", "string", True), ("category", "string", True),
+                     ("parameters", "list of objects", True))
+EDGE_FIELDS = (("edge_id", "string", True), ("source_node_id", "string", True), ("target_node_id", "string", True),
+               ("source_port", "string", True), ("target_port", "string", True), ("metadata", "object", True))
+#: The fields around the graph: of the file, of `document`, of `document.semantic`.
+FILE_FIELDS = (("exportedAt", "string", True), ("status", "string", True), ("warningCount", "integer", True),
+               ("snapshotId", "string", True), ("document", "object", True), ("collaboration", "object", False))
+DOCUMENT_FIELDS = (("schemaVersion", "integer", True), ("semantic", "object", True), ("view", "object", True))
+VIEW_FIELDS = (("graph_id", "string", True), ("node_positions", "object", True),
+               ("collapsed_modules", "list of strings", True), ("selection", "list of strings", True),
+               ("layout", "object", True))
+COLLABORATION_FIELDS = (("walkthrough", "object", True), ("threads", "list", True), ("savedViews", "list of objects", True),
+                        ("openingViewId", "string", True))
+SEMANTIC_FIELDS = (("nodes", "list", True), ("edges", "list", True), ("graph_id", "string", True),
+                   ("name", "string", True), ("revision", "integer", True), ("inputs", "list", True),
+                   ("modules", "list", True), ("operations", "list", True), ("metadata", "object", True))
+
+
+def _is(value: Any, what: str) -> bool:
+    if what == "string":
+        return isinstance(value, str)
+    if what == "boolean":
+        return isinstance(value, bool)
+    if what == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if what == "object":
+        return isinstance(value, dict)
+    if what == "list":
+        return isinstance(value, list)
+    if what == "object of scalars":
+        return isinstance(value, dict) and all(v is None or isinstance(v, (str, int, float, bool)) for v in value.values())
+    if what == "list of objects":
+        return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+    assert what == "list of strings", what
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _check_fields(obj: dict, fields: tuple, where: str, prefix: str = "") -> None:
+    """Refuse the first of `fields` that `obj` lacks (if required) or holds with the wrong shape;
+    messages name it as `where: field 'PREFIXKEY'`."""
+    for key, what, required in fields:
+        if key not in obj:
+            if required:
+                raise TensorvizError(f"{where}: field '{prefix}{key}' is missing")
+        elif not _is(obj[key], what):
+            raise TensorvizError(f"{where}: field '{prefix}{key}' is {_show(obj[key])}, expected a {what}")
+
+
 class _Graph:
-    """The semantic graph, indexed, with errors that name the file and the node."""
+    """The semantic graph, indexed and checked whole (each field's shape, the references between
+    nodes, ports and groups), with errors that name the file and the node."""
 
     def __init__(self, sem: dict, file: str):
         self.file = file
@@ -103,11 +169,12 @@ class _Graph:
             where = f"{file}: document.semantic.nodes[{i}]"
             if not isinstance(n, dict) or not isinstance(n.get("node_id"), str):
                 raise TensorvizError(f"{where}: not a node (an object with a string 'node_id')")
-            for key, typ in (("kind", str), ("op", str), ("params", dict), ("in_ports", list), ("out_ports", list),
-                             ("metadata", dict)):
-                if not isinstance(n.get(key), typ):
-                    raise TensorvizError(f"{where} '{n['node_id']}': field '{key}' is missing or not a "
-                                         f"{typ.__name__}")
+            where += f" '{n['node_id']}'"
+            _check_fields(n, NODE_FIELDS, where)
+            _check_fields(n["metadata"], NODE_METADATA, where, "metadata.")
+            _check_fields(n["metadata"]["layerType"], LAYER_TYPE_FIELDS, where, "metadata.layerType.")
+            if n["kind"] not in KINDS:
+                raise TensorvizError(f"{where}: field 'kind' is {_show(n['kind'])}, expected one of {', '.join(KINDS)}")
             if n["node_id"] in self.nodes:
                 raise TensorvizError(f"{where}: node id '{n['node_id']}' is not unique")
             self.nodes[n["node_id"]] = n
@@ -117,10 +184,13 @@ class _Graph:
             if parent is not None and (parent not in self.nodes or self.nodes[parent]["kind"] != "module"):
                 raise self.error(nid, f"its parentId '{parent}' is not a group (a node of kind 'module')")
             self.children.setdefault(parent, []).append(nid)
+        for nid in self.nodes:
+            self._check_ancestry(nid)
         self.edges: list[tuple[str, str]] = []
         for i, e in enumerate(sem["edges"]):
             if not isinstance(e, dict):
                 raise TensorvizError(f"{file}: document.semantic.edges[{i}]: not an object")
+            _check_fields(e, EDGE_FIELDS, f"{file}: document.semantic.edges[{i}]")
             src, dst = e.get("source_node_id"), e.get("target_node_id")
             for end, port_key, ports in ((src, "source_port", "out_ports"), (dst, "target_port", "in_ports")):
                 if end not in self.nodes:
@@ -131,10 +201,36 @@ class _Graph:
                                          f"'{end}' has no port {_show(e.get(port_key))} in its {ports}")
             self.edges.append((src, dst))
         for nid, n in self.nodes.items():
+            meta = n["metadata"]
             if self.is_group(nid):
-                members = n["metadata"].get("moduleMembers")
+                members = meta.get("moduleMembers")
                 if not isinstance(members, list) or sorted(members) != sorted(self.children.get(nid, [])):
                     raise self.error(nid, "its moduleMembers are not the nodes whose parentId it is")
+                if meta.get("isGroup") is not True or meta.get("moduleInstanceId") != nid \
+                        or "moduleTemplateId" not in meta:
+                    raise self.error(nid, "a group (kind 'module') needs isGroup true, its own id as "
+                                          "moduleInstanceId, and a moduleTemplateId")
+                if meta.get("moduleLayerCount") != self.leaves(nid):
+                    raise self.error(nid, f"its moduleLayerCount is {_show(meta.get('moduleLayerCount'))}, but "
+                                          f"{self.leaves(nid)} layers lie under it")
+            else:
+                group_keys = sorted(k for k in ("isGroup", "moduleMembers", "moduleLayerCount") if k in meta)
+                if group_keys and not (meta.get("isGroup") is False and group_keys == ["isGroup"]):
+                    raise self.error(nid, f"a node of kind '{n['kind']}' with a group's {', '.join(group_keys)}")
+
+    def _check_ancestry(self, nid: str) -> None:
+        """Refuse a node whose chain of parentIds comes back to itself (groups in a cycle)."""
+        seen = {nid}
+        parent = self.nodes[nid]["metadata"].get("parentId")
+        while parent is not None:
+            if parent in seen:
+                raise self.error(nid, f"its parentIds form a cycle (through '{parent}')")
+            seen.add(parent)
+            parent = self.nodes[parent]["metadata"].get("parentId")
+
+    def leaves(self, group: str) -> int:
+        """The nodes that are not groups under `group`, at any depth."""
+        return sum(self.leaves(m) if self.is_group(m) else 1 for m in self.children.get(group, []))
 
     def error(self, nid: str, text: str) -> TensorvizError:
         return TensorvizError(f"{self.file}: node '{nid}': {text}")

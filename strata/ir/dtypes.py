@@ -5,18 +5,18 @@ safetensors code, its HF `torch_dtype` name and its spelling in each target.
     dtype_named("bf16").attr              -> BFloat16Type()
     dtype_of(f32).spelling("cpu")         -> "np.float32"
 
-Kinds: `float` (f64 ... fp8), `int` (i64 ... i8, u8) and `packed` (i4/u4: two elements per byte
-in storage; their numpy type is ml_dtypes' one-element-per-byte int4/uint4). Unsigned types are
-spelled as the IR prints them (`ui8`, `ui4`). Parametric element
-types (the fixed-point level's FixedPoint32<frac>) join through :func:`register_dtype` with a
-matcher, so that every consumer of this table sees them without another table.
+Kinds: `float` (f64 ... fp8), `int` (i64 ... i8, u8), `packed` (i4/u4: two elements per byte
+in storage; their numpy type is ml_dtypes' one-element-per-byte int4/uint4) and `fixed` (the
+fixed-point level's `!fixed.fp32<frac>`, one entry per `frac`, made by :func:`fixed_dtype`).
+Unsigned types are spelled as the IR prints them (`ui8`, `ui4`). The table is complete once this
+module is imported: no other module adds to it.
 
 Verifiers use :class:`TensorOf`, a constraint built on the kinds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -39,8 +39,9 @@ from xdsl.irdl.constraints import ConstraintContext
 from xdsl.utils.exceptions import VerifyException
 
 from strata.errors import StrataError
+from strata.ir.fixed_point import FixedPointType
 
-KINDS = ("float", "int", "packed")
+KINDS = ("float", "int", "packed", "fixed")
 
 
 class DTypeError(StrataError):
@@ -111,13 +112,13 @@ _TABLE: list[DType] = [
 
 _BY_ATTR: dict[Attribute, DType] = {d.attr: d for d in _TABLE}
 _BY_NAME: dict[str, DType] = {d.name: d for d in _TABLE}
-#: Parametric element types: (matcher, the DType for a matched attribute).
-_MATCHERS: list[tuple[Callable[[Attribute], bool], Callable[[Attribute], DType]]] = []
 
 
-def register_dtype(matches: Callable[[Attribute], bool], make: Callable[[Attribute], DType]) -> None:
-    """Add a parametric element type (FixedPoint32<frac>): `make(attr)` gives its entry."""
-    _MATCHERS.append((matches, make))
+def fixed_dtype(attr: FixedPointType) -> DType:
+    """The entry of `!fixed.fp32<frac>`: int32 in memory, FixedPoint32<frac> in C++."""
+    f = attr.frac
+    return DType(f"fp32<{f}>", "fixed", 32, attr, np.dtype(np.int32), None, None,
+                 {"cpp": f"FixedPoint32<{f}>", "cpu": "np.int32"})
 
 
 def lookup(attr: Attribute) -> DType | None:
@@ -125,9 +126,8 @@ def lookup(attr: Attribute) -> DType | None:
     found = _BY_ATTR.get(attr)
     if found is not None:
         return found
-    for matches, make in _MATCHERS:
-        if matches(attr):
-            return make(attr)
+    if isinstance(attr, FixedPointType):
+        return fixed_dtype(attr)
     return None
 
 

@@ -21,6 +21,8 @@ import math
 import ml_dtypes
 import numpy as np
 
+from strata.errors import StrataError
+
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
 #: e4m3fn's largest finite value.
 E4M3_MAX = 448.0
@@ -32,7 +34,7 @@ E4M3_MIN_NORMAL = 2.0 ** -6
 BLOCK = (128, 128)
 
 
-class Fp8Error(ValueError):
+class Fp8Error(StrataError, ValueError):
     """An array that cannot be (de)quantized as asked."""
 
 

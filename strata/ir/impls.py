@@ -49,6 +49,12 @@ class Implementations(Generic[F]):
     def add(self, key: Hashable, impl: F) -> None:
         self.register(key)(impl)
 
+    def include(self, other: Implementations[F]) -> None:
+        """Add every implementation of `other` (a table of a part of this consumer, in a module of
+        its own); a key both tables have is refused, as registering it twice is."""
+        for key in other.keys():
+            self.add(key, other._table[key])
+
     def get(self, key: Hashable) -> F | None:
         return self._table.get(key)
 

@@ -138,12 +138,15 @@ def _prepare(model: Model, target_name: str, knobs: Mapping[str, Any] | None, st
     return tgt, knobs, inputs, {*tgt.outputs, OP_MLIR}
 
 
-def _staged(model: Model, target_name: str, out: str | Path, knobs: Mapping[str, Any] | None):
-    """(directory, stages rebuilt) of a staged target's compile, or None for the others."""
+def _staged(model: Model, target_name: str, out: str | Path, knobs: Mapping[str, Any] | None,
+            replace_any: bool = False):
+    """(directory, stages rebuilt) of a staged target's compile, or None for the others;
+    `replace_any`: `out` is in the model's own cache (see `cached_compile`)."""
     tgt = target(target_name)
     if tgt.staged is None:
         return None
-    return tgt.staged(model, Path(out), resolve_knobs(tgt, model, knobs or {}))
+    options = {"replace_any": True} if replace_any else {}
+    return tgt.staged(model, Path(out), resolve_knobs(tgt, model, knobs or {}), **options)
 
 
 def compile_model(model: Model, target_name: str, out: str | Path, knobs: Mapping[str, Any] | None = None,
@@ -163,12 +166,25 @@ def compile_model(model: Model, target_name: str, out: str | Path, knobs: Mappin
     return out
 
 
+def in_own_cache(model: Model, path: Path) -> bool:
+    """Whether `path` lies in the model's own cache (`model.cache_root`, `.strata-cache` beside
+    the checkpoint): a folder there is strata's, rebuilt whatever it holds. A cache the user
+    named elsewhere (`--cache-dir`) is replaced only when it holds a strata stage."""
+    try:
+        path, root = path.resolve(), model.cache_root.resolve()
+        return path != root and path.is_relative_to(root)
+    except (OSError, RuntimeError):  # a loop of symbolic links: not ours to judge
+        return False
+
+
 def cached_compile(model: Model, target_name: str, cache: str | Path, knobs: Mapping[str, Any] | None = None,
                    store: WeightStore | None = None) -> tuple[Path, str | None]:
-    """The stage in `cache` for these inputs: reused if it matches, else (re)built.
+    """The stage in `cache` for these inputs: reused if it matches, else (re)built. In the
+    model's own cache, anything else at `cache` (a stage a kill or an edit broke, a folder of
+    an older layout) is replaced; elsewhere only a strata stage is.
 
     Returns (the directory, None if reused else why it was built)."""
-    staged = _staged(model, target_name, cache, knobs)
+    staged = _staged(model, target_name, cache, knobs, replace_any=in_own_cache(model, Path(cache)))
     if staged is not None:
         out, rebuilt = staged
         return out, f"stages {', '.join(rebuilt)} rebuilt" if rebuilt else None
@@ -182,10 +198,14 @@ def cached_compile(model: Model, target_name: str, cache: str | Path, knobs: Map
             ok, why = stage_matches(cache, inputs, stage_files)
             if ok:
                 return cache, None  # another process built it meanwhile
+        elif cache.exists() or cache.is_symlink():
+            why = "what was there was not a strata stage"
         else:
             why = "there was none"
-        check_destination(cache, stage_files)
-        write_stage(cache, files)
+        own = in_own_cache(model, cache)
+        if not own:
+            check_destination(cache, stage_files)
+        write_stage(cache, files, replace_any=own)
     return cache, why
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 from strata.cli import main
 from support import ROOT, run_tool
@@ -36,3 +37,15 @@ def test_bad_input_is_one_line(capsys) -> None:
         assert main(["bench", str(GGUF), *argv]) == 1
         out, err = capsys.readouterr()
         assert out == "" and len(err.splitlines()) == 1 and message in err, err
+
+
+def test_bench_then_generate_on_the_same_gguf(tmp_path, capsys) -> None:
+    """Each program has its own folder in the model's cache: bench's do not stand where the plain
+    compile's goes, so neither refuses the other."""
+    gguf = str(shutil.copy(GGUF, tmp_path / "m.gguf"))
+    assert main(["bench", gguf, "-p", "3", "-n", "1", "-b", "1", "-r", "1"]) == 0
+    assert main(["generate", gguf, "--prompt-ids", "1,2,3", "--max-new-tokens", "2"]) == 0, capsys.readouterr().err
+    assert main(["bench", gguf, "-p", "3", "-n", "1", "-b", "1", "-r", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "reusing the compiled model" in err and "error" not in err
+    assert sorted(p.name for p in (tmp_path / ".strata-cache" / "m.gguf").iterdir()) == ["cpu", "cpu-bench-b1"]

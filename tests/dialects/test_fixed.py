@@ -1,4 +1,4 @@
-"""The fixed dialect: !fixed.fp32<frac> in the dtype table (through register_dtype), its
+"""The fixed dialect: !fixed.fp32<frac> in the dtype table (strata.ir.dtypes), its
 parameters, the tensor helpers, and the dialect's registration in strata_dialects()."""
 
 from __future__ import annotations

@@ -161,3 +161,132 @@ def test_cli_refuses_a_weights_dir_holding_other_files(seed_path, tmp_path):
     r = run_tool("import", str(seed_path), "--format", "tensorviz", "--random-weights", "1", "--weights-dir", str(d))
     assert r.returncode == 1 and "not a checkpoint that strata import wrote" in r.stderr
     assert sorted(p.name for p in d.iterdir()) == ["notes.txt"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Malformed documents, generated: every one is refused in one line
+
+
+def _mutations(doc: dict, rng: np.random.Generator, count: int):
+    """(what was done, the document) for `count` mutations of `doc` drawn by `rng`, of four kinds:
+    a field dropped, a field of the wrong type, a reference to nothing, and a cycle."""
+    sem = doc["document"]["semantic"]
+    wrong = [None, 7, -1, True, "x", [], {}, 1.5, ["x"], {"a": [1]}]
+    groups = [i for i, n in enumerate(sem["nodes"]) if n["kind"] == "module"]
+
+    def field_of(kind: str) -> tuple[list, str]:
+        """(the path to an object in the document, one of its keys), drawn."""
+        if kind == "node":
+            i = int(rng.integers(len(sem["nodes"])))
+            where = [["document", "semantic", "nodes", i], ["document", "semantic", "nodes", i, "metadata"],
+                     ["document", "semantic", "nodes", i, "metadata", "layerType"]][int(rng.integers(3))]
+        elif kind == "edge":
+            where = ["document", "semantic", "edges", int(rng.integers(len(sem["edges"])))]
+        else:
+            where = [[], ["document"], ["document", "semantic"]][int(rng.integers(3))]
+        obj = _at(doc, where)
+        keys = sorted(obj)
+        return where, keys[int(rng.integers(len(keys)))]
+
+    for k in range(count):
+        d = copy.deepcopy(doc)
+        s = d["document"]["semantic"]
+        kind = ("drop", "type", "dangling", "cycle")[k % 4]
+        if kind in ("drop", "type"):
+            where, key = field_of(("node", "edge", "file")[int(rng.integers(3))])
+            if kind == "drop":
+                del _at(d, where)[key]
+            else:
+                value = wrong[int(rng.integers(len(wrong)))]
+                if type(value) is type(_at(d, where)[key]) and value == _at(d, where)[key]:
+                    continue
+                _at(d, where)[key] = value
+            yield f"{kind} {'.'.join(map(str, where))}.{key}", d
+        elif kind == "dangling":
+            choice = int(rng.integers(4))
+            if choice == 0:
+                e = s["edges"][int(rng.integers(len(s["edges"])))]
+                e[("source_node_id", "target_node_id")[int(rng.integers(2))]] = "nowhere"
+            elif choice == 1:
+                e = s["edges"][int(rng.integers(len(s["edges"])))]
+                e[("source_port", "target_port")[int(rng.integers(2))]] = "no-port"
+            elif choice == 2:
+                s["nodes"][int(rng.integers(len(s["nodes"])))]["metadata"]["parentId"] = "nowhere"
+            else:
+                s["nodes"][groups[int(rng.integers(len(groups)))]]["metadata"]["moduleMembers"].append("nowhere")
+            yield f"dangling reference #{choice}", d
+        else:
+            g = s["nodes"][groups[int(rng.integers(len(groups)))]]
+            member = next((m for m in g["metadata"]["moduleMembers"]
+                           if next(n for n in s["nodes"] if n["node_id"] == m)["kind"] == "module"), None)
+            if member is None or int(rng.integers(2)):
+                # an edge back from the output to the first node: the top-level chain is a cycle
+                first, last = s["edges"][0], s["edges"][-1]
+                s["edges"].append({**last, "edge_id": "back", "source_node_id": last["target_node_id"],
+                                   "target_node_id": first["source_node_id"], "source_port": "y",
+                                   "target_port": "x"})
+                yield "top-level cycle", d
+            else:
+                # a group made a member of its own member: their parentIds form a cycle
+                m = next(n for n in s["nodes"] if n["node_id"] == member)
+                g["metadata"]["parentId"] = member
+                m["metadata"]["moduleMembers"].append(g["node_id"])
+                yield "parent cycle", d
+
+
+def _at(doc: dict, path: list):
+    for key in path:
+        doc = doc[key]
+    return doc
+
+
+def test_every_malformed_document_is_refused_in_one_line(tmp_path):
+    """A property of the importer over generated documents: each mutation of a valid document
+    that seed 002's schema (tests/tensorviz_schema.py) finds wrong is refused with one line
+    naming the file, never accepted and never another exception."""
+    from tensorviz_schema import check
+
+    from strata.frontends.tensorviz import read_document
+
+    doc = export_tensorviz(build_module(dataclasses.replace(TINY["llama"], num_layers=2)))
+    assert check(doc) == []
+    rng = np.random.default_rng(0)
+    f = tmp_path / "m.json"
+    tried = {}
+    for what, bad in _mutations(doc, rng, 400):
+        try:
+            valid = not check(bad)
+        except (RecursionError, TypeError, KeyError):  # too broken for the checker itself (a cycle, a list as an id)
+            valid = False
+        if valid:
+            continue  # still a valid document (a wrong value of the same type the schema allows)
+        kind = what.split()[0]
+        tried[kind] = tried.get(kind, 0) + 1
+        f.write_text(json.dumps(bad))
+        with pytest.raises(TensorvizError) as info:
+            hf_config_of(read_document(f), str(f))
+        assert str(info.value).startswith(f"{f}: ") and "\n" not in str(info.value), what
+    assert set(tried) >= {"drop", "type", "dangling", "top-level", "parent"} and sum(tried.values()) > 300, tried
+
+
+def test_the_two_kinds_of_malformed_document_exit_1(tmp_path):
+    """Through the command: a field of the wrong shape, and a reference that holds nothing."""
+    doc = export_tensorviz(build_module(TINY["llama"]))
+    sem = doc["document"]["semantic"]
+    wrong_kind = copy.deepcopy(doc)
+    wrong_kind["document"]["semantic"]["nodes"][1]["kind"] = "weird"
+    unhashable = copy.deepcopy(doc)
+    unhashable["document"]["semantic"]["edges"][0]["source_node_id"] = ["a", "list"]
+    group = next(n["node_id"] for n in sem["nodes"] if n["kind"] == "module")
+    miscounted = copy.deepcopy(doc)
+    next(n for n in miscounted["document"]["semantic"]["nodes"] if n["node_id"] == group)["metadata"][
+        "moduleLayerCount"] += 1
+    for bad, words in ((wrong_kind, "field 'kind' is 'weird', expected one of input, layer, module, output"),
+                       (unhashable, "field 'source_node_id' is [\"a\", \"list\"], expected a string"),
+                       (miscounted, "moduleLayerCount")):
+        f = tmp_path / "m.json"
+        f.write_text(json.dumps(bad))
+        r = run_tool("import", str(f), "--format", "tensorviz", "-o", str(tmp_path / "m.mlir"))
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith(f"strata: error: {f}: ") and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
+        assert not (tmp_path / "m.mlir").exists()

@@ -1,8 +1,12 @@
 """The one dtype table (strata/ir/dtypes.py): every element type with its numpy type,
 safetensors code, HF name and target spellings; the `TensorOf` constraint built on its kinds;
-parametric types joining through `register_dtype`; quantized weights in op-level IR."""
+the fixed-point type, in the table without any other module imported; quantized weights in
+op-level IR."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -174,45 +178,40 @@ def test_tensor_of_message_names_the_kinds():
 
 
 # ---------------------------------------------------------------------------------------------
-# register_dtype
+# The fixed-point type: in the table without any other module imported
+
+#: Run in a fresh interpreter: the table alone, before any dialect is imported.
+TABLE_ALONE = """
+import sys
+from strata.ir.dtypes import dtype_of, has_kind, names
+from strata.ir.fixed_point import FixedPointType
+loaded = sorted(m for m in sys.modules if m.startswith("strata.") and not m.startswith(("strata.ir", "strata.errors")))
+d = dtype_of(FixedPointType(27))
+print(loaded, d.name, d.kind, d.numpy, d.spelling("cpp"), has_kind(FixedPointType(0), "fixed"), len(names()))
+"""
+
+
+def test_the_table_is_complete_by_itself():
+    """No module above the table adds to it: importing strata.ir.dtypes alone gives every element
+    type, the fixed-point level's included, with no dialect loaded."""
+    r = subprocess.run([sys.executable, "-c", TABLE_ALONE], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["[]", "fp32<27>", "fixed", "int32", "FixedPoint32<27>", "True",
+                                str(len(D.names()))]
 
 
 @irdl_attr_definition
-class _FakeFixed(ParametrizedAttribute, TypeAttribute):
-    """A stand-in for the fixed-point level's FixedPoint32<frac>."""
+class _Unknown(ParametrizedAttribute, TypeAttribute):
+    """A parametric type that is not in the table."""
 
-    name = "test.fixed32"
+    name = "test.unknown32"
     frac: IntAttr
 
 
-def _fake_entry(attr: _FakeFixed) -> D.DType:
-    return D.DType(f"fx32<{attr.frac.data}>", "int", 32, attr, np.dtype(np.int32), None, None, {"cpu": "np.int32"})
-
-
-def test_register_dtype_makes_a_parametric_type_visible(monkeypatch):
-    fake = _FakeFixed(IntAttr(12))
-    assert D.lookup(fake) is None
-    with monkeypatch.context() as mp:
-        mp.setattr(D, "_MATCHERS", list(D._MATCHERS))  # so that the registration is undone
-        D.register_dtype(lambda a: isinstance(a, _FakeFixed), _fake_entry)
-        found = D.lookup(fake)
-        assert found is not None and found.name == "fx32<12>" and found.attr == fake
-        assert D.lookup(_FakeFixed(IntAttr(3))).name == "fx32<3>"  # every parameter
-        assert D.dtype_of(fake).numpy == np.dtype(np.int32)
-        assert D.is_int(fake) is False  # is_int asks for a builtin integer type
-        assert D.has_kind(fake, "int") and not D.has_kind(fake, "float")
-        assert _ok(D.IntTensor, TensorType(fake, [4])) and not _ok(D.FloatTensor, TensorType(fake, [4]))
-        # the consumers read the same table
-        from strata.semantics.op_interp import numpy_dtype
-        from strata.targets.cpu.emit import dtype_expr
-
-        assert numpy_dtype(fake) == np.dtype(np.int32)
-        assert dtype_expr(fake) == "np.int32"
-        # a table entry still wins over the matchers
-        assert D.lookup(f32) is D.dtype_named("f32")
-    assert D.lookup(fake) is None  # gone again
-    with pytest.raises(D.DTypeError):
-        D.dtype_of(fake)
+def test_a_type_outside_the_table_is_refused():
+    assert D.lookup(_Unknown(IntAttr(12))) is None
+    with pytest.raises(D.DTypeError, match="is not supported"):
+        D.dtype_of(_Unknown(IntAttr(12)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -101,7 +101,8 @@ def bench(model_path: str | Path, *, n_prompt: int = 512, n_gen: int = 128, batc
           repetitions: int = 3, knobs: dict[str, Any] | None = None,
           cache_dir: str | Path | None = None, allow_nonfinite: bool = False) -> list[BenchRow]:
     """The pp and tg rows of each batch size (see the module docstring), a program compiled per
-    batch size (kept in CACHE/bench-bB, CACHE being `cache_dir` or MODEL/.strata-cache/cpu)."""
+    batch size (kept in CACHE/bench-bB with a `cache_dir`, else in MODEL/.strata-cache/cpu-bench-bB: a folder
+    of its own beside the plain compile's cpu/)."""
     from strata.runtime.opener import open_model
 
     if n_prompt < 0 or n_gen < 0 or n_prompt + n_gen == 0:
@@ -128,7 +129,8 @@ def bench(model_path: str | Path, *, n_prompt: int = 512, n_gen: int = 128, batc
     for b in batches:
         k = {**(knobs or {}), "ctx": n_prompt + n_gen, "Batch": b,
              "entries": ONE_ENTRIES if b == 1 else ROWS_ENTRIES}
-        program = opened.for_program(k, root / f"bench-b{b}").program()  # a program of its own per batch size
+        own = root / f"bench-b{b}" if cache_dir is not None else root.with_name(f"cpu-bench-b{b}")
+        program = opened.for_program(k, own).program()  # a program of its own per batch size
         try:
             runner = Runner(program, b, rng.integers(0, vocab, (b, n_prompt + n_gen)))
             if n_prompt:  # the warm-up: one untimed prefill and step

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from strata.errors import StrataError
 from strata.runtime.request import new_token_room
 from strata.runtime.sampling import SamplingError, SamplingParams
 
@@ -26,7 +27,7 @@ from strata.runtime.sampling import SamplingError, SamplingParams
 MAX_N, MAX_STOPS, MAX_LOGPROBS = 16, 4, 20
 
 
-class ApiError(Exception):
+class ApiError(StrataError):
     def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None):
         super().__init__(message)
         self.message, self.param, self.status, self.code = message, param, status, code

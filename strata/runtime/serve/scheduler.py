@@ -46,6 +46,7 @@ from itertools import count
 
 import numpy as np
 
+from strata.errors import StrataError
 from strata.runtime.program import Chooser, Program
 from strata.runtime.request import ContextError, check_fits
 from strata.runtime.sampling import SamplingParams
@@ -54,7 +55,7 @@ from strata.runtime.serve.pages import PageAllocator, page_key, prefix_keys, ROO
 ENTRY = "step_paged"
 
 
-class SchedulerError(ValueError):
+class SchedulerError(StrataError):
     """A program or a request the scheduler cannot run."""
 
 

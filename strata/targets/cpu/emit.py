@@ -1,7 +1,8 @@
 """The CPU target: op-level IR -> one self-contained numpy module.
 
 `CpuEmitter` is a printer with one handler per op-level op (registered with
-`CPU_EMITTER`, keyed by op class) and no policy: every op becomes one Python statement
+`CPU_EMITTER`, keyed by op class: the handlers below, and the tensor-parallel ops' table of
+`emit_tp.py`, included at the end of this file) and no policy: every op becomes one Python statement
 that calls the op's kernel, in program order. The generated module
 
 * imports only ``numpy`` and ``ml_dtypes`` (never strata), and carries the source of
@@ -41,7 +42,7 @@ from xdsl.ir import Operation
 from strata.dialects import op as O
 from strata.targets.codegen import literal_name, sanitize_label
 from strata.targets.codegen import sanitize_identifier  # noqa: F401 - re-exported
-from strata.targets.cpu.emit_tp import TP_OPS  # noqa: F401 - registers the collectives' printers
+from strata.targets.cpu.emit_tp import TP_PRINTERS
 from strata.targets.cpu.printer import (  # noqa: F401 - the target's names, re-exported
     CPU_EMITTER,
     CPU_PARAM_CONVERSIONS,
@@ -292,6 +293,8 @@ def _loop(e: CpuEmitter, op: O.GenerateOp | O.GenerateUntilOp | O.GenerateSample
 CPU_EMITTER.add(O.GenerateOp, _loop)
 CPU_EMITTER.add(O.GenerateUntilOp, _loop)
 CPU_EMITTER.add(O.GenerateSampledOp, _loop)
+#: The tensor-parallel ops (the collectives, the rank-dependent kernels) are printed in emit_tp.py.
+CPU_EMITTER.include(TP_PRINTERS)
 
 
 def emit_cpu(module: ModuleOp, model_name: str | None = None) -> str:

@@ -441,7 +441,7 @@ def sampler_code(fn: func.FuncOp, tables: Tables) -> list[str]:
              f"    logits = logits.reshape({rows}, {vocab})"]
     if g.placement.value == "device":
         tables.launchers.add("launch_sample")
-        lines += [f"    out, work = self._sampler_buffers({rows}, {vocab})",
+        lines += ["    K = self.kernels", f"    out, work = self._sampler_buffers({rows}, {vocab})",
                   f"    return K.launch_sample(logits, key, int(step), {filters}, prompt_counts=prompt_counts, "
                   "output_counts=output_counts, out=out, work=work)"]
     else:
@@ -478,6 +478,6 @@ def entry_code(fn: func.FuncOp, tables: Tables) -> list[str]:
     outs = {("next" if str(v.type.element) == "i32" else "logits"): p.x(v) for v in ret.operands}
     if set(outs) != {"next", "logits"}:
         raise CodegenError(f"@{entry} must return the next ids and the logits")
-    body = ["W, S = self.w, self.state", *p.lines, f"return {{'next': {outs['next']}, 'logits': {outs['logits']}}}"]
+    body = ["K, W, S = self.kernels, self.w, self.state", *p.lines, f"return {{'next': {outs['next']}, 'logits': {outs['logits']}}}"]
     doc = f'"""@{entry}: {sum(isinstance(o, B.GroupOp) for o in fn.body.block.ops)} kernel groups."""'
     return [f"def _{entry}(self, ids, n, P, R):", "    " + doc] + ["    " + ln for ln in body]

@@ -3,7 +3,8 @@
 `strata.targets.cuda.emit` copies this file's source into `OUT/model.py` after the
 generated header and appends the generated part (the weight table, the state table and one
 method per entry, each a sequence of kernel launches, one per blueprint group). So this file
-imports nothing from strata: only numpy, torch and (through `kernels.py`) triton.
+imports nothing from strata but, where it is installed, the base of its user errors: only
+numpy, torch and (through `kernels.py`) triton.
 
 What it does:
 
@@ -41,7 +42,14 @@ E4M3_MAX = 448.0
 PAGE = 16  # strata.targets.target.KV_PAGE_SIZE (this file imports nothing from strata)
 
 
-class ModelError(ValueError):
+try:  # under strata's drivers the model's refusals are user errors (one line, no traceback)
+    from strata.errors import StrataError as _UserError
+except ImportError:  # model.py used where strata is not installed
+    class _UserError(Exception):  # type: ignore[no-redef]
+        """An error in what the model was asked to do, not in the model."""
+
+
+class ModelError(_UserError, ValueError):
     """A request or an input the compiled model cannot take (one line)."""
 
 
@@ -209,8 +217,8 @@ class Runtime:
 
     def __init__(self, weights, *, device: str | None = None, interpret: bool | None = None,
                  cuda_graph: bool = False):
-        global K
-        K = _load_kernels()
+        #: the kernels module (`kernels.py` beside this file): each entry method reads it as `K`
+        self.kernels = _load_kernels()
         self.interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") if interpret is None else interpret
         if device is None:
             device = "cpu" if self.interpret else "cuda"
@@ -225,7 +233,7 @@ class Runtime:
         self.w = [self._prepare(spec, cache) for spec in self.WEIGHTS]
         del cache
         self._get = None
-        self.inv = [K.rope_inv_freq(*r, device=self.device) for r in self.ROPES] if self.ROPES else []
+        self.inv = [self.kernels.rope_inv_freq(*r, device=self.device) for r in self.ROPES] if self.ROPES else []
         self.state = {}
         for name, (shape, elem) in self.STATE.items():
             shape = tuple(shape)
@@ -282,8 +290,8 @@ class Runtime:
             if self.interpret or kind == "dense":  # the dequantized values, f32
                 cols = torch.arange(q.shape[-1], device=self.device) // block[1]
                 dense = q.float() * s[..., rmap.long(), :][..., cols]
-                return dense if kind == "dense" else K.Weight(dense.contiguous(), int(q.shape[-1]))
-            return K.Weight(q.contiguous(), int(q.shape[-1]), K.FP8, s.float().contiguous(),
+                return dense if kind == "dense" else self.kernels.Weight(dense.contiguous(), int(q.shape[-1]))
+            return self.kernels.Weight(q.contiguous(), int(q.shape[-1]), self.kernels.FP8, s.float().contiguous(),
                             rmap.to(torch.int32).contiguous(), tuple(block))
         w = torch.cat([self._raw(n) for n in parts], dim=-2)
         if fmt == "int4":
@@ -291,18 +299,18 @@ class Runtime:
             if self.interpret or kind == "dense":
                 dense = (q.float() - z.float().repeat_interleave(block[1], -1)[..., :w.shape[-1]]) \
                     * s.repeat_interleave(block[1], -1)[..., :w.shape[-1]]
-                return dense if kind == "dense" else K.Weight(dense.contiguous(), int(w.shape[-1]))
+                return dense if kind == "dense" else self.kernels.Weight(dense.contiguous(), int(w.shape[-1]))
             k = q.shape[-1]
             if k % 2:
                 q = torch.cat([q, q.new_zeros(*q.shape[:-1], 1)], dim=-1)
             packed = (q[..., 0::2] | (q[..., 1::2] << 4)).contiguous()
-            return K.Weight(packed, k, K.INT4, s.contiguous(), z.contiguous(), (1, block[1]))
+            return self.kernels.Weight(packed, k, self.kernels.INT4, s.contiguous(), z.contiguous(), (1, block[1]))
         if fmt in ("bf16", "f16"):
             w = w.to(DTYPES[fmt])
             if self.interpret:
                 w = w.float()
         w = w.contiguous()
-        return w if kind == "dense" else K.Weight(w, int(w.shape[-1]))
+        return w if kind == "dense" else self.kernels.Weight(w, int(w.shape[-1]))
 
     # -- running ------------------------------------------------------------------------------
 
@@ -328,7 +336,7 @@ class Runtime:
             raise ModelError(f"positions {pos}..{pos + n - 1} do not fit the context of {self.N_CTX} tokens")
 
     def _rope_positions(self, pos: int, n: int) -> dict:
-        return {m: K.rope_positions(pos, n, m, device=self.device) for m in self.ROPE_MODES}
+        return {m: self.kernels.rope_positions(pos, n, m, device=self.device) for m in self.ROPE_MODES}
 
     def _entry(self, entry: str, ids, n, pos, rope) -> dict:
         """The generated method `_<entry>`; an exception from one of its launches (a Triton
@@ -363,7 +371,7 @@ class Runtime:
         self._g_ids.copy_(self._ids(token))
         self._g_pos.fill_(pos)
         for m, buf in self._g_rope.items():
-            buf.copy_(K.rope_positions(pos, 1, m, device=self.device))
+            buf.copy_(self.kernels.rope_positions(pos, 1, m, device=self.device))
         self._graph.replay()
         return self._g_out["next"], self._g_out["logits"].float()
 
@@ -431,5 +439,3 @@ class Runtime:
         ids_out = [int(t) for t in torch.cat(out_ids).cpu().tolist()]
         return ids_out, np.stack(rows).astype(np.float32) if keep_logits else None
 
-
-K = None  # the kernels module, loaded by the first Model

@@ -33,6 +33,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -41,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from strata.artifacts.directory import locked, new_directory, remove_leftovers
+from strata.artifacts.directory import MARKER, locked, new_directory
 from strata.artifacts.stage import sha256_file, versions
 from strata.errors import StrataError
 from strata.ir.weights import Overlay
@@ -164,6 +167,33 @@ BUILD = "build"
 #: what build.py writes into OUT/build: the driver, its stamp, and run_epu's default logits file
 BUILD_FILES = frozenset({"model", "model.sha256", ".model.tmp", "logits.bin"})
 FORMAT = "strata-epu/v1"
+#: What a killed compile leaves in OUT: a stage's temporary or set-aside sibling (`new_directory`'s
+#: `.w4a16.tmp-XXXX`, `.w4a16.old-XXXX`) with or without its marker, and the record's temporary.
+LEFTOVER = re.compile(rf"\.(?:{'|'.join(STAGES)})\.(?:tmp|old)-[A-Za-z0-9_]+(?:{re.escape(MARKER)})?"
+                      rf"|\.{re.escape(TOP)}\.tmp")
+
+
+def is_leftover(entry: Path) -> bool:
+    """Whether `entry` of an EPU output is what a killed compile left there (removed by the next)."""
+    return LEFTOVER.fullmatch(entry.name) is not None and not entry.is_symlink()
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Remove what killed compiles left in OUT (the caller holds the lock and has checked that
+    OUT is an EPU output: a name of this shape there is strata's)."""
+    for entry in sorted(out.iterdir()):
+        if is_leftover(entry):
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+def _write_record(out: Path, record: Mapping[str, Any], indent: int | None = None) -> None:
+    """Write OUT's record whole or not at all (a kill while writing leaves the old one, or none)."""
+    tmp = out / f".{TOP}.tmp"
+    tmp.write_text(json.dumps(record, indent=indent, sort_keys=indent is not None) + "\n", encoding="utf-8")
+    os.replace(tmp, out / TOP)
 
 
 def _stage_problem(d: Path, name: str) -> str | None:
@@ -199,7 +229,7 @@ def epu_output_problem(out: Path) -> str | None:
     if not isinstance(top, dict) or top.get("format") != FORMAT:
         return f"its {TOP} is not an EPU output record (no \"format\": \"{FORMAT}\")"
     for entry in sorted(out.iterdir()):
-        if entry.name == TOP and entry.is_file() and not entry.is_symlink():
+        if (entry.name == TOP and entry.is_file() and not entry.is_symlink()) or is_leftover(entry):
             continue
         if entry.is_symlink() or not entry.is_dir() or entry.name not in (*STAGES, BUILD):
             return f"{entry} is not part of an EPU output"
@@ -218,7 +248,7 @@ def _check_out(out: Path) -> None:
     """Refuse an OUT that holds anything but an earlier EPU output (nothing of the user's is replaced)."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise EpuError(f"{out}: exists and is not a directory; refusing to replace it")
-    if out.is_dir() and any(out.iterdir()):
+    if out.is_dir() and any(not is_leftover(entry) for entry in out.iterdir()):
         problem = epu_output_problem(out)
         if problem is not None:
             raise EpuError(f"{out}: exists and is not an EPU output directory ({problem}); refusing to overwrite "
@@ -260,8 +290,23 @@ def fixed_module(model: Any, ranges: Path, weights: Any, headroom: int, ctx: int
     return run_pipeline(fx, finish)
 
 
-def compile_epu(model: Any, out: str | Path, knobs: Mapping[str, Any] | None = None) -> tuple[Path, list[str]]:
-    """Build or reuse every stage of OUT; returns (OUT, the stages rebuilt)."""
+def _clear_for_rebuild(out: Path) -> None:
+    """Remove whatever stands at `out` that is not an EPU output (a folder of strata's own cache
+    broken by a kill or an edit), so that it is built anew. The caller holds the lock."""
+    try:
+        _check_out(out)
+    except EpuError:
+        if out.is_symlink() or not out.is_dir():
+            out.unlink()
+        else:
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+
+
+def compile_epu(model: Any, out: str | Path, knobs: Mapping[str, Any] | None = None, *,
+                replace_any: bool = False) -> tuple[Path, list[str]]:
+    """Build or reuse every stage of OUT; returns (OUT, the stages rebuilt). `replace_any`: OUT
+    is a folder of strata's own cache, rebuilt whole if it is not an EPU output."""
     from strata.ir.text import parse_ir, print_ir
     from strata.ir.weights import write_safetensors
     from strata.passes.assign_frac_bits import range_table
@@ -273,7 +318,8 @@ def compile_epu(model: Any, out: str | Path, knobs: Mapping[str, Any] | None = N
 
     k = resolve(model, knobs)
     out = Path(out)
-    _check_out(out)
+    if not replace_any:
+        _check_out(out)
     store = model.open_weights(quiet=True)
     # The weights are baked into every stage (ranges, int4, weights.bin): their bytes are hashed
     # (each safetensors file, or the GGUF file), not only the headers the cpu target's manifest records.
@@ -284,12 +330,13 @@ def compile_epu(model: Any, out: str | Path, knobs: Mapping[str, Any] | None = N
             "strata_sources_sha256": versions()["strata_sources_sha256"]}
     rebuilt: list[str] = []
     with locked(out):
+        if replace_any:
+            _clear_for_rebuild(out)
         out.mkdir(parents=True, exist_ok=True)
-        for name in STAGES:  # what killed writers of the stages left inside OUT (marked as strata's)
-            remove_leftovers(out / name)
         _check_out(out)
+        _remove_leftovers(out)
         if not (out / TOP).is_file():  # marks OUT as ours before any stage is written
-            (out / TOP).write_text(json.dumps({"format": FORMAT, "stages": {}}) + "\n", encoding="utf-8")
+            _write_record(out, {"format": FORMAT, "stages": {}})
         prompts = random_prompts(k["calib_prompts"], k["calib_len"], int(model.config.vocab_size), seed=k["calib_seed"])
 
         def b_calibrate(d: Path) -> None:
@@ -339,7 +386,7 @@ def compile_epu(model: Any, out: str | Path, knobs: Mapping[str, Any] | None = N
         top = {"format": FORMAT, "model": model.name, "knobs": k,
                "stages": {"calibrate": cal, "smoothquant": sq, "w4a16": wq, "fixed": fxd, "cpp": cpp},
                "build": "cd cpp && g++ -O2 -std=c++17 -o ../build/model main.cpp"}
-        (out / TOP).write_text(json.dumps(top, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        _write_record(out, top, indent=1)
     return out, rebuilt
 
 

@@ -54,7 +54,7 @@ def test_a_failing_kernel_launch_is_one_line(odd_checkpoints, tmp_path, monkeypa
     model = load_model(odd_checkpoints["odd_llama"])
     out = compile_model(model, "cuda", tmp_path / "c", {"ctx": 32, "recipe": "f32"})
     program = cuda_program.load(out, model.open_weights(quiet=True), interpret=True)
-    module, kernels = program.module, program.module.K
+    module, kernels = program.module, program.model.kernels
 
     def unpadded_norm(x, w, eps, *, out=None, **_):
         n, c = x.shape

@@ -3,6 +3,8 @@ strata's own (numpy): fp8 block and ONNX Runtime's int4, bit for bit."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -52,3 +54,11 @@ def test_the_paged_cache_pages_are_the_one_default():
     from strata.targets.target import KV_PAGE_SIZE
 
     assert runtime.PAGE == KV_PAGE_SIZE
+
+
+def test_the_kernels_are_state_of_the_model_not_of_the_module():
+    """Each Model holds the kernels module it loaded (`self.kernels`, `K` in its entry methods);
+    the runtime keeps no module global that a constructor sets."""
+    assert "K" not in vars(runtime)
+    assert "global " not in Path(runtime.__file__).read_text(encoding="utf-8")
+
