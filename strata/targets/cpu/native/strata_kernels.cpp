@@ -1,0 +1,283 @@
+// Strata's native CPU kernels: matrix products on GGUF's packed weights with ggml-cpu's x86
+// numerics, row gathers, and float16 flash attention, behind a C ABI loaded with ctypes.
+// Every entry returns 0, or non-zero for bad arguments (checked before anything is read).
+// Work is split by output rows over one persistent thread pool; a row's value never depends on
+// the number of threads.
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ggml_blocks.h"
+#include "ggml_dots.h"
+#include "ggml_dequant.h"
+#include "ggml_float_dots.h"
+#include "thread_pool.h"
+
+using namespace strata;
+
+namespace {
+
+ThreadPool& pool() {
+    static ThreadPool p;
+    return p;
+}
+
+enum class Act { F32, F16, BF16, Q8_0, Q8_1, Q8_K };
+
+Act act_of(int type) {
+    switch (type) {
+        case T_F32: return Act::F32;
+        case T_F16: return Act::F16;
+        case T_BF16: return Act::BF16;
+        case T_Q4_1: case T_Q5_1: return Act::Q8_1;
+        case T_Q4_0: case T_Q5_0: case T_Q8_0: case T_IQ4_NL: return Act::Q8_0;
+        default: return Act::Q8_K;
+    }
+}
+
+// Bytes of one activation row of k values in the weight type's vec_dot_type.
+int64_t act_row_bytes(int type, int64_t k) {
+    switch (act_of(type)) {
+        case Act::F32: return 4 * k;
+        case Act::F16: case Act::BF16: return 2 * k;
+        case Act::Q8_0: return k / 32 * (int64_t)sizeof(ActQ8_0);
+        case Act::Q8_1: return k / 32 * (int64_t)sizeof(ActQ8_1);
+        case Act::Q8_K: return k / 256 * (int64_t)sizeof(ActQ8_K);
+    }
+    return 0;
+}
+
+void quantize_row(int type, const float* x, int64_t k, uint8_t* out) {
+    switch (act_of(type)) {
+        case Act::F32: std::memcpy(out, x, 4 * k); break;
+        case Act::F16: {
+            uint16_t* o = (uint16_t*)out;
+            for (int64_t i = 0; i < k; ++i) o[i] = f32_to_f16(x[i]);
+            break;
+        }
+        case Act::BF16: {
+            uint16_t* o = (uint16_t*)out;
+            for (int64_t i = 0; i < k; ++i) o[i] = f32_to_bf16(x[i]);
+            break;
+        }
+        case Act::Q8_0: quantize_q8_0(x, (ActQ8_0*)out, k / 32); break;
+        case Act::Q8_1: quantize_q8_1(x, (ActQ8_1*)out, k / 32); break;
+        case Act::Q8_K: quantize_q8_K(x, (ActQ8_K*)out, k / 256); break;
+    }
+}
+
+// One weight row against one activation row (in its vec_dot_type), as ggml's vec_dot.
+float dot_row(int type, const uint8_t* w, const uint8_t* a, int64_t k) {
+    const int64_t nb32 = k / 32, nbk = k / 256;
+    switch (type) {
+        case T_F32: return dot_f32((const float*)w, (const float*)a, k);
+        case T_F16: return dot_f16((const uint16_t*)w, (const uint16_t*)a, k);
+        case T_BF16: return dot_bf16((const uint16_t*)w, (const uint16_t*)a, k);
+        case T_Q4_0: return dot_q8_0_type<T_Q4_0, 18>(w, (const ActQ8_0*)a, nb32);
+        case T_Q5_0: return dot_q8_0_type<T_Q5_0, 22>(w, (const ActQ8_0*)a, nb32);
+        case T_Q8_0: return dot_q8_0_type<T_Q8_0, 34>(w, (const ActQ8_0*)a, nb32);
+        case T_IQ4_NL: return dot_iq4_nl(w, (const ActQ8_0*)a, nb32);
+        case T_Q4_1: return dot_q8_1_type<T_Q4_1, 20>(w, (const ActQ8_1*)a, nb32);
+        case T_Q5_1: return dot_q8_1_type<T_Q5_1, 24>(w, (const ActQ8_1*)a, nb32);
+        case T_Q2_K: return dot_q2_K(w, (const ActQ8_K*)a, nbk);
+        case T_Q3_K: return dot_q3_K(w, (const ActQ8_K*)a, nbk);
+        case T_Q4_K: return dot_q4_K(w, (const ActQ8_K*)a, nbk);
+        case T_Q5_K: return dot_q5_K(w, (const ActQ8_K*)a, nbk);
+        case T_Q6_K: return dot_q6_K(w, (const ActQ8_K*)a, nbk);
+        case T_IQ4_XS: return dot_iq4_xs(w, (const ActQ8_K*)a, nbk);
+    }
+    return 0.0f;
+}
+
+// The weight shape is valid for the type: k > 0 a multiple of the block, a row fits in row_bytes.
+bool valid_weight(int type, const void* w, int64_t rows, int64_t k, int64_t row_bytes) {
+    const BlockInfo bi = block_info(type);
+    if (bi.block == 0 || rows < 0 || k <= 0 || k % bi.block) return false;
+    if (row_bytes < k / bi.block * bi.bytes) return false;
+    return rows == 0 || w != nullptr;
+}
+
+// Activation rows quantized once (in parallel over rows), then output rows split over the threads:
+// each thread takes tiles of 16 weight rows against every activation row.
+struct MulMatJob {
+    int type;
+    const uint8_t* w;
+    int64_t rows, k, row_bytes;
+    const uint8_t* act;  // [n][act_bytes]
+    int64_t act_bytes, n;
+    float* y;
+};
+
+void mul_mat_rows(const MulMatJob& j, int64_t r0, int64_t r1) {
+    constexpr int64_t TILE = 16;
+    for (int64_t t0 = r0; t0 < r1; t0 += TILE) {
+        const int64_t t1 = t0 + TILE < r1 ? t0 + TILE : r1;
+        for (int64_t c = 0; c < j.n; ++c)
+            for (int64_t r = t0; r < t1; ++r)
+                j.y[c * j.rows + r] = dot_row(j.type, j.w + r * j.row_bytes, j.act + c * j.act_bytes, j.k);
+    }
+}
+
+void quantize_rows(int type, const float* x, int64_t n, int64_t k, uint8_t* out, int64_t out_bytes) {
+    pool().parallel_for(n, 1, [&](int64_t a, int64_t b) {
+        for (int64_t i = a; i < b; ++i) quantize_row(type, x + i * k, k, out + i * out_bytes);
+    });
+}
+
+// The one-chunk flash attention of ggml-cpu over float16 K and V, one query row of one head:
+// exactly strata.semantics.kernels_ggml.flash_attn_ext_f16's arithmetic for fewer than 64 rows.
+void attend_row_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n, int64_t d, int64_t dv,
+                    const float* mask_row, const std::vector<char>& column_live, float scale, float* out) {
+    std::vector<double> qh(d);
+    for (int64_t c = 0; c < d; ++c) qh[c] = (double)round_f16(q[c]);
+    std::vector<float> acc(dv, 0.0f);
+    float top = -INFINITY, total = 0.0f;
+    for (int64_t ic = 0; ic < n; ++ic) {
+        if (!column_live[ic]) continue;
+        const float m = mask_row ? round_f16(mask_row[ic]) : 0.0f;
+        if (std::isinf(m) && m < 0) continue;
+        const uint16_t* kr = k + ic * d;
+        double dot = 0.0;
+        for (int64_t c = 0; c < d; ++c) dot += qh[c] * (double)f16_to_f32(kr[c]);
+        const float s = (float)dot * scale + m;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > top) {
+            ms = (float)std::exp((double)(top - s));
+            top = s;
+            for (int64_t c = 0; c < dv; ++c) acc[c] = round_f16(acc[c] * ms);
+        } else {
+            vs = (float)std::exp((double)(s - top));
+        }
+        const uint16_t* vr = v + ic * dv;
+        for (int64_t c = 0; c < dv; ++c)
+            acc[c] = round_f16((float)((double)f16_to_f32(vr[c]) * (double)vs + (double)acc[c]));
+        total = (float)((double)total * (double)ms + (double)vs);
+    }
+    const float inv = total == 0.0f ? 0.0f : 1.0f / total;
+    for (int64_t c = 0; c < dv; ++c) out[c] = acc[c] * inv;
+}
+
+// The tiled path (64 rows or more): float32 Q and accumulators, softmax(q k^T * scale + mask) v.
+void attend_row_f32(const float* q, const uint16_t* k, const uint16_t* v, int64_t n, int64_t d, int64_t dv,
+                    const float* mask_row, float scale, float* out) {
+    std::vector<float> z(n);
+    float top = -INFINITY;
+    for (int64_t ic = 0; ic < n; ++ic) {
+        float dot = 0.0f;
+        for (int64_t c = 0; c < d; ++c) dot += q[c] * f16_to_f32(k[ic * d + c]);
+        z[ic] = dot * scale + (mask_row ? mask_row[ic] : 0.0f);
+        top = z[ic] > top ? z[ic] : top;
+    }
+    float total = 0.0f;
+    for (int64_t ic = 0; ic < n; ++ic) { z[ic] = std::exp(z[ic] - top); total += z[ic]; }
+    for (int64_t c = 0; c < dv; ++c) out[c] = 0.0f;
+    for (int64_t ic = 0; ic < n; ++ic) {
+        const float p = z[ic] / total;
+        for (int64_t c = 0; c < dv; ++c) out[c] += p * f16_to_f32(v[ic * dv + c]);
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+int strata_set_threads(int n) {
+    if (n < 1 || n > 1024) return 1;
+    pool().resize(n);
+    return 0;
+}
+
+int strata_get_threads(void) { return pool().size(); }
+
+int strata_mul_mat(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
+                   const float* x, int64_t n, float* y) {
+    if (!valid_weight(type, w, rows, k, row_bytes) || n < 0 || (n > 0 && (!x || (rows > 0 && !y)))) return 1;
+    if (n == 0 || rows == 0) return 0;
+    const int64_t ab = act_row_bytes(type, k);
+    std::vector<uint8_t> act((size_t)(ab * n));
+    quantize_rows(type, x, n, k, act.data(), ab);
+    const MulMatJob job{type, w, rows, k, row_bytes, act.data(), ab, n, y};
+    pool().parallel_for(rows, 16, [&](int64_t a, int64_t b) { mul_mat_rows(job, a, b); });
+    return 0;
+}
+
+int strata_get_rows(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
+                    const int32_t* ids, int64_t n, float* out) {
+    if (!valid_weight(type, w, rows, k, row_bytes) || n < 0 || (n > 0 && (!ids || !out))) return 1;
+    for (int64_t i = 0; i < n; ++i)
+        if (ids[i] < 0 || ids[i] >= rows) return 2;
+    pool().parallel_for(n, 1, [&](int64_t a, int64_t b) {
+        for (int64_t i = a; i < b; ++i) dequant_row(type, w + (int64_t)ids[i] * row_bytes, k, out + i * k);
+    });
+    return 0;
+}
+
+// MUL_MAT_ID with x [n, nb, k]: slot (t, j) of y [n, used, rows] is expert ids[t, j]'s matrix
+// times x[t, j % nb] (strata.semantics.kernels.mul_mat_id's convention: nb is 1 or used).
+int strata_mul_mat_id_b(int type, const uint8_t* w, int64_t experts, int64_t rows, int64_t k, int64_t row_bytes,
+                        const float* x, int64_t n, int64_t nb, const int32_t* ids, int64_t used, float* y) {
+    if (!valid_weight(type, w, experts * rows, k, row_bytes) || experts < 1 || n < 0 || used < 0 || nb < 1) return 1;
+    if (n == 0 || used == 0 || rows == 0) return 0;
+    if (!x || !ids || !y) return 1;
+    for (int64_t i = 0; i < n * used; ++i)
+        if (ids[i] < 0 || ids[i] >= experts) return 2;
+    const int64_t ab = act_row_bytes(type, k);
+    std::vector<uint8_t> act((size_t)(ab * n * nb));
+    quantize_rows(type, x, n * nb, k, act.data(), ab);
+    pool().parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t j = 0; j < used; ++j) {
+                const uint8_t* we = w + (int64_t)ids[t * used + j] * rows * row_bytes;
+                const uint8_t* a = act.data() + (t * nb + j % nb) * ab;
+                float* yo = y + (t * used + j) * rows;
+                for (int64_t r = r0; r < r1; ++r) yo[r] = dot_row(type, we + r * row_bytes, a, k);
+            }
+    });
+    return 0;
+}
+
+// MUL_MAT_ID with x [n, used, k] (one activation row per slot).
+int strata_mul_mat_id(int type, const uint8_t* w, int64_t experts, int64_t rows, int64_t k, int64_t row_bytes,
+                      const float* x, int64_t n, const int32_t* ids, int64_t used, float* y) {
+    return strata_mul_mat_id_b(type, w, experts, rows, k, row_bytes, x, n, used < 1 ? 1 : used, ids, used, y);
+}
+
+int strata_flash_attn_f16(const float* q, int64_t hq, int64_t s, int64_t d, const uint16_t* k,
+                          const uint16_t* v, int64_t hkv, int64_t n, int64_t dv, const float* mask,
+                          float scale, float* out) {
+    if (hq < 1 || hkv < 1 || hq % hkv || s < 0 || d < 1 || dv < 1 || n < 0) return 1;
+    if (s == 0) return 0;
+    if (!q || !out || (n > 0 && (!k || !v))) return 1;
+    const int64_t group = hq / hkv;
+    // The KV positions some query row sees (the mask rounded to float16, as llama.cpp's mask).
+    std::vector<char> live(n, 1);
+    if (mask)
+        for (int64_t ic = 0; ic < n; ++ic) {
+            bool any = false;
+            for (int64_t i = 0; i < s && !any; ++i) {
+                const float m = round_f16(mask[i * n + ic]);
+                any = !(std::isinf(m) && m < 0);
+            }
+            live[ic] = any;
+        }
+    pool().parallel_for(hq * s, 1, [&](int64_t a, int64_t b) {
+        for (int64_t hi = a; hi < b; ++hi) {
+            const int64_t h = hi / s, i = hi % s, g = h / group;
+            const float* qr = q + (h * s + i) * d;
+            const float* mr = mask ? mask + i * n : nullptr;
+            float* o = out + (i * hq + h) * dv;
+            if (s < 64)
+                attend_row_f16(qr, k + g * n * d, v + g * n * dv, n, d, dv, mr, live, scale, o);
+            else
+                attend_row_f32(qr, k + g * n * d, v + g * n * dv, n, d, dv, mr, scale, o);
+        }
+    });
+    return 0;
+}
+
+}  // extern "C"
