@@ -86,7 +86,7 @@ def _cpu() -> Target:
         return {"model.py": emit_cpu(module, model_name, name), name: data}
 
     def check(model: Any, k: dict[str, Any]) -> dict[str, Any]:
-        return native_stage.check_kernels(check_entry_knobs(model, k))
+        return native_stage.check_kernels(model, check_entry_knobs(model, k))
 
     # kv_type: the KV cache's element type ("": the model's; f16 is llama.cpp's default cache).
     # tp: the ranks of a tensor-parallel program (launched by strata.runtime.tp: one process each);

@@ -224,7 +224,7 @@ def _rope(e: CpuEmitter, op: O.RopeOp) -> None:
 @CPU_EMITTER.register(O.GetRowsOp)
 def _get_rows(e: CpuEmitter, op: O.GetRowsOp) -> None:
     if is_native(op):
-        e.assign(op, "native_get_rows", "self.native_lib", e.ref(op.lhs), e.ref(op.rhs))
+        e.assign(op, "packed_get_rows", "self.native_lib", e.ref(op.lhs), e.ref(op.rhs))
     else:
         e.assign(op, "get_rows", e.ref(op.lhs), e.ref(op.rhs))
 
@@ -238,7 +238,7 @@ def _products(kernel: str) -> Callable[[CpuEmitter, Operation], None]:
         quant = op.activation_quant  # type: ignore[attr-defined]
         if is_native(op):
             kind, order = quant if quant is not None else (None, None)
-            e.assign(op, f"native_{kernel}", "self.native_lib", *args, repr(kind),
+            e.assign(op, f"packed_{kernel}", "self.native_lib", *args, repr(kind),
                      int_tuple(order) if order else "None")
             return
         if quant is None:
@@ -259,7 +259,7 @@ def _flash_attn_ext(e: CpuEmitter, op: O.FlashAttnExtOp) -> None:
     # ggml-cpu computes attention over a float16 KV cache its own way (kernels_ggml's docstring)
     f16 = all(isinstance(O.elem_of(v), Float16Type) for v in (op.k, op.v))
     if f16 and is_native(op):
-        e.assign(op, "native_flash_attn_f16", "self.native_lib", e.ref(op.q), e.ref(op.k), e.ref(op.v),
+        e.assign(op, "attention_f16", "self.native_lib", e.ref(op.q), e.ref(op.k), e.ref(op.v),
                  e.ref(op.mask), float_lit(op.scale.value.data))
         return
     e.assign(op, "flash_attn_ext_f16" if f16 else "flash_attn_ext", e.ref(op.q), e.ref(op.k), e.ref(op.v),

@@ -14,11 +14,12 @@ from strata.semantics import kernels as K
 from strata.semantics import sampling as S
 from strata.targets.codegen import CodegenError
 from strata.targets.cpu import native_calls
+from strata.targets.cpu.native import loader
 
 #: The modules whose functions a generated CPU module may carry: the op kernels, the many-sequence
-#: kernels, ggml-cpu's quantized numerics, the entries' host inputs, the sampler and the calls
-#: into the native kernels.
-CPU_KERNEL_MODULES: tuple[ModuleType, ...] = (K, kernels_seq, kernels_ggml, host_inputs, S, native_calls)
+#: kernels, ggml-cpu's quantized numerics, the entries' host inputs, the sampler, the native
+#: kernels' ctypes binding and the op-level kernels on packed weights that call it.
+CPU_KERNEL_MODULES: tuple[ModuleType, ...] = (K, kernels_seq, kernels_ggml, host_inputs, S, loader, native_calls)
 
 
 def _free_names(fn: ast.FunctionDef) -> set[str]:

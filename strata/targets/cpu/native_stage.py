@@ -12,6 +12,7 @@ reference).
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,22 +21,32 @@ from strata.targets.target import TargetError
 KERNELS = ("native", "numpy")
 
 
+def library_cache() -> Path:
+    """Where the libraries are built, one file per source, flags and compiler (their names say which)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "strata" / "native"
+
+
 @functools.cache
 def built_library() -> Path | None:
     """The native library, built or reused (None: no compiler; the build said so in one line)."""
-    from strata.targets.cpu.native import build_library
+    from strata.targets.cpu.native.build import build_library
 
-    path = build_library()
-    return Path(path) if path is not None else None
+    return build_library(library_cache())
 
 
-def check_kernels(knobs: dict[str, Any]) -> dict[str, Any]:
-    """`kernels` checked; native without a compiler becomes numpy (the build's one line said why)."""
+def check_kernels(model: Any, knobs: dict[str, Any]) -> dict[str, Any]:
+    """`kernels` checked and resolved to what runs: native computes on a GGUF's packed weights
+    and over a float16 KV cache, so a model with neither (a checkpoint's float weights, the
+    model's own KV type) runs numpy's, as does a tensor-parallel program (it binds pieces of
+    weights, which the native path does not read); native without a compiler becomes numpy
+    (the build said why in one line)."""
     kind = knobs.get("kernels")
     if kind not in KERNELS:
         raise TargetError(f"kernels: {str(kind)[:40]!r} is not one of {', '.join(KERNELS)}")
-    if kind == "native" and (knobs.get("tp", 1) > 1 or built_library() is None):
-        knobs["kernels"] = "numpy"  # a tensor-parallel program binds pieces, which the native path does not read
+    uses = getattr(model, "gguf", None) is not None or knobs.get("kv_type") == "f16"
+    if kind == "native" and (not uses or knobs.get("tp", 1) > 1 or built_library() is None):
+        knobs["kernels"] = "numpy"
     return knobs
 
 

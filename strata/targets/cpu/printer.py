@@ -118,7 +118,7 @@ class CpuEmitter:
         self.entries = [o for o in self.module.ops if isinstance(o, func.FuncOp)]
         self.native = is_native(self.module) or any(is_native(o) for o in self.module.walk())
         if self.native:
-            self.kernels_used.add("native_library")
+            self.kernels_used.add("load_native_kernels")
         if self.native and self.native_library is None:
             raise CpuTargetError("cpu target: the module has ops marked kernel = \"native\" but no native library "
                                  "was built for it")
@@ -264,7 +264,7 @@ class CpuEmitter:
             out.line(f"def __init__({head}, threads=None):" if self.native else f"def __init__({head}):")
             with out.indented():
                 if self.native:
-                    out.line("self.native_lib = native_library(NATIVE_LIBRARY, threads)  # threads None: this process's cores")
+                    out.line("self.native_lib = load_native_kernels(NATIVE_LIBRARY, threads)  # None: this process's cores")
                 if self.ranks > 1:
                     out.line("self.group = group  # a torch.distributed process group of RANKS ranks")
                     out.line("self.rank = tp_rank(group, RANKS)")
