@@ -13,7 +13,7 @@ from strata.semantics import host_inputs, kernels_ggml, kernels_seq
 from strata.semantics import kernels as K
 from strata.semantics import sampling as S
 from strata.targets.codegen import CodegenError
-from strata.targets.cpu import native_calls
+import strata.targets.cpu.native_calls as native_calls
 from strata.targets.cpu.native import loader
 
 #: The modules whose functions a generated CPU module may carry: the op kernels, the many-sequence
