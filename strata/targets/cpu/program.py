@@ -41,6 +41,8 @@ class CpuProgram:
 
     def __init__(self, instance: Any):
         self.model = instance
+        if getattr(instance, "native_lib", None) is not None:  # the native kernels compute the products
+            self.runtime = "native"
         self.name = str(instance.MODEL_NAME or "model")
         layouts = getattr(instance, "LAYOUTS", {})
         if "decode" in instance.OUTPUTS:
