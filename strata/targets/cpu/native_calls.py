@@ -1,7 +1,7 @@
 """The generated cpu module's side of the native kernels: the op-level kernels on packed weights,
 calling the library the compile put beside it through its ctypes binding
 (`strata.targets.cpu.native.loader`); copied into a module that uses them as the numpy kernels
-are (numpy, os and ctypes only, self-contained functions, no module constants).
+are (numpy only at the top, self-contained functions, no module constants).
 
 A weight the native kernels read is bound by `bind_packed` as a tuple
 
@@ -16,8 +16,6 @@ portable reference, the same op.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from strata.semantics.kernels import get_rows, mul_mat, mul_mat_id
@@ -29,6 +27,8 @@ from strata.targets.cpu.native.loader import (native_flash_attn_f16, native_get_
 def load_native_kernels(path, threads):
     """The native library at `path` (`native_load`), its thread pool sized `threads` (None:
     $STRATA_THREADS, the CLI's -t, else the cores this process may use)."""
+    import os
+
     if not threads:
         threads = os.environ.get("STRATA_THREADS", "")
         threads = int(threads) if threads.isdigit() and int(threads) > 0 else \

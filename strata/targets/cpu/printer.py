@@ -190,8 +190,6 @@ class CpuEmitter:
         out.line()
         out.line("from __future__ import annotations")
         out.line()
-        if self.native:
-            out.line("import ctypes")
         out.line("import ml_dtypes  # noqa: F401  (bfloat16 for numpy)")
         out.line("import numpy as np")
         if self.native:
