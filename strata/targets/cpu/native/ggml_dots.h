@@ -1,9 +1,11 @@
 // ggml-cpu's quantized dot products (arch/x86/quants.c as built for x86 with AVX2: ggml_vec_dot_*),
 // one row of a weight against one activation row already in its vec_dot_type blocks. Each returns
 // the float ggml's AVX2 kernel returns: the same integer lanes, the same fused multiply-adds per
-// block into eight float lanes, the same final reduction. Where ggml adds a scalar term (the
-// Q4_1 / Q5_1 block sums m * s, Q5_K's mins) its compiler (gcc, -O3 -march=native, whose default
-// -ffp-contract=fast fuses `a += b * c`) makes one fused multiply-add of it: so do these, with fmaf.
+// block into eight float lanes, the same final reduction. Where ggml adds a scalar term, its
+// compiler (gcc -O3 -march=native, -ffp-contract=fast by default) may fuse `a += b * c` or not;
+// these fuse exactly where the oracle's build does (checked bit for bit against its
+// libggml-cpu.so): the Q4_1 / Q5_1 block sums m * s and Q5_K's mins are fused (fmaf), IQ4_NL's
+// odd last block is not.
 // ggml's portable C kernels (quants.c's *_generic) sum in another order; the AVX2 numbers are the
 // reference here, on every build.
 #pragma once
@@ -124,7 +126,7 @@ static float dot_iq4_nl(const uint8_t* w, const ActQ8_0* y, int64_t nb) {
         int32_t v[32], s = 0;
         values_iq4_nl(w + i * 18, v);
         for (int j = 0; j < 32; ++j) s += v[j] * y[i].qs[j];
-        sum = std::fmaf(y[i].d * load_f16(w + i * 18), (float)s, sum);
+        sum += y[i].d * load_f16(w + i * 18) * (float)s;  // not fused: the oracle's build does not fuse it
     }
     return sum;
 }

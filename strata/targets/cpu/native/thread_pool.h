@@ -29,7 +29,8 @@ public:
         stop();
         threads_ = n;
         quit_ = false;
-        for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { work(i); });
+        // A new worker waits for the next job, not the last one run before it started.
+        for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, seen = generation_] { work(i, seen); });
     }
 
     // body(begin, end) on contiguous ranges of [0, n); ranges hold at least `grain` indices
@@ -56,8 +57,7 @@ public:
     }
 
 private:
-    void work(int index) {
-        uint64_t seen = 0;
+    void work(int index, uint64_t seen) {
         for (;;) {
             const std::function<void(int64_t, int64_t)>* body;
             int64_t n, parts;
