@@ -208,3 +208,22 @@ def test_bad_arguments_return_non_zero_and_write_nothing(libs):
     assert np.all(y == 7.0) and np.all(out == 7.0)
     with pytest.raises(ValueError, match="strata_mul_mat"):
         native_mul_mat(lib, 3, w, 4, 64, 36, x)
+
+
+@pytest.mark.skipif(llama_cpp_dir() is None, reason="no llama.cpp build (libggml-cpu.so; set LLAMA_CPP)")
+def test_numpy_q8_1_blocks_equal_ggml_cpu():
+    """kernels_ggml.quantize_rows_q8_1 against ggml-cpu's quantize_row_q8_1 (its d, s and quants)."""
+    import ctypes
+
+    ggml = GgmlCpu(llama_cpp_dir())
+    from_float = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+        ggml.lib.ggml_get_type_traits_cpu(9).contents.from_float)
+    x = activations(np.random.default_rng(9), 1, 4096)[0]
+    raw = np.zeros((128, 36), np.uint8)
+    from_float(x.ctypes.data, raw.ctypes.data, 4096)
+    d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)[:, 0]
+    s = raw[:, 2:4].copy().view(np.float16).astype(np.float32)[:, 0]
+    q = raw[:, 4:].view(np.int8).astype(np.float32)
+    values, sums = kernels_ggml.quantize_rows_q8_1(x)
+    assert np.array_equal(values.reshape(128, 32), (q * d[:, None]).astype(np.float32))
+    assert np.array_equal(sums, s)
