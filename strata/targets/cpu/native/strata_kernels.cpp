@@ -14,6 +14,7 @@
 
 #include "ggml_blocks.h"
 #include "ggml_dots.h"
+#include "ggml_dots2.h"
 #include "ggml_dequant.h"
 #include "ggml_float_dots.h"
 #include "thread_pool.h"
@@ -115,11 +116,21 @@ struct MulMatJob {
 
 void mul_mat_rows(const MulMatJob& j, int64_t r0, int64_t r1) {
     constexpr int64_t TILE = 16;
+#if STRATA_ROWS2
+    const Dot4 dot4 = dot4_of(j.type);
+#endif
     for (int64_t t0 = r0; t0 < r1; t0 += TILE) {
         const int64_t t1 = t0 + TILE < r1 ? t0 + TILE : r1;
-        for (int64_t c = 0; c < j.n; ++c)
-            for (int64_t r = t0; r < t1; ++r)
-                j.y[c * j.rows + r] = dot_row(j.type, j.w + r * j.row_bytes, j.act + c * j.act_bytes, j.k);
+        for (int64_t c = 0; c < j.n; ++c) {
+            const uint8_t* a = j.act + c * j.act_bytes;
+            float* y = j.y + c * j.rows;
+            int64_t r = t0;
+#if STRATA_ROWS2
+            if (dot4)
+                for (; r + 3 < t1; r += 4) dot4(j.w + r * j.row_bytes, j.row_bytes, a, j.k / 32, y + r);
+#endif
+            for (; r < t1; ++r) y[r] = dot_row(j.type, j.w + r * j.row_bytes, a, j.k);
+        }
     }
 }
 
