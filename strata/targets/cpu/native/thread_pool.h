@@ -15,6 +15,11 @@
 #include <thread>
 #include <vector>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+#include <unistd.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define STRATA_PAUSE() _mm_pause()
@@ -26,20 +31,33 @@ namespace strata {
 
 class ThreadPool {
 public:
-    ThreadPool() {
-        unsigned hw = std::thread::hardware_concurrency();
-        resize(hw ? (int)hw : 1);
-    }
+    ThreadPool() { resize(usable_cores()); }
     ~ThreadPool() {
         std::lock_guard<std::mutex> call(call_mutex_);
+        if (forked()) {  // the workers are the parent's: nothing to join here
+            new std::vector<std::thread>(std::move(workers_));
+            return;
+        }
         stop();
+    }
+
+    // The cores this process may run on (its affinity mask), at least 1.
+    static int usable_cores() {
+#if defined(__linux__)
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+        const unsigned hw = std::thread::hardware_concurrency();
+        return hw ? (int)hw : 1;
     }
 
     int size() const { return threads_; }
 
     void resize(int n) {
         std::lock_guard<std::mutex> call(call_mutex_);
-        stop();
+        if (forked()) new std::vector<std::thread>(std::move(workers_));  // the parent's, never joined
+        else stop();
+        owner_ = getpid();
         threads_ = n;
         quit_.store(false);
         const uint64_t now = generation_.load();  // a new worker waits for the next job
@@ -52,7 +70,7 @@ public:
         std::lock_guard<std::mutex> call(call_mutex_);
         int64_t parts = threads_;
         if (grain > 0 && n / grain < parts) parts = n / grain > 0 ? n / grain : 1;
-        if (parts <= 1) {
+        if (parts <= 1 || forked()) {  // a forked child has no workers until strata_set_threads
             body(0, n);
             return;
         }
@@ -71,6 +89,8 @@ public:
     }
 
 private:
+    bool forked() const { return getpid() != owner_; }
+
     void work(int index, uint64_t seen) {
         for (;;) {
             // spin about a millisecond's worth of pauses, then sleep
@@ -114,6 +134,7 @@ private:
     std::atomic<uint64_t> generation_{0};
     std::atomic<bool> quit_{false};
     int threads_ = 1;
+    pid_t owner_ = 0;  // the process whose threads the workers are
 };
 
 }  // namespace strata

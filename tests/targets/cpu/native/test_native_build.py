@@ -105,3 +105,35 @@ def test_kernels_run_clean_under_address_sanitizer(tmp_path):
                           capture_output=True, text=True, timeout=600, env=env)
     assert "AddressSanitizer" not in done.stderr, done.stderr[-3000:]
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+FORK_SCRIPT = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    sys.path[:0] = [sys.argv[2], sys.argv[3]]
+    from native_support import random_weight
+    from strata.targets.cpu.native.loader import *
+    lib = native_load(sys.argv[1])
+    native_set_threads(lib, 2)
+    w = random_weight(2, 64, 256, np.random.default_rng(0))
+    x = np.ones((1, 256), np.float32)
+    a = native_mul_mat(lib, 2, w, 64, 256, w.shape[1], x)
+    pid = os.fork()
+    if pid == 0:  # the pool's workers stayed in the parent
+        b = native_mul_mat(lib, 2, w, 64, 256, w.shape[1], x)
+        native_set_threads(lib, 2)
+        c = native_mul_mat(lib, 2, w, 64, 256, w.shape[1], x)
+        os._exit(0 if np.array_equal(a, b) and np.array_equal(a, c) else 3)
+    print(os.waitpid(pid, 0)[1] >> 8)
+""")
+
+
+@needs_compiler
+def test_a_forked_child_computes_without_the_parents_workers(tmp_path):
+    lib = build.build_library(tmp_path)
+    script = tmp_path / "fork.py"
+    script.write_text(FORK_SCRIPT)
+    root = Path(__file__).resolve().parents[4]
+    done = subprocess.run([sys.executable, str(script), str(lib), str(root), str(root / "tests")],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(root)))
+    assert done.returncode == 0 and done.stdout.strip() == "0", done.stderr[-2000:]
