@@ -131,6 +131,28 @@ static float dot_iq4_nl(const uint8_t* w, const ActQ8_0* y, int64_t nb) {
     return sum;
 }
 
+// ggml-cpu's CPU_REPACK kernels for Q4_0 and IQ4_NL (arch/x86/repack.cpp: the q4_0_8x8 and
+// iq4_nl_8x8 GEMV and GEMM, which llama.cpp runs on x86 with AVX2 for weights of a multiple of 8
+// rows): one float accumulator per output, per block acc = fma(the block's integer dot,
+// d_w * d_y, acc). No lanes, no reduction: other floats than vec_dot's.
+template <int TYPE>
+static float dot_repacked(const uint8_t* w, const ActQ8_0* y, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb; ++i, w += 18) {
+        int32_t lanes[8];
+#if STRATA_AVX2
+        _mm256_storeu_si256((__m256i*)lanes, block32_lanes(TYPE, w, y[i].qs).v);
+#else
+        const I8 l8 = block32_lanes(TYPE, w, y[i].qs);
+        for (int l = 0; l < 8; ++l) lanes[l] = l8.v[l];
+#endif
+        int32_t sumi = 0;
+        for (int l = 0; l < 8; ++l) sumi += lanes[l];
+        acc = std::fmaf((float)sumi, load_f16(w) * y[i].d, acc);
+    }
+    return acc;
+}
+
 // ggml_vec_dot_{q4_1,q5_1}_q8_1: the block sums m * s in a scalar, added after the reduction.
 template <int TYPE, int BYTES>
 static float dot_q8_1_type(const uint8_t* w, const ActQ8_1* y, int64_t nb) {

@@ -10,7 +10,7 @@ import pytest
 from native_support import ACTIVATION, TYPES, GgmlCpu, build_once, have_compiler, llama_cpp_dir, random_weight
 from strata.semantics import kernels_ggml
 from strata.targets.cpu.native.loader import native_flash_attn_f16, native_get_rows, native_load, native_mul_mat, \
-    native_mul_mat_id, native_set_threads
+    native_mul_mat_id, native_mul_mat_repacked, native_set_threads
 
 gguf = pytest.importorskip("gguf")
 pytestmark = pytest.mark.skipif(not have_compiler(), reason="no g++ (nor clang++, $CXX or ziglang)")
@@ -227,3 +227,39 @@ def test_numpy_q8_1_blocks_equal_ggml_cpu():
     values, sums = kernels_ggml.quantize_rows_q8_1(x)
     assert np.array_equal(values.reshape(128, 32), (q * d[:, None]).astype(np.float32))
     assert np.array_equal(sums, s)
+
+
+@pytest.mark.parametrize("type_id", [2, 20], ids=["q4_0", "iq4_nl"])
+def test_repacked_order_threads_and_portable_build_agree(libs, type_id):
+    rng = np.random.default_rng(400 + type_id)
+    w = random_weight(type_id, 24, 512, rng)
+    x = activations(rng, 5, 512)
+    native, portable = libs
+    outs = []
+    for threads in (1, 3):
+        native_set_threads(native, threads)
+        outs.append(native_mul_mat_repacked(native, type_id, w, 24, 512, w.shape[1], x))
+    outs.append(native_mul_mat_repacked(portable, type_id, w, 24, 512, w.shape[1], x))
+    for other in outs[1:]:
+        assert np.array_equal(outs[0].view(np.uint32), other.view(np.uint32))
+    ref, scale = reference(type_id, w, 512, x)
+    np.testing.assert_array_less(np.abs(outs[0] - ref), (512 // 32 + 8) * EPS32 * scale + 1e-30)
+    with pytest.raises(ValueError, match="repacked"):
+        native_mul_mat_repacked(native, 3, random_weight(3, 8, 512, rng), 8, 512, 320, x)
+
+
+@pytest.mark.skipif(llama_cpp_dir() is None, reason="no llama.cpp build (libggml-cpu.so; set LLAMA_CPP)")
+@pytest.mark.parametrize("type_id", [2, 20], ids=["q4_0", "iq4_nl"])
+def test_repacked_order_equals_ggml_cpu_repack_kernels(libs, type_id):
+    """llama.cpp's CPU_REPACK path for Q4_0 / IQ4_NL on x86 (the weight interleaved 8 rows at a
+    time; its GEMM on 4 activation rows at a time, its GEMV on the rest): bit for bit, and not
+    vec_dot's numbers."""
+    ggml = GgmlCpu(llama_cpp_dir())
+    rng = np.random.default_rng(500 + type_id)
+    w = random_weight(type_id, 16, 768, rng)
+    x = activations(rng, 6, 768)
+    ref = ggml.mul_mat_repacked(type_id, w, 768, x)
+    for lib in libs:
+        got = native_mul_mat_repacked(lib, type_id, w, 16, 768, w.shape[1], x)
+        assert np.array_equal(ref.view(np.uint32), got.view(np.uint32))
+    assert not np.array_equal(ref, ggml.mul_mat(type_id, w, 768, x))
