@@ -11,6 +11,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__F16C__) && !defined(STRATA_PORTABLE)
+#include <immintrin.h>
+#endif
+
 namespace strata {
 
 constexpr int QK = 32;    // values per block of the 32-value types
@@ -26,6 +30,10 @@ enum GgmlType : int {
 // ---------------------------------------------------------------------------------------------
 // Half precision
 
+#if defined(__F16C__) && !defined(STRATA_PORTABLE)
+static inline float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+static inline uint16_t f32_to_f16(float f) { return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+#else
 static inline float f16_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     const uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
@@ -59,6 +67,7 @@ static inline uint16_t f32_to_f16(float f) {
     ax += 0xc8000fffu + ((ax >> 13) & 1);  // rebias the exponent, round half to even
     return sign | (uint16_t)(ax >> 13);
 }
+#endif
 
 static inline float round_f16(float f) { return f16_to_f32(f32_to_f16(f)); }
 

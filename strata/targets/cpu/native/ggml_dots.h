@@ -1,9 +1,11 @@
 // ggml-cpu's quantized dot products (arch/x86/quants.c as built for x86 with AVX2: ggml_vec_dot_*),
 // one row of a weight against one activation row already in its vec_dot_type blocks. Each returns
 // the float ggml's AVX2 kernel returns: the same integer lanes, the same fused multiply-adds per
-// block into eight float lanes, the same final reduction. Where ggml adds a scalar term (the
-// Q4_1 / Q5_1 block sums m * s, Q5_K's mins) its compiler (gcc, -O3 -march=native, whose default
-// -ffp-contract=fast fuses `a += b * c`) makes one fused multiply-add of it: so do these, with fmaf.
+// block into eight float lanes, the same final reduction. Where ggml adds a scalar term, its
+// compiler (gcc -O3 -march=native, -ffp-contract=fast by default) may fuse `a += b * c` or not;
+// these fuse exactly where the oracle's build does (checked bit for bit against its
+// libggml-cpu.so): the Q4_1 / Q5_1 block sums m * s and Q5_K's mins are fused (fmaf), IQ4_NL's
+// odd last block is not.
 // ggml's portable C kernels (quants.c's *_generic) sum in another order; the AVX2 numbers are the
 // reference here, on every build.
 #pragma once
@@ -124,9 +126,31 @@ static float dot_iq4_nl(const uint8_t* w, const ActQ8_0* y, int64_t nb) {
         int32_t v[32], s = 0;
         values_iq4_nl(w + i * 18, v);
         for (int j = 0; j < 32; ++j) s += v[j] * y[i].qs[j];
-        sum = std::fmaf(y[i].d * load_f16(w + i * 18), (float)s, sum);
+        sum += y[i].d * load_f16(w + i * 18) * (float)s;  // not fused: the oracle's build does not fuse it
     }
     return sum;
+}
+
+// ggml-cpu's CPU_REPACK kernels for Q4_0 and IQ4_NL (arch/x86/repack.cpp: the q4_0_8x8 and
+// iq4_nl_8x8 GEMV and GEMM, which llama.cpp runs on x86 with AVX2 for weights of a multiple of 8
+// rows): one float accumulator per output, per block acc = fma(the block's integer dot,
+// d_w * d_y, acc). No lanes, no reduction: other floats than vec_dot's.
+template <int TYPE>
+static float dot_repacked(const uint8_t* w, const ActQ8_0* y, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb; ++i, w += 18) {
+        int32_t lanes[8];
+#if STRATA_AVX2
+        _mm256_storeu_si256((__m256i*)lanes, block32_lanes(TYPE, w, y[i].qs).v);
+#else
+        const I8 l8 = block32_lanes(TYPE, w, y[i].qs);
+        for (int l = 0; l < 8; ++l) lanes[l] = l8.v[l];
+#endif
+        int32_t sumi = 0;
+        for (int l = 0; l < 8; ++l) sumi += lanes[l];
+        acc = std::fmaf((float)sumi, load_f16(w) * y[i].d, acc);
+    }
+    return acc;
 }
 
 // ggml_vec_dot_{q4_1,q5_1}_q8_1: the block sums m * s in a scalar, added after the reduction.
@@ -199,6 +223,58 @@ static inline I8 kblock_lanes_c(int type, const uint8_t* b, const int8_t* y) {
 }
 
 #if STRATA_AVX2
+// Two per-16-value scales across the lanes: lanes 0-3 (bytes 0..15) times lo, 4-7 times hi.
+static inline __m256i scale_halves(__m256i lanes, int lo, int hi) {
+    return _mm256_mullo_epi32(lanes, _mm256_set_m128i(_mm_set1_epi32(hi), _mm_set1_epi32(lo)));
+}
+
+// Q2_K / Q3_K lanes: per 128 values, four 2-bit planes of the same 32 bytes, 16 values a scale.
+static inline I8 kblock_lanes_q23(int type, const uint8_t* b, const int8_t* y) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    int sc[16];
+    if (type == T_Q2_K) {
+        for (int i = 0; i < 16; ++i) sc[i] = b[i] & 15;
+    } else {
+        int8_t s8[16];
+        q3k_scales(b + 96, s8);
+        for (int i = 0; i < 16; ++i) sc[i] = s8[i];
+    }
+    const uint8_t* qs = type == T_Q2_K ? b + 16 : b + 32;
+    const __m256i hm = type == T_Q3_K ? load256(b) : _mm256_setzero_si256();
+    __m256i sum = _mm256_setzero_si256();
+    for (int n = 0; n < 2; ++n) {
+        const __m256i bits = load256(qs + 32 * n);
+        for (int j = 0; j < 4; ++j) {
+            const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3);
+            const __m256i qy = load256(y + 128 * n + 32 * j);
+            __m256i lanes;
+            if (type == T_Q2_K) {
+                lanes = dot_u8(q, qy);
+            } else {  // q - 4 where the high bit is clear
+                const __m256i h = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * n + j), _mm256_set1_epi8(1));
+                lanes = dot_i8(_mm256_sub_epi8(_mm256_or_si256(q, _mm256_slli_epi16(h, 2)), _mm256_set1_epi8(4)), qy);
+            }
+            sum = _mm256_add_epi32(sum, scale_halves(lanes, sc[8 * n + 2 * j], sc[8 * n + 2 * j + 1]));
+        }
+    }
+    return {sum};
+}
+
+// IQ4_XS lanes: per 32 values, the non-linear table by nibble, one 6-bit scale.
+static inline I8 kblock_lanes_iq4_xs(const uint8_t* b, const int8_t* y) {
+    const __m128i table = _mm_loadu_si128((const __m128i*)kvalues_iq4nl), m4 = _mm_set1_epi8(0x0f);
+    const uint16_t sh = load_u16(b + 2);
+    __m256i sum = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib) {
+        const __m128i t = _mm_loadu_si128((const __m128i*)(b + 8 + 16 * ib));
+        const __m256i q = _mm256_set_m128i(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(t, 4), m4)),
+                                           _mm_shuffle_epi8(table, _mm_and_si128(t, m4)));
+        const int ls = (((b[4 + ib / 2] >> (4 * (ib & 1))) & 15) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+        sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(dot_i8(q, load256(y + 32 * ib)), _mm256_set1_epi32(ls)));
+    }
+    return {sum};
+}
+
 // Q4_K / Q5_K lanes with AVX2 / VNNI: per 64 values, low nibbles times scale 2j, high times 2j+1.
 static inline I8 kblock_lanes_q45(int type, const uint8_t* b, const int8_t* y) {
     const uint8_t* scales = b + 4;
@@ -234,7 +310,11 @@ static float dot_q2_K(const uint8_t* w, const ActQ8_K* y, int64_t nb) {
         for (int l = 0; l < 8; ++l)
             mins[l] = (w[2 * l] >> 4) * y[i].bsums[2 * l] + (w[2 * l + 1] >> 4) * y[i].bsums[2 * l + 1];
         acc8_fma(acc, dmin, i8_load(mins));
+#if STRATA_AVX2
+        acc8_fma(acc, d, kblock_lanes_q23(T_Q2_K, w, y[i].qs));
+#else
         acc8_fma(acc, d, kblock_lanes_c(T_Q2_K, w, y[i].qs));
+#endif
     }
     return hsum8(acc);
 }
@@ -242,7 +322,11 @@ static float dot_q2_K(const uint8_t* w, const ActQ8_K* y, int64_t nb) {
 static float dot_q3_K(const uint8_t* w, const ActQ8_K* y, int64_t nb) {
     Acc8 acc = acc8_zero();
     for (int64_t i = 0; i < nb; ++i, w += 110)
+#if STRATA_AVX2
+        acc8_fma(acc, y[i].d * load_f16(w + 108), kblock_lanes_q23(T_Q3_K, w, y[i].qs));
+#else
         acc8_fma(acc, y[i].d * load_f16(w + 108), kblock_lanes_c(T_Q3_K, w, y[i].qs));
+#endif
     return hsum8(acc);
 }
 
@@ -341,7 +425,11 @@ static float dot_q6_K(const uint8_t* w, const ActQ8_K* y, int64_t nb) {
 static float dot_iq4_xs(const uint8_t* w, const ActQ8_K* y, int64_t nb) {
     Acc8 acc = acc8_zero();
     for (int64_t i = 0; i < nb; ++i, w += 136)
+#if STRATA_AVX2
+        acc8_fma(acc, load_f16(w) * y[i].d, kblock_lanes_iq4_xs(w, y[i].qs));
+#else
         acc8_fma(acc, load_f16(w) * y[i].d, kblock_lanes_c(T_IQ4_XS, w, y[i].qs));
+#endif
     return hsum8(acc);
 }
 

@@ -77,11 +77,11 @@ struct LoadF16 {
 #endif
 };
 
-// ggml_vec_dot_f32: a float sum; leftovers fused into it one by one.
+// ggml_vec_dot_f32: a float sum; leftovers added one by one (not fused, as the oracle's build).
 static inline float dot_f32(const float* w, const float* x, int64_t k) {
     const int64_t np = k & ~(int64_t)63;
     float sum = dot16x4(np, LoadF32{w, x});
-    for (int64_t i = np; i < k; ++i) sum = std::fmaf(w[i], x[i], sum);
+    for (int64_t i = np; i < k; ++i) sum += w[i] * x[i];
     return sum;
 }
 

@@ -25,6 +25,7 @@ def native_load(path):
         "strata_set_threads": [i32],
         "strata_get_threads": [],
         "strata_mul_mat": [i32, p, i64, i64, i64, p, i64, p],
+        "strata_mul_mat_repacked": [i32, p, i64, i64, i64, p, i64, p],
         "strata_get_rows": [i32, p, i64, i64, i64, p, i64, p],
         "strata_mul_mat_id": [i32, p, i64, i64, i64, i64, p, i64, p, i64, p],
         "strata_mul_mat_id_b": [i32, p, i64, i64, i64, i64, p, i64, i64, p, i64, p],
@@ -62,6 +63,17 @@ def native_mul_mat(lib, ggml_type, w, rows, k, row_bytes, x):
     y = np.empty(x.shape[:-1] + (rows,), dtype=np.float32)
     native_check(lib.strata_mul_mat(int(ggml_type), native_ptr(w), rows, k, row_bytes, native_ptr(x), n,
                                     native_ptr(y)), "strata_mul_mat")
+    return y
+
+
+def native_mul_mat_repacked(lib, ggml_type, w, rows, k, row_bytes, x):
+    """native_mul_mat in the order of ggml-cpu's repacked Q4_0 / IQ4_NL kernels (llama.cpp's
+    CPU_REPACK on x86, for such weights of a multiple of 8 rows)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n = x.size // k if k else 0
+    y = np.empty(x.shape[:-1] + (rows,), dtype=np.float32)
+    native_check(lib.strata_mul_mat_repacked(int(ggml_type), native_ptr(w), rows, k, row_bytes, native_ptr(x), n,
+                                             native_ptr(y)), "strata_mul_mat_repacked")
     return y
 
 

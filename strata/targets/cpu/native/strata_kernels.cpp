@@ -14,6 +14,7 @@
 
 #include "ggml_blocks.h"
 #include "ggml_dots.h"
+#include "ggml_dots2.h"
 #include "ggml_dequant.h"
 #include "ggml_float_dots.h"
 #include "thread_pool.h"
@@ -106,6 +107,7 @@ bool valid_weight(int type, const void* w, int64_t rows, int64_t k, int64_t row_
 // each thread takes tiles of 16 weight rows against every activation row.
 struct MulMatJob {
     int type;
+    bool repacked;  // Q4_0 / IQ4_NL in ggml's repacked order (dot_repacked)
     const uint8_t* w;
     int64_t rows, k, row_bytes;
     const uint8_t* act;  // [n][act_bytes]
@@ -113,13 +115,34 @@ struct MulMatJob {
     float* y;
 };
 
+void mul_mat_rows_repacked(const MulMatJob& j, int64_t r0, int64_t r1) {
+    const int64_t nb = j.k / 32;
+    for (int64_t c = 0; c < j.n; ++c) {
+        const ActQ8_0* a = (const ActQ8_0*)(j.act + c * j.act_bytes);
+        for (int64_t r = r0; r < r1; ++r)
+            j.y[c * j.rows + r] = j.type == T_Q4_0 ? dot_repacked<T_Q4_0>(j.w + r * j.row_bytes, a, nb)
+                                                   : dot_repacked<T_IQ4_NL>(j.w + r * j.row_bytes, a, nb);
+    }
+}
+
 void mul_mat_rows(const MulMatJob& j, int64_t r0, int64_t r1) {
+    if (j.repacked) return mul_mat_rows_repacked(j, r0, r1);
     constexpr int64_t TILE = 16;
+#if STRATA_ROWS2
+    const Dot4 dot4 = dot4_of(j.type);
+#endif
     for (int64_t t0 = r0; t0 < r1; t0 += TILE) {
         const int64_t t1 = t0 + TILE < r1 ? t0 + TILE : r1;
-        for (int64_t c = 0; c < j.n; ++c)
-            for (int64_t r = t0; r < t1; ++r)
-                j.y[c * j.rows + r] = dot_row(j.type, j.w + r * j.row_bytes, j.act + c * j.act_bytes, j.k);
+        for (int64_t c = 0; c < j.n; ++c) {
+            const uint8_t* a = j.act + c * j.act_bytes;
+            float* y = j.y + c * j.rows;
+            int64_t r = t0;
+#if STRATA_ROWS2
+            if (dot4)
+                for (; r + 3 < t1; r += 4) dot4(j.w + r * j.row_bytes, j.row_bytes, a, j.k / 32, y + r);
+#endif
+            for (; r < t1; ++r) y[r] = dot_row(j.type, j.w + r * j.row_bytes, a, j.k);
+        }
     }
 }
 
@@ -194,16 +217,37 @@ int strata_set_threads(int n) {
 
 int strata_get_threads(void) { return pool().size(); }
 
-int strata_mul_mat(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
-                   const float* x, int64_t n, float* y) {
+}  // extern "C"
+
+namespace {
+
+int mul_mat(int type, bool repacked, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
+            const float* x, int64_t n, float* y) {
     if (!valid_weight(type, w, rows, k, row_bytes) || n < 0 || (n > 0 && (!x || (rows > 0 && !y)))) return 1;
+    if (repacked && type != T_Q4_0 && type != T_IQ4_NL) return 1;
     if (n == 0 || rows == 0) return 0;
     const int64_t ab = act_row_bytes(type, k);
     std::vector<uint8_t> act((size_t)(ab * n));
     quantize_rows(type, x, n, k, act.data(), ab);
-    const MulMatJob job{type, w, rows, k, row_bytes, act.data(), ab, n, y};
+    const MulMatJob job{type, repacked, w, rows, k, row_bytes, act.data(), ab, n, y};
     pool().parallel_for(rows, 16, [&](int64_t a, int64_t b) { mul_mat_rows(job, a, b); });
     return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+int strata_mul_mat(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
+                   const float* x, int64_t n, float* y) {
+    return mul_mat(type, false, w, rows, k, row_bytes, x, n, y);
+}
+
+// strata_mul_mat in the order of ggml-cpu's repacked Q4_0 / IQ4_NL kernels (CPU_REPACK, which
+// llama.cpp uses on x86 for such weights of a multiple of 8 rows); other types are refused.
+int strata_mul_mat_repacked(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
+                            const float* x, int64_t n, float* y) {
+    return mul_mat(type, true, w, rows, k, row_bytes, x, n, y);
 }
 
 int strata_get_rows(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,

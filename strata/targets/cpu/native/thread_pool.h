@@ -1,10 +1,13 @@
 // One pool of worker threads for the life of the library. parallel_for cuts [0, n) into one
 // contiguous range per thread (the calling thread takes the first), so a result computed per
-// index never depends on how many threads there are. Calls from several host threads are
-// serialized.
+// index never depends on how many threads there are. Between jobs a worker spins for a while
+// (a decode step's GEMVs come tens of microseconds apart; waking a sleeping thread costs about
+// as much as a small GEMV), then sleeps on a condition variable. Calls from several host
+// threads are serialized.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -12,24 +15,53 @@
 #include <thread>
 #include <vector>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define STRATA_PAUSE() _mm_pause()
+#else
+#define STRATA_PAUSE() std::this_thread::yield()
+#endif
+
 namespace strata {
 
 class ThreadPool {
 public:
-    ThreadPool() {
-        unsigned hw = std::thread::hardware_concurrency();
-        resize(hw ? (int)hw : 1);
+    ThreadPool() { resize(usable_cores()); }
+    ~ThreadPool() {
+        std::lock_guard<std::mutex> call(call_mutex_);
+        if (forked()) {  // the workers are the parent's: nothing to join here
+            new std::vector<std::thread>(std::move(workers_));
+            return;
+        }
+        stop();
     }
-    ~ThreadPool() { stop(); }
+
+    // The cores this process may run on (its affinity mask), at least 1.
+    static int usable_cores() {
+#if defined(__linux__)
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+        const unsigned hw = std::thread::hardware_concurrency();
+        return hw ? (int)hw : 1;
+    }
 
     int size() const { return threads_; }
 
     void resize(int n) {
         std::lock_guard<std::mutex> call(call_mutex_);
-        stop();
+        if (forked()) new std::vector<std::thread>(std::move(workers_));  // the parent's, never joined
+        else stop();
+        owner_ = getpid();
         threads_ = n;
-        quit_ = false;
-        for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { work(i); });
+        quit_.store(false);
+        const uint64_t now = generation_.load();  // a new worker waits for the next job
+        for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, now] { work(i, now); });
     }
 
     // body(begin, end) on contiguous ranges of [0, n); ranges hold at least `grain` indices
@@ -38,40 +70,46 @@ public:
         std::lock_guard<std::mutex> call(call_mutex_);
         int64_t parts = threads_;
         if (grain > 0 && n / grain < parts) parts = n / grain > 0 ? n / grain : 1;
-        if (parts <= 1) {
+        if (parts <= 1 || forked()) {  // a forked child has no workers until strata_set_threads
             body(0, n);
             return;
         }
-        {
+        body_ = &body;
+        n_ = n;
+        parts_ = parts;
+        pending_.store((int)parts - 1, std::memory_order_relaxed);
+        generation_.fetch_add(1, std::memory_order_release);
+        if (sleepers_.load() > 0) {
             std::lock_guard<std::mutex> lock(mutex_);
-            body_ = &body;
-            n_ = n;
-            parts_ = parts;
-            pending_.store((int)parts - 1);
-            ++generation_;
+            wake_.notify_all();
         }
-        wake_.notify_all();
         body(0, n / parts);
+        // yield, not pause: on a machine with more runnable threads than cores the workers need it
         while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
     }
 
 private:
-    void work(int index) {
-        uint64_t seen = 0;
+    bool forked() const { return getpid() != owner_; }
+
+    void work(int index, uint64_t seen) {
         for (;;) {
-            const std::function<void(int64_t, int64_t)>* body;
-            int64_t n, parts;
-            {
-                std::unique_lock<std::mutex> lock(mutex_);
-                wake_.wait(lock, [&] { return quit_ || generation_ != seen; });
-                if (quit_) return;
-                seen = generation_;
-                body = body_;
-                n = n_;
-                parts = parts_;
+            // spin about a millisecond's worth of pauses, then sleep
+            const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(500);
+            int polls = 0;
+            while (generation_.load(std::memory_order_acquire) == seen && !quit_.load()) {
+                if (++polls % 16 == 0) std::this_thread::yield(); else STRATA_PAUSE();
+                if (polls % 256 == 0 && std::chrono::steady_clock::now() > until) {
+                    std::unique_lock<std::mutex> lock(mutex_);
+                    sleepers_.fetch_add(1);
+                    wake_.wait(lock, [&] { return quit_.load() || generation_.load() != seen; });
+                    sleepers_.fetch_sub(1);
+                    break;
+                }
             }
-            if (index < parts) {
-                (*body)(n * index / parts, n * (index + 1) / parts);
+            if (quit_.load()) return;
+            seen = generation_.load(std::memory_order_acquire);
+            if (index < parts_) {
+                (*body_)(n_ * index / parts_, n_ * (index + 1) / parts_);
                 pending_.fetch_sub(1, std::memory_order_release);
             }
         }
@@ -80,9 +118,9 @@ private:
     void stop() {
         {
             std::lock_guard<std::mutex> lock(mutex_);
-            quit_ = true;
+            quit_.store(true);
+            wake_.notify_all();
         }
-        wake_.notify_all();
         for (auto& t : workers_) t.join();
         workers_.clear();
     }
@@ -92,10 +130,11 @@ private:
     std::vector<std::thread> workers_;
     const std::function<void(int64_t, int64_t)>* body_ = nullptr;
     int64_t n_ = 0, parts_ = 0;
-    std::atomic<int> pending_{0};
-    uint64_t generation_ = 0;
-    bool quit_ = false;
+    std::atomic<int> pending_{0}, sleepers_{0};
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<bool> quit_{false};
     int threads_ = 1;
+    pid_t owner_ = 0;  // the process whose threads the workers are
 };
 
 }  // namespace strata

@@ -95,3 +95,45 @@ class GgmlCpu:
                 vec_dot(k, out.ctypes.data, 0, row.ctypes.data, 0, act.ctypes.data, 0, 1)
                 y[t, r] = out[0]
         return y
+
+    def mul_mat_repacked(self, type_id: int, w: np.ndarray, k: int, x: np.ndarray) -> np.ndarray:
+        """y [n, rows] through ggml-cpu's repacked GEMM / GEMV (ggml_gem[mv]_{q4_0,iq4_nl}_8x8_q8_0) on the
+        weight repacked as llama.cpp does (make_block_q4_0x8 / _iq4_nlx8: 8 rows' blocks
+        interleaved in 8-byte pieces, Q4_0's nibbles xor 0x88)."""
+        rows, nb = w.shape[0], k // 32
+        blocks = w.reshape(rows // 8, 8, nb, 18).transpose(0, 2, 1, 3)  # [group, block, row, 18]
+        d = blocks[..., 0:2].reshape(rows // 8, nb, 16)
+        qs = blocks[..., 2:].reshape(rows // 8, nb, 8, 2, 8)  # row, half, 8 bytes
+        pieces = qs.transpose(0, 1, 3, 2, 4).reshape(rows // 8, nb, 128)  # piece i: row i % 8, half i // 8
+        if type_id == 2:
+            pieces = pieces ^ np.uint8(0x88)
+        packed = np.ascontiguousarray(np.concatenate([d, pieces], axis=-1))
+        name = {2: "ggml_gemv_q4_0_8x8_q8_0", 20: "ggml_gemv_iq4_nl_8x8_q8_0"}[type_id]
+        gemv = getattr(self.lib, name)
+        gemv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_int, ctypes.c_int]
+        q8 = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+            self.lib.ggml_get_type_traits_cpu(8).contents.from_float)
+        x = np.ascontiguousarray(x, np.float32)
+        y = np.zeros((x.shape[0], rows), np.float32)
+        act = np.zeros(nb * 34, np.uint8)
+        # four rows and more: the GEMM on 4 rows at a time (quantize_mat_q8_0: 4 rows interleaved),
+        # the GEMV on the rest (ggml-cpu's repack forward_mul_mat)
+        gemm = getattr(self.lib, name.replace("gemv", "gemm"))
+        gemm.argtypes = gemv.argtypes
+        quantize_mat = self.lib.ggml_quantize_mat_q8_0_4x8
+        quantize_mat.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        n4 = x.shape[0] - x.shape[0] % 4
+        act4 = np.zeros(4 * nb * 34, np.uint8)
+        for t in range(0, n4, 4):
+            rows4 = np.ascontiguousarray(x[t:t + 4])
+            quantize_mat(rows4.ctypes.data, act4.ctypes.data, k)
+            out = np.zeros((4, rows), np.float32)
+            gemm(k, out.ctypes.data, rows, packed.ctypes.data, act4.ctypes.data, 4, rows)
+            y[t:t + 4] = out
+        for t in range(n4, x.shape[0]):
+            q8(x[t].ctypes.data, act.ctypes.data, k)
+            out = np.zeros(rows, np.float32)
+            gemv(k, out.ctypes.data, 0, packed.ctypes.data, act.ctypes.data, 1, rows)
+            y[t] = out
+        return y
