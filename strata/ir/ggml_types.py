@@ -75,7 +75,7 @@ GGML_TYPE_IDS: dict[str, int] = {
     "iq1_m": 29, "bf16": 30, "tq1_0": 34, "tq2_0": 35, "mxfp4": 39, "nvfp4": 40, "q1_0": 41,
 }
 #: The weight types the cpu target's native kernels compute on in place (packed, memory-mapped).
-NATIVE_WEIGHT_TYPES = ("f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K",
+NATIVE_WEIGHT_TYPES = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K",
                        "q6_K", "iq4_nl", "iq4_xs")
 #: The activation types whose quantization is emulated (`strata.semantics.kernels_ggml`).
 ACTIVATION_TYPES = ("q8_0", "q8_K")

@@ -6,10 +6,12 @@ the weight type's `vec_dot_type` as ggml-cpu does, and runs ggml-cpu's flash att
 float16 KV cache. This pass says which ops take that path, with `kernel = "native"`:
 
 * an `op.param` of a weight type the library computes on (`NATIVE_WEIGHT_TYPES`: a block
-  `format`, or float16 / bfloat16 values), read whole and as stored (no conversion, no split,
+  `format`, or float32 / float16 / bfloat16 values), read whole and as stored (no conversion, no split,
   no block order), every use of which is the weight of a MUL_MAT ([M, K]), the experts of a
   MUL_MAT_ID ([E, M, K]) or the table of a GET_ROWS ([R, C]); and those uses;
 * FLASH_ATTN_EXT over float16 K and V;
+* with `ggml_order = "repacked"`, the MUL_MATs whose sums llama.cpp takes in its repacked
+  order (`ORDER_ATTR`);
 
 and the module with `cpu.kernels = "native"`: its program loads the library.
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, ModuleOp, StringAttr
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, ModuleOp, StringAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
@@ -34,6 +36,11 @@ from strata.ir.ggml_types import NATIVE_WEIGHT_TYPES, ggml_type
 KERNEL_ATTR, NATIVE = "kernel", "native"
 #: The module's attribute: its program loads the native library (and sizes its thread pool).
 MODULE_ATTR = "cpu.kernels"
+#: A MUL_MAT's attribute naming the order of ggml-cpu's sums it reproduces, where it is not
+#: vec_dot's: "repacked", llama.cpp's CPU_REPACK on x86 (Q4_0 and IQ4_NL weights of a multiple of
+#: 8 rows that only MUL_MATs read: a tied embedding stays in llama.cpp's input buffer, unrepacked).
+ORDER_ATTR, REPACKED = "ggml_order", "repacked"
+REPACKED_TYPES = ("q4_0", "iq4_nl")
 
 
 def native_weight_type(param: O.ParamOp) -> str | None:
@@ -43,7 +50,8 @@ def native_weight_type(param: O.ParamOp) -> str | None:
     fmt = param.format_name
     if fmt is None:
         elem = O.elem_of(param.result)
-        fmt = "f16" if isinstance(elem, Float16Type) else "bf16" if isinstance(elem, BFloat16Type) else None
+        fmt = "f16" if isinstance(elem, Float16Type) else "bf16" if isinstance(elem, BFloat16Type) else \
+            "f32" if isinstance(elem, Float32Type) else None
     if fmt not in NATIVE_WEIGHT_TYPES:
         return None
     shape = O.shape_of(param.result)
@@ -91,5 +99,9 @@ class CpuNativeKernelsPass(ModulePass):
         if not uses or not all(_weight_use(u.operation, u.index, rank) for u in uses):
             return
         param.attributes[KERNEL_ATTR] = StringAttr(NATIVE)
+        repacked = (native_weight_type(param) in REPACKED_TYPES and O.shape_of(param.result)[0] % 8 == 0
+                    and all(isinstance(u.operation, O.MulMatOp) for u in uses))
         for u in uses:
             u.operation.attributes[KERNEL_ATTR] = StringAttr(NATIVE)
+            if repacked:
+                u.operation.attributes[ORDER_ATTR] = StringAttr(REPACKED)

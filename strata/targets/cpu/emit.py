@@ -35,11 +35,11 @@ import ast
 from collections.abc import Callable
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DYNAMIC_INDEX, Float16Type, ModuleOp
+from xdsl.dialects.builtin import DYNAMIC_INDEX, Float16Type, ModuleOp, StringAttr
 from xdsl.ir import Operation
 
 from strata.dialects import op as O
-from strata.passes.cpu_native_kernels import is_native, native_weight_type
+from strata.passes.cpu_native_kernels import ORDER_ATTR, REPACKED, is_native, native_weight_type
 from strata.targets.codegen import literal_name, sanitize_label
 from strata.targets.codegen import sanitize_identifier  # noqa: F401 - re-exported
 from strata.targets.cpu.emit_tp import TP_OPS  # noqa: F401 - registers the collectives' printers
@@ -238,8 +238,9 @@ def _products(kernel: str) -> Callable[[CpuEmitter, Operation], None]:
         quant = op.activation_quant  # type: ignore[attr-defined]
         if is_native(op):
             kind, order = quant if quant is not None else (None, None)
+            repacked = op.attributes.get(ORDER_ATTR) == StringAttr(REPACKED)
             e.assign(op, f"packed_{kernel}", "self.native_lib", *args, repr(kind),
-                     int_tuple(order) if order else "None")
+                     int_tuple(order) if order else "None", *(["repacked=True"] if repacked else []))
             return
         if quant is None:
             e.assign(op, kernel, *args)

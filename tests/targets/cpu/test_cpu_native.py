@@ -53,7 +53,7 @@ TYPES = {
     "F16": ("f16", ()), "BF16": ("bf16", ()),
 }
 #: The types the gguf package quantizes a whole model to (the others are tested on random blocks).
-MODEL_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16")
+MODEL_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16", "F32")
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +137,9 @@ def test_mul_mat_on_random_blocks(lib, kind: str) -> None:
     assert np.all(np.abs(got - want) <= bound), (kind, float(np.max(np.abs(got - want) / bound)))
     # one row at a time (a decode) gives the same rows
     np.testing.assert_array_equal(packed_mul_mat(lib, packed, x[2:3]), got[2:3])
+    if kind in ("Q4_0", "IQ4_NL"):  # llama.cpp's repacked order sums otherwise, within the same bound
+        repacked = packed_mul_mat(lib, packed, x, repacked=True)
+        assert np.all(np.abs(repacked - want) <= bound), kind
 
 
 @pytest.mark.parametrize("kind", sorted(TYPES))
@@ -181,7 +184,7 @@ def retyped(src: Path, dst: Path, kind: str) -> Path:
         if key.startswith("GGUF.") or key == "general.architecture":
             continue
         if key == "general.file_type":  # what the model computes in: F16 and BF16 files their own type
-            w.add_uint32(key, int(getattr(gguf.LlamaFileType, f"MOSTLY_{kind}")))
+            w.add_uint32(key, int(getattr(gguf.LlamaFileType, "ALL_F32" if kind == "F32" else f"MOSTLY_{kind}")))
             continue
         if field.types[0] == gguf.GGUFValueType.ARRAY:
             w.add_key_value(key, field.contents(), field.types[0], sub_type=field.types[-1])
@@ -240,6 +243,9 @@ def test_native_logits_equal_numpys(lib, models: Path, tmp_path, kind: str) -> N
     native = load_compiled(compile_model(model, "cpu", tmp_path / "native", {"ctx": CTX, "kernels": "native"}))
     numpy = load_compiled(compile_model(model, "cpu", tmp_path / "numpy", {"ctx": CTX, "kernels": "numpy"}))
     assert hasattr(native, "NATIVE_LIBRARY") and not hasattr(numpy, "NATIVE_LIBRARY")
+    source = (tmp_path / "native" / "model.py").read_text()
+    # llama.cpp repacks Q4_0 weights that only MUL_MATs read (not the embeddings' table)
+    assert ("repacked=True" in source) == (kind == "Q4_0")
     store = model.open_weights(quiet=True)
     instance = native.Model(store, threads=2)
     bound = [getattr(instance, a) for a in vars(instance) if isinstance(getattr(instance, a), tuple)]
