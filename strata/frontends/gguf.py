@@ -15,7 +15,12 @@ with). `block_formats()` gives each block-quantized tensor's ggml type, which th
 records (`ggml_formats`) so that the op level knows what llama.cpp multiplies (`op.param`'s
 `format`, ggml-cpu's quantized activations). At the blueprint level Q8_0 and Q4_0 are weight
 formats (`int8/block32`, `int4/block32`; the recipes `q8_0`, `q4_0`), which round a GGUF of that
-type to itself (`strata.ir.ggml_blocks`).
+type to itself (`strata.ir.ggml_blocks`). For the cpu target's native kernels, `packed(name)`
+gives a tensor as the file stores it: a uint8 view of the mapping's blocks, never dequantized.
+Before the reader cuts any view, every tensor info is checked against the file (a known type,
+rows of whole blocks, its bytes inside the file and apart from every other tensor's), so a
+truncated file or a tensor whose byte size disagrees with its type and shape gets one line
+naming the tensor before any kernel can read past the mapping.
 
 **The metadata** (`strata.frontends.gguf_config`). `general.architecture` names the family (`ARCHITECTURES`); its keys
 (`{arch}.block_count`, `embedding_length`, `attention.head_count`, ...) are mapped to an HF
