@@ -529,6 +529,26 @@ class GgufWeights:
             return kind, rows, np.ascontiguousarray(order)
         return None
 
+    def all_finite(self, name: str) -> bool:
+        """Whether tensor `name` holds only finite values. A block-quantized tensor read from one
+        stored tensor is dequantized a block of rows at a time and nothing is kept (the native
+        kernels read its blocks; its values need never be in memory at once); any other is read
+        as `get` gives it."""
+        plan = self._plans.get(name) or _Plan((name,))
+        src = plan.sources[0]
+        if name in self._cache or plan.join is not None or src not in self.g.tensors or self.g.format_name(src) is None:
+            chunks = [self.get(name).reshape(-1)]
+        else:  # the steps of a block tensor permute rows at most (llama's q / k): finiteness is the stored one
+            rows = self.g.shape(src)[0]
+            step = max(1, (1 << 22) // max(1, math.prod(self.g.shape(src)[1:])))
+            chunks = (self.g.load(src, (lo, min(rows, lo + step))) for lo in range(0, rows, step))
+        for chunk in chunks:
+            flat = chunk.reshape(-1)
+            for i in range(0, flat.size, 1 << 22):
+                if not np.isfinite(np.asarray(flat[i:i + (1 << 22)], dtype=np.float32)).all():
+                    return False
+        return True
+
     def get(self, name: str) -> np.ndarray:
         """Tensor `name` in the IR's form: a view of the file, or an array made once and kept."""
         if name not in self._cache:

@@ -6,9 +6,10 @@ the weight type's `vec_dot_type` as ggml-cpu does, and runs ggml-cpu's flash att
 float16 KV cache. This pass says which ops take that path, with `kernel = "native"`:
 
 * an `op.param` of a weight type the library computes on (`NATIVE_WEIGHT_TYPES`: a block
-  `format`, or float32 / float16 / bfloat16 values), read whole and as stored (no conversion, no split,
-  no block order), every use of which is the weight of a MUL_MAT ([M, K]), the experts of a
-  MUL_MAT_ID ([E, M, K]) or the table of a GET_ROWS ([R, C]); and those uses;
+  `format`, or float32 / float16 / bfloat16 values), read whole and as stored (no conversion,
+  no split, no block order), every use of which, in every entry (a weight is bound once), is
+  the weight of a MUL_MAT ([M, K]), the experts of a MUL_MAT_ID ([E, M, K]) or the table of a
+  GET_ROWS ([R, C]); and those uses;
 * FLASH_ATTN_EXT over float16 K and V;
 * with `ggml_order = "repacked"`, the MUL_MATs whose sums llama.cpp takes in its repacked
   order (`ORDER_ATTR`);
@@ -83,24 +84,30 @@ class CpuNativeKernelsPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         op.attributes[MODULE_ATTR] = StringAttr(NATIVE)
+        # A weight is bound once for every entry: it is native when every entry reads it so.
+        params: dict[str, list[O.ParamOp]] = {}
         for inner in op.walk():
             if isinstance(inner, O.ParamOp):
-                self._mark_param(inner)
+                params.setdefault(inner.tensor_name.data, []).append(inner)
             elif isinstance(inner, O.FlashAttnExtOp):
                 if all(isinstance(O.elem_of(v), Float16Type) for v in (inner.k, inner.v)):
                     inner.attributes[KERNEL_ATTR] = StringAttr(NATIVE)
+        for reads in params.values():
+            self._mark_weight(reads)
 
     @staticmethod
-    def _mark_param(param: O.ParamOp) -> None:
-        if native_weight_type(param) is None:
+    def _mark_weight(reads: list[O.ParamOp]) -> None:
+        kinds = {(native_weight_type(p), p.result.type) for p in reads}
+        if len(kinds) != 1 or next(iter(kinds))[0] is None:
             return
-        rank = len(O.shape_of(param.result))
-        uses = list(param.result.uses)
+        rank = len(O.shape_of(reads[0].result))
+        uses = [u for p in reads for u in p.result.uses]
         if not uses or not all(_weight_use(u.operation, u.index, rank) for u in uses):
             return
-        param.attributes[KERNEL_ATTR] = StringAttr(NATIVE)
-        repacked = (native_weight_type(param) in REPACKED_TYPES and O.shape_of(param.result)[0] % 8 == 0
+        repacked = (native_weight_type(reads[0]) in REPACKED_TYPES and O.shape_of(reads[0].result)[0] % 8 == 0
                     and all(isinstance(u.operation, O.MulMatOp) for u in uses))
+        for p in reads:
+            p.attributes[KERNEL_ATTR] = StringAttr(NATIVE)
         for u in uses:
             u.operation.attributes[KERNEL_ATTR] = StringAttr(NATIVE)
             if repacked:
