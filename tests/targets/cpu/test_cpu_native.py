@@ -276,6 +276,29 @@ def test_the_stage_ships_the_library(lib, models: Path, tmp_path) -> None:
     assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].startswith("ids="), r.stderr
 
 
+def test_without_a_compiler_the_numpy_kernels_run(tmp_path) -> None:
+    """No g++, clang++, $CXX or ziglang: one line says so, and the program runs numpy's kernels."""
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec("ziglang") is not None:
+        pytest.skip("the ziglang package is installed: there is always a compiler")
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("sh", "env"):  # a PATH with no C++ compiler on it
+        found = shutil.which(tool)
+        if found:
+            (bare / tool).symlink_to(found)
+    env = {**os.environ, "PATH": str(bare), "XDG_CACHE_HOME": str(tmp_path / "xdg"), "CXX": ""}
+    r = run_tool("run", str(DATA / "llama-q8_0.gguf"), "--prompt-ids", "1,2,3", "--max-new-tokens", "2",
+                 "--ctx", str(CTX), "--cache-dir", str(tmp_path / "cache"), env=env)
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "C++ compiler" in line]
+    assert len(said) == 1 and "no C++ compiler found" in said[0], r.stderr
+    manifest = json.loads((tmp_path / "cache" / "manifest.json").read_text())
+    assert manifest["inputs"]["knobs"]["kernels"] == "numpy"
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad files
 
