@@ -137,3 +137,54 @@ class GgmlCpu:
             gemv(k, out.ctypes.data, 0, packed.ctypes.data, act.ctypes.data, 1, rows)
             y[t] = out
         return y
+
+    def mul_mat_repacked_q4_K(self, w: np.ndarray, k: int, x: np.ndarray) -> np.ndarray:
+        """y [n, rows] through ggml-cpu's repacked Q4_K GEMM / GEMV (ggml_gem[mv]_q4_K_8x8_q8_K) on the
+        weight repacked as make_block_q4_Kx8 does (8 rows' quants in 8-byte pieces, their 6-bit
+        scales and mins regrouped by sub-block)."""
+        rows, nb = w.shape[0], k // 256
+        blocks = w.reshape(rows // 8, 8, nb, 144).transpose(0, 2, 1, 3)  # [group, block, row, 144]
+        d, dmin = blocks[..., 0:2], blocks[..., 2:4]
+        sc = blocks[..., 4:16].astype(np.int32)  # [g, b, row, 12]
+        qs = blocks[..., 16:].reshape(rows // 8, nb, 8, 16, 8)  # row, piece, 8 bytes
+        pieces = qs.transpose(0, 1, 3, 2, 4).reshape(rows // 8, nb, 1024)
+        out_sc = np.zeros((rows // 8, nb, 96), np.int32)
+        for half in range(2):
+            for i in range(4):
+                if half == 0:
+                    s_, m_ = sc[..., i] & 63, sc[..., i + 4] & 63
+                else:
+                    s_ = ((sc[..., i] & 192) >> 2) | (sc[..., i + 8] & 15)
+                    m_ = ((sc[..., i + 4] & 192) >> 2) | ((sc[..., i + 8] & 240) >> 4)
+                base = 48 * half + 12 * i
+                for j in range(4):
+                    out_sc[..., base + j] = (s_[..., j] & 63) + ((s_[..., j + 4] & 48) << 2)
+                    out_sc[..., base + 4 + j] = (m_[..., j] & 63) + ((m_[..., j + 4] & 48) << 2)
+                    out_sc[..., base + 8 + j] = (s_[..., j + 4] & 15) + ((m_[..., j + 4] & 15) << 4)
+        packed = np.ascontiguousarray(np.concatenate(
+            [d.reshape(rows // 8, nb, 16), dmin.reshape(rows // 8, nb, 16), (out_sc & 255).astype(np.uint8), pieces],
+            axis=-1))
+        sig = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        gemv, gemm = self.lib.ggml_gemv_q4_K_8x8_q8_K, self.lib.ggml_gemm_q4_K_8x8_q8_K
+        gemv.argtypes = gemm.argtypes = sig
+        quantize_mat = self.lib.ggml_quantize_mat_q8_K_4x8
+        quantize_mat.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        q8k = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+            self.lib.ggml_get_type_traits_cpu(15).contents.from_float)
+        x = np.ascontiguousarray(x, np.float32)
+        y = np.zeros((x.shape[0], rows), np.float32)
+        n4 = x.shape[0] - x.shape[0] % 4
+        act4 = np.zeros(4 * nb * 292 + 64, np.uint8)
+        for t in range(0, n4, 4):
+            rows4 = np.ascontiguousarray(x[t:t + 4])
+            quantize_mat(rows4.ctypes.data, act4.ctypes.data, k)
+            out = np.zeros((4, rows), np.float32)
+            gemm(k, out.ctypes.data, rows, packed.ctypes.data, act4.ctypes.data, 4, rows)
+            y[t:t + 4] = out
+        act = np.zeros(nb * 292 + 64, np.uint8)
+        for t in range(n4, x.shape[0]):
+            q8k(x[t].ctypes.data, act.ctypes.data, k)
+            out = np.zeros(rows, np.float32)
+            gemv(k, out.ctypes.data, 0, packed.ctypes.data, act.ctypes.data, 1, rows)
+            y[t] = out
+        return y

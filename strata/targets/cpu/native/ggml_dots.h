@@ -377,6 +377,57 @@ static float dot_q5_K(const uint8_t* w, const ActQ8_K* y, int64_t nb) {
     return hsum8(acc) + summs;
 }
 
+// The integer sums of a Q4_K super-block per 64 values (two sub-blocks): their values times
+// scales, and their mins times the activation's 32-value sums.
+static inline void q4k_pair_sums(const uint8_t* b, const ActQ8_K* y, int32_t sums[4], int32_t mins[4]) {
+    for (int j = 0; j < 4; ++j) {
+        int sc0, sc1, m0, m1;
+        scale_min_k4(2 * j, b + 4, &sc0, &m0);
+        scale_min_k4(2 * j + 1, b + 4, &sc1, &m1);
+        mins[j] = m0 * (y->bsums[4 * j] + y->bsums[4 * j + 1]) + m1 * (y->bsums[4 * j + 2] + y->bsums[4 * j + 3]);
+        const uint8_t* qs = b + 16 + 32 * j;
+        const int8_t* q8 = y->qs + 64 * j;
+#if STRATA_AVX2
+        const __m256i bits = load256(qs), m4 = _mm256_set1_epi8(0x0f);
+        const __m256i lo = dot_u8(_mm256_and_si256(bits, m4), load256(q8));
+        const __m256i hi = dot_u8(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), load256(q8 + 32));
+        const __m256i t = _mm256_add_epi32(_mm256_mullo_epi32(lo, _mm256_set1_epi32(sc0)),
+                                           _mm256_mullo_epi32(hi, _mm256_set1_epi32(sc1)));
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+        sums[j] = _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 1)));
+#else
+        int32_t lo = 0, hi = 0;
+        for (int l = 0; l < 32; ++l) { lo += (qs[l] & 15) * q8[l]; hi += (qs[l] >> 4) * q8[32 + l]; }
+        sums[j] = sc0 * lo + sc1 * hi;
+#endif
+    }
+}
+
+// ggml-cpu's repacked Q4_K kernels (q4_K_8x8, llama.cpp's CPU_REPACK on x86 with AVX2 for
+// weights of a multiple of 8 rows): the values' and the mins' integer sums, each into its own
+// float chain (scaled by d_w * d_y and dmin_w * d_y), their difference at the end. The GEMV
+// (`per_pair` false) adds once per super-block; the GEMM, which llama.cpp runs on the activation
+// rows in fours (all but the last n % 4), once per 64 values.
+static float dot_repacked_q4_K(const uint8_t* w, const ActQ8_K* y, int64_t nb, bool per_pair) {
+    float acc = 0.0f, accm = 0.0f;
+    for (int64_t i = 0; i < nb; ++i, w += 144) {
+        int32_t sums[4], mins[4];
+        q4k_pair_sums(w, &y[i], sums, mins);
+        const float d = load_f16(w) * y[i].d, dmin = load_f16(w + 2) * y[i].d;
+        if (per_pair) {
+            for (int j = 0; j < 4; ++j) {
+                acc = std::fmaf((float)sums[j], d, acc);
+                accm = std::fmaf((float)mins[j], dmin, accm);
+            }
+        } else {
+            acc = std::fmaf((float)(sums[0] + sums[1] + sums[2] + sums[3]), d, acc);
+            accm = std::fmaf((float)(mins[0] + mins[1] + mins[2] + mins[3]), dmin, accm);
+        }
+    }
+    return acc - accm;
+}
+
 // ggml_vec_dot_q6_K_q8_K: unsigned 6-bit values times scale in the lanes, minus
 // 32 * (sc[2l] bsum[2l] + sc[2l+1] bsum[2l+1]) in lane l.
 static inline I8 q6k_lanes(const uint8_t* b, const ActQ8_K* y) {

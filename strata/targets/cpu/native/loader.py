@@ -67,8 +67,8 @@ def native_mul_mat(lib, ggml_type, w, rows, k, row_bytes, x):
 
 
 def native_mul_mat_repacked(lib, ggml_type, w, rows, k, row_bytes, x):
-    """native_mul_mat in the order of ggml-cpu's repacked Q4_0 / IQ4_NL kernels (llama.cpp's
-    CPU_REPACK on x86, for such weights of a multiple of 8 rows)."""
+    """native_mul_mat in the order of ggml-cpu's repacked Q4_0 / IQ4_NL / Q4_K kernels
+    (llama.cpp's CPU_REPACK on x86 with AVX2, for such weights of a multiple of 8 rows)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     n = x.size // k if k else 0
     y = np.empty(x.shape[:-1] + (rows,), dtype=np.float32)

@@ -107,7 +107,7 @@ bool valid_weight(int type, const void* w, int64_t rows, int64_t k, int64_t row_
 // each thread takes tiles of 16 weight rows against every activation row.
 struct MulMatJob {
     int type;
-    bool repacked;  // Q4_0 / IQ4_NL in ggml's repacked order (dot_repacked)
+    bool repacked;  // Q4_0 / IQ4_NL / Q4_K in ggml's repacked order (dot_repacked*)
     const uint8_t* w;
     int64_t rows, k, row_bytes;
     const uint8_t* act;  // [n][act_bytes]
@@ -116,12 +116,17 @@ struct MulMatJob {
 };
 
 void mul_mat_rows_repacked(const MulMatJob& j, int64_t r0, int64_t r1) {
-    const int64_t nb = j.k / 32;
     for (int64_t c = 0; c < j.n; ++c) {
-        const ActQ8_0* a = (const ActQ8_0*)(j.act + c * j.act_bytes);
-        for (int64_t r = r0; r < r1; ++r)
-            j.y[c * j.rows + r] = j.type == T_Q4_0 ? dot_repacked<T_Q4_0>(j.w + r * j.row_bytes, a, nb)
-                                                   : dot_repacked<T_IQ4_NL>(j.w + r * j.row_bytes, a, nb);
+        const uint8_t* a = j.act + c * j.act_bytes;
+        for (int64_t r = r0; r < r1; ++r) {
+            const uint8_t* w = j.w + r * j.row_bytes;
+            float& out = j.y[c * j.rows + r];
+            switch (j.type) {
+                case T_Q4_0: out = dot_repacked<T_Q4_0>(w, (const ActQ8_0*)a, j.k / 32); break;
+                case T_IQ4_NL: out = dot_repacked<T_IQ4_NL>(w, (const ActQ8_0*)a, j.k / 32); break;
+                case T_Q4_K: out = dot_repacked_q4_K(w, (const ActQ8_K*)a, j.k / 256, c < j.n - j.n % 4); break;
+            }
+        }
     }
 }
 
@@ -224,7 +229,7 @@ namespace {
 int mul_mat(int type, bool repacked, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
             const float* x, int64_t n, float* y) {
     if (!valid_weight(type, w, rows, k, row_bytes) || n < 0 || (n > 0 && (!x || (rows > 0 && !y)))) return 1;
-    if (repacked && type != T_Q4_0 && type != T_IQ4_NL) return 1;
+    if (repacked && type != T_Q4_0 && type != T_IQ4_NL && type != T_Q4_K) return 1;
     if (n == 0 || rows == 0) return 0;
     const int64_t ab = act_row_bytes(type, k);
     std::vector<uint8_t> act((size_t)(ab * n));
@@ -243,8 +248,9 @@ int strata_mul_mat(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t 
     return mul_mat(type, false, w, rows, k, row_bytes, x, n, y);
 }
 
-// strata_mul_mat in the order of ggml-cpu's repacked Q4_0 / IQ4_NL kernels (CPU_REPACK, which
-// llama.cpp uses on x86 for such weights of a multiple of 8 rows); other types are refused.
+// strata_mul_mat in the order of ggml-cpu's repacked Q4_0 / IQ4_NL / Q4_K kernels (CPU_REPACK,
+// which llama.cpp uses on x86 with AVX2 for such weights of a multiple of 8 rows); other types
+// are refused.
 int strata_mul_mat_repacked(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
                             const float* x, int64_t n, float* y) {
     return mul_mat(type, true, w, rows, k, row_bytes, x, n, y);

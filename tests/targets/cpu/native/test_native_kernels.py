@@ -229,7 +229,7 @@ def test_numpy_q8_1_blocks_equal_ggml_cpu():
     assert np.array_equal(sums, s)
 
 
-@pytest.mark.parametrize("type_id", [2, 20], ids=["q4_0", "iq4_nl"])
+@pytest.mark.parametrize("type_id", [2, 20, 12], ids=["q4_0", "iq4_nl", "q4_K"])
 def test_repacked_order_threads_and_portable_build_agree(libs, type_id):
     rng = np.random.default_rng(400 + type_id)
     w = random_weight(type_id, 24, 512, rng)
@@ -249,17 +249,18 @@ def test_repacked_order_threads_and_portable_build_agree(libs, type_id):
 
 
 @pytest.mark.skipif(llama_cpp_dir() is None, reason="no llama.cpp build (libggml-cpu.so; set LLAMA_CPP)")
-@pytest.mark.parametrize("type_id", [2, 20], ids=["q4_0", "iq4_nl"])
+@pytest.mark.parametrize("type_id", [2, 20, 12], ids=["q4_0", "iq4_nl", "q4_K"])
 def test_repacked_order_equals_ggml_cpu_repack_kernels(libs, type_id):
-    """llama.cpp's CPU_REPACK path for Q4_0 / IQ4_NL on x86 (the weight interleaved 8 rows at a
-    time; its GEMM on 4 activation rows at a time, its GEMV on the rest): bit for bit, and not
-    vec_dot's numbers."""
+    """llama.cpp's CPU_REPACK path on x86 (the weight interleaved 8 rows at a time; its GEMM on 4
+    activation rows at a time, its GEMV on the rest; 24 rows: Q4_K's GEMM takes 16 columns with
+    AVX-512 and the last 8 with AVX2): bit for bit, and not vec_dot's numbers."""
     ggml = GgmlCpu(llama_cpp_dir())
     rng = np.random.default_rng(500 + type_id)
-    w = random_weight(type_id, 16, 768, rng)
-    x = activations(rng, 6, 768)
-    ref = ggml.mul_mat_repacked(type_id, w, 768, x)
-    for lib in libs:
-        got = native_mul_mat_repacked(lib, type_id, w, 16, 768, w.shape[1], x)
-        assert np.array_equal(ref.view(np.uint32), got.view(np.uint32))
-    assert not np.array_equal(ref, ggml.mul_mat(type_id, w, 768, x))
+    for rows in (16, 24):
+        w = random_weight(type_id, rows, 768, rng)
+        x = activations(rng, 6, 768)
+        ref = ggml.mul_mat_repacked_q4_K(w, 768, x) if type_id == 12 else ggml.mul_mat_repacked(type_id, w, 768, x)
+        for lib in libs:
+            got = native_mul_mat_repacked(lib, type_id, w, rows, 768, w.shape[1], x)
+            assert np.array_equal(ref.view(np.uint32), got.view(np.uint32))
+        assert not np.array_equal(ref, ggml.mul_mat(type_id, w, 768, x))
