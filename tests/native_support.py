@@ -54,11 +54,20 @@ def llama_cpp_dir() -> Path | None:
 
 
 class GgmlCpu:
-    """ggml-cpu's own from_float and vec_dot for a type (ggml_get_type_traits_cpu)."""
+    """ggml-cpu's own from_float and vec_dot for a type (ggml_get_type_traits_cpu), its repacked
+    kernels and llamafile's tinyBLAS (llamafile_sgemm, on a one-thread ggml threadpool)."""
 
     class Traits(ctypes.Structure):
         _fields_ = [("from_float", ctypes.c_void_p), ("vec_dot", ctypes.c_void_p),
                     ("vec_dot_type", ctypes.c_int), ("nrows", ctypes.c_int64)]
+
+    class ThreadpoolParams(ctypes.Structure):  # ggml.h's ggml_threadpool_params
+        _fields_ = [("cpumask", ctypes.c_bool * 512), ("n_threads", ctypes.c_int), ("prio", ctypes.c_int),
+                    ("poll", ctypes.c_uint32), ("strict_cpu", ctypes.c_bool), ("paused", ctypes.c_bool)]
+
+    class ComputeParams(ctypes.Structure):  # ggml-cpu-impl.h's ggml_compute_params
+        _fields_ = [("ith", ctypes.c_int), ("nth", ctypes.c_int), ("wsize", ctypes.c_size_t),
+                    ("wdata", ctypes.c_void_p), ("threadpool", ctypes.c_void_p), ("use_ref", ctypes.c_bool)]
 
     def __init__(self, root: Path):
         bin_dir = root / "build" / "bin"
@@ -71,6 +80,40 @@ class GgmlCpu:
         base.ggml_row_size.restype = ctypes.c_size_t
         base.ggml_row_size.argtypes = [ctypes.c_int, ctypes.c_int64]
         self.base = base
+
+    def activation_rows(self, type_id: int, k: int, x: np.ndarray) -> tuple[int, np.ndarray]:
+        """(vec_dot_type, x's rows in it) as ggml-cpu's MUL_MAT makes them."""
+        vt = self.lib.ggml_get_type_traits_cpu(type_id).contents.vec_dot_type
+        x = np.ascontiguousarray(x, np.float32)
+        if vt == 0:
+            return vt, x
+        from_float = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+            self.lib.ggml_get_type_traits_cpu(vt).contents.from_float)
+        out = np.zeros((x.shape[0], self.base.ggml_row_size(vt, k)), np.uint8)
+        for j in range(x.shape[0]):
+            from_float(x[j].ctypes.data, out[j].ctypes.data, k)
+        return vt, out
+
+    def sgemm(self, type_id: int, w: np.ndarray, k: int, x: np.ndarray) -> np.ndarray:
+        """y [n, rows] from llamafile_sgemm (tinyBLAS); an AssertionError where it declines."""
+        if not hasattr(self, "pool"):
+            self.base.ggml_threadpool_params_default.restype = self.ThreadpoolParams
+            self.base.ggml_threadpool_params_default.argtypes = [ctypes.c_int]
+            tpp = self.base.ggml_threadpool_params_default(1)
+            self.lib.ggml_threadpool_new.restype = ctypes.c_void_p
+            self.lib.ggml_threadpool_new.argtypes = [ctypes.POINTER(self.ThreadpoolParams)]
+            self.pool = self.lib.ggml_threadpool_new(ctypes.byref(tpp))
+            i64, p = ctypes.c_int64, ctypes.c_void_p
+            self.lib.llamafile_sgemm.restype = ctypes.c_bool
+            self.lib.llamafile_sgemm.argtypes = [ctypes.POINTER(self.ComputeParams), i64, i64, i64, p, i64, p, i64,
+                                                 p, i64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        vt, b = self.activation_rows(type_id, k, x)
+        rows, n, blocks = w.shape[0], x.shape[0], k // TYPES[type_id][1]
+        c = np.zeros((n, rows), np.float32)
+        params = self.ComputeParams(0, 1, 0, None, self.pool, False)
+        assert self.lib.llamafile_sgemm(ctypes.byref(params), rows, n, blocks, w.ctypes.data, blocks, b.ctypes.data,
+                                        blocks, c.ctypes.data, rows, type_id, vt, 0)
+        return c
 
     def mul_mat(self, type_id: int, w: np.ndarray, k: int, x: np.ndarray) -> np.ndarray:
         """y [n, rows]: each activation row through from_float, then vec_dot with each weight row."""

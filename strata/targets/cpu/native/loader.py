@@ -26,6 +26,7 @@ def native_load(path):
         "strata_get_threads": [],
         "strata_mul_mat": [i32, p, i64, i64, i64, p, i64, p],
         "strata_mul_mat_repacked": [i32, p, i64, i64, i64, p, i64, p],
+        "strata_mul_mat_ggml": [i32, p, i64, i64, i64, p, i64, p],
         "strata_get_rows": [i32, p, i64, i64, i64, p, i64, p],
         "strata_mul_mat_id": [i32, p, i64, i64, i64, i64, p, i64, p, i64, p],
         "strata_mul_mat_id_b": [i32, p, i64, i64, i64, i64, p, i64, i64, p, i64, p],
@@ -63,6 +64,17 @@ def native_mul_mat(lib, ggml_type, w, rows, k, row_bytes, x):
     y = np.empty(x.shape[:-1] + (rows,), dtype=np.float32)
     native_check(lib.strata_mul_mat(int(ggml_type), native_ptr(w), rows, k, row_bytes, native_ptr(x), n,
                                     native_ptr(y)), "strata_mul_mat")
+    return y
+
+
+def native_mul_mat_ggml(lib, ggml_type, w, rows, k, row_bytes, x):
+    """What ggml-cpu's MUL_MAT gives for a weight it does not repack: native_mul_mat for one
+    activation row; llamafile's tinyBLAS order for more on F32, F16, BF16 and IQ4_NL."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n = x.size // k if k else 0
+    y = np.empty(x.shape[:-1] + (rows,), dtype=np.float32)
+    native_check(lib.strata_mul_mat_ggml(int(ggml_type), native_ptr(w), rows, k, row_bytes, native_ptr(x), n,
+                                         native_ptr(y)), "strata_mul_mat_ggml")
     return y
 
 

@@ -17,6 +17,7 @@
 #include "ggml_dots2.h"
 #include "ggml_dequant.h"
 #include "ggml_float_dots.h"
+#include "ggml_sgemm.h"
 #include "thread_pool.h"
 
 using namespace strata;
@@ -105,9 +106,13 @@ bool valid_weight(int type, const void* w, int64_t rows, int64_t k, int64_t row_
 
 // Activation rows quantized once (in parallel over rows), then output rows split over the threads:
 // each thread takes tiles of 16 weight rows against every activation row.
+// The order of the float sums: ggml's vec_dot, its repacked kernels (Q4_0, IQ4_NL, Q4_K), or
+// llamafile's tinyBLAS (F32, F16, BF16, IQ4_NL with 2 or more activation rows).
+enum class Order { VecDot, Repacked, Sgemm };
+
 struct MulMatJob {
     int type;
-    bool repacked;  // Q4_0 / IQ4_NL / Q4_K in ggml's repacked order (dot_repacked*)
+    Order order;
     const uint8_t* w;
     int64_t rows, k, row_bytes;
     const uint8_t* act;  // [n][act_bytes]
@@ -130,8 +135,15 @@ void mul_mat_rows_repacked(const MulMatJob& j, int64_t r0, int64_t r1) {
     }
 }
 
+void mul_mat_rows_sgemm(const MulMatJob& j, int64_t r0, int64_t r1) {
+    for (int64_t c = 0; c < j.n; ++c)
+        for (int64_t r = r0; r < r1; ++r)
+            j.y[c * j.rows + r] = sgemm_dot(j.type, j.w + r * j.row_bytes, j.act + c * j.act_bytes, j.k);
+}
+
 void mul_mat_rows(const MulMatJob& j, int64_t r0, int64_t r1) {
-    if (j.repacked) return mul_mat_rows_repacked(j, r0, r1);
+    if (j.order == Order::Repacked) return mul_mat_rows_repacked(j, r0, r1);
+    if (j.order == Order::Sgemm) return mul_mat_rows_sgemm(j, r0, r1);
     constexpr int64_t TILE = 16;
 #if STRATA_ROWS2
     const Dot4 dot4 = dot4_of(j.type);
@@ -226,15 +238,16 @@ int strata_get_threads(void) { return pool().size(); }
 
 namespace {
 
-int mul_mat(int type, bool repacked, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
+int mul_mat(int type, Order order, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
             const float* x, int64_t n, float* y) {
     if (!valid_weight(type, w, rows, k, row_bytes) || n < 0 || (n > 0 && (!x || (rows > 0 && !y)))) return 1;
-    if (repacked && type != T_Q4_0 && type != T_IQ4_NL && type != T_Q4_K) return 1;
+    if (order == Order::Repacked && type != T_Q4_0 && type != T_IQ4_NL && type != T_Q4_K) return 1;
+    if (order == Order::Sgemm && (n < 2 || !sgemm_takes(type, k))) order = Order::VecDot;
     if (n == 0 || rows == 0) return 0;
     const int64_t ab = act_row_bytes(type, k);
     std::vector<uint8_t> act((size_t)(ab * n));
     quantize_rows(type, x, n, k, act.data(), ab);
-    const MulMatJob job{type, repacked, w, rows, k, row_bytes, act.data(), ab, n, y};
+    const MulMatJob job{type, order, w, rows, k, row_bytes, act.data(), ab, n, y};
     pool().parallel_for(rows, 16, [&](int64_t a, int64_t b) { mul_mat_rows(job, a, b); });
     return 0;
 }
@@ -245,7 +258,15 @@ extern "C" {
 
 int strata_mul_mat(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
                    const float* x, int64_t n, float* y) {
-    return mul_mat(type, false, w, rows, k, row_bytes, x, n, y);
+    return mul_mat(type, Order::VecDot, w, rows, k, row_bytes, x, n, y);
+}
+
+// What ggml-cpu's MUL_MAT gives for a weight that is not repacked: vec_dot's numbers for one
+// activation row, llamafile's tinyBLAS order for 2 or more on the types it takes (F32, F16 and
+// BF16 when 16 / 32 divides k, IQ4_NL), vec_dot's otherwise.
+int strata_mul_mat_ggml(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
+                        const float* x, int64_t n, float* y) {
+    return mul_mat(type, Order::Sgemm, w, rows, k, row_bytes, x, n, y);
 }
 
 // strata_mul_mat in the order of ggml-cpu's repacked Q4_0 / IQ4_NL / Q4_K kernels (CPU_REPACK,
@@ -253,7 +274,7 @@ int strata_mul_mat(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t 
 // are refused.
 int strata_mul_mat_repacked(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
                             const float* x, int64_t n, float* y) {
-    return mul_mat(type, true, w, rows, k, row_bytes, x, n, y);
+    return mul_mat(type, Order::Repacked, w, rows, k, row_bytes, x, n, y);
 }
 
 int strata_get_rows(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,

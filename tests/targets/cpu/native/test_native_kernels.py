@@ -10,7 +10,7 @@ import pytest
 from native_support import ACTIVATION, TYPES, GgmlCpu, build_once, have_compiler, llama_cpp_dir, random_weight
 from strata.semantics import kernels_ggml
 from strata.targets.cpu.native.loader import native_flash_attn_f16, native_get_rows, native_load, native_mul_mat, \
-    native_mul_mat_id, native_mul_mat_repacked, native_set_threads
+    native_mul_mat_ggml, native_mul_mat_id, native_mul_mat_repacked, native_set_threads
 
 gguf = pytest.importorskip("gguf")
 pytestmark = pytest.mark.skipif(not have_compiler(), reason="no g++ (nor clang++, $CXX or ziglang)")
@@ -264,3 +264,25 @@ def test_repacked_order_equals_ggml_cpu_repack_kernels(libs, type_id):
             got = native_mul_mat_repacked(lib, type_id, w, rows, 768, w.shape[1], x)
             assert np.array_equal(ref.view(np.uint32), got.view(np.uint32))
         assert not np.array_equal(ref, ggml.mul_mat(type_id, w, 768, x))
+
+
+SGEMM_TYPES = [0, 1, 30, 20, 8, 2, 6]
+
+
+@pytest.mark.skipif(llama_cpp_dir() is None, reason="no llama.cpp build (libggml-cpu.so; set LLAMA_CPP)")
+@pytest.mark.parametrize("type_id", SGEMM_TYPES, ids=[TYPES[t][0] for t in SGEMM_TYPES])
+def test_mul_mat_ggml_equals_llamafile_sgemm(libs, type_id):
+    """Two or more activation rows on a weight ggml does not repack: llamafile's tinyBLAS, bit for
+    bit (for Q8_0, Q4_0 and Q5_0 that is vec_dot's order; for the others it is not); one row:
+    vec_dot."""
+    ggml = GgmlCpu(llama_cpp_dir())
+    rng = np.random.default_rng(600 + type_id)
+    w = random_weight(type_id, 16, 512, rng)
+    x = activations(rng, 3, 512)
+    ref = ggml.sgemm(type_id, w, 512, x)
+    for lib in libs:
+        got = native_mul_mat_ggml(lib, type_id, w, 16, 512, w.shape[1], x)
+        assert np.array_equal(ref.view(np.uint32), got.view(np.uint32))
+        one = native_mul_mat_ggml(lib, type_id, w, 16, 512, w.shape[1], x[:1])
+        assert np.array_equal(one.view(np.uint32), ggml.mul_mat(type_id, w, 512, x[:1]).view(np.uint32))
+    assert np.array_equal(ref, ggml.mul_mat(type_id, w, 512, x)) == (type_id in (8, 2, 6))
