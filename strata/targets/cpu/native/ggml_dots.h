@@ -153,6 +153,30 @@ static float dot_repacked(const uint8_t* w, const ActQ8_0* y, int64_t nb) {
     return acc;
 }
 
+#if STRATA_AVX2
+// Eight rows at once of dot_repacked (ggml's own layout: row q in float lane q): the rows' block
+// sums in one register, one fused multiply-add per block for all eight.
+template <int TYPE>
+static void dot8_repacked(const uint8_t* w, int64_t row_bytes, const ActQ8_0* y, int64_t nb, float out[8]) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+        __m256i l[8];
+        uint16_t d16[8];
+        for (int q = 0; q < 8; ++q) {
+            const uint8_t* b = w + q * row_bytes + i * 18;
+            l[q] = block32_lanes(TYPE, b, y[i].qs).v;
+            d16[q] = load_u16(b);
+        }
+        const __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(l[0], l[1]), _mm256_hadd_epi32(l[2], l[3]));
+        const __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(l[4], l[5]), _mm256_hadd_epi32(l[6], l[7]));
+        const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)d16)), _mm256_set1_ps(y[i].d));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d, acc);
+    }
+    _mm256_storeu_ps(out, acc);
+}
+#endif
+
 // ggml_vec_dot_{q4_1,q5_1}_q8_1: the block sums m * s in a scalar, added after the reduction.
 template <int TYPE, int BYTES>
 static float dot_q8_1_type(const uint8_t* w, const ActQ8_1* y, int64_t nb) {

@@ -123,7 +123,17 @@ struct MulMatJob {
 void mul_mat_rows_repacked(const MulMatJob& j, int64_t r0, int64_t r1) {
     for (int64_t c = 0; c < j.n; ++c) {
         const uint8_t* a = j.act + c * j.act_bytes;
-        for (int64_t r = r0; r < r1; ++r) {
+        int64_t r = r0;
+#if STRATA_AVX2
+        if (j.type == T_Q4_0 || j.type == T_IQ4_NL)
+            for (; r + 7 < r1; r += 8) {
+                const uint8_t* w = j.w + r * j.row_bytes;
+                float* out = j.y + c * j.rows + r;
+                if (j.type == T_Q4_0) dot8_repacked<T_Q4_0>(w, j.row_bytes, (const ActQ8_0*)a, j.k / 32, out);
+                else dot8_repacked<T_IQ4_NL>(w, j.row_bytes, (const ActQ8_0*)a, j.k / 32, out);
+            }
+#endif
+        for (; r < r1; ++r) {
             const uint8_t* w = j.w + r * j.row_bytes;
             float& out = j.y[c * j.rows + r];
             switch (j.type) {
