@@ -179,6 +179,50 @@ void quantize_rows(int type, const float* x, int64_t n, int64_t k, uint8_t* out,
     });
 }
 
+// The inner loops of the one-chunk path. The dot product is exact in double (products of
+// float16 values, a few hundred of them), so its order is free; the accumulator steps round
+// exactly as the scalar expressions do (one float32 product, or one double fma, then float16).
+double dot_f16_exact(const double* qh, const uint16_t* kr, int64_t d) {
+#if STRATA_AVX512
+    if (d % 16 == 0) {
+        __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+        for (int64_t c = 0; c < d; c += 16) {
+            const __m512 kf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(kr + c)));
+            s0 = _mm512_fmadd_pd(_mm512_loadu_pd(qh + c), _mm512_cvtps_pd(_mm512_castps512_ps256(kf)), s0);
+            s1 = _mm512_fmadd_pd(_mm512_loadu_pd(qh + c + 8), _mm512_cvtps_pd(_mm512_extractf32x8_ps(kf, 1)), s1);
+        }
+        return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    }
+#endif
+    double dot = 0.0;
+    for (int64_t c = 0; c < d; ++c) dot += qh[c] * (double)f16_to_f32(kr[c]);
+    return dot;
+}
+
+void rescale_f16(float* acc, float ms, int64_t dv) {  // acc = float16(acc * ms)
+    int64_t c = 0;
+#if STRATA_AVX512
+    for (; c + 16 <= dv; c += 16) {
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(acc + c), _mm512_set1_ps(ms));
+        _mm512_storeu_ps(acc + c, _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    }
+#endif
+    for (; c < dv; ++c) acc[c] = round_f16(acc[c] * ms);
+}
+
+void add_row_f16(float* acc, const uint16_t* vr, float vs, int64_t dv) {  // acc = float16(float(v * vs + acc))
+    int64_t c = 0;
+#if STRATA_AVX512
+    const __m512d s = _mm512_set1_pd((double)vs);
+    for (; c + 8 <= dv; c += 8) {
+        const __m512d vd = _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(vr + c))));
+        const __m256 f = _mm512_cvtpd_ps(_mm512_fmadd_pd(vd, s, _mm512_cvtps_pd(_mm256_loadu_ps(acc + c))));
+        _mm256_storeu_ps(acc + c, _mm256_cvtph_ps(_mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    }
+#endif
+    for (; c < dv; ++c) acc[c] = round_f16((float)((double)f16_to_f32(vr[c]) * (double)vs + (double)acc[c]));
+}
+
 // The one-chunk flash attention of ggml-cpu over float16 K and V, one query row of one head:
 // exactly strata.semantics.kernels_ggml.flash_attn_ext_f16's arithmetic for fewer than 64 rows.
 void attend_row_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n, int64_t d, int64_t dv,
@@ -191,21 +235,16 @@ void attend_row_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_
         if (!column_live[ic]) continue;
         const float m = mask_row ? round_f16(mask_row[ic]) : 0.0f;
         if (std::isinf(m) && m < 0) continue;
-        const uint16_t* kr = k + ic * d;
-        double dot = 0.0;
-        for (int64_t c = 0; c < d; ++c) dot += qh[c] * (double)f16_to_f32(kr[c]);
-        const float s = (float)dot * scale + m;
+        const float s = (float)dot_f16_exact(qh.data(), k + ic * d, d) * scale + m;
         float ms = 1.0f, vs = 1.0f;
         if (s > top) {
             ms = (float)std::exp((double)(top - s));
             top = s;
-            for (int64_t c = 0; c < dv; ++c) acc[c] = round_f16(acc[c] * ms);
+            rescale_f16(acc.data(), ms, dv);
         } else {
             vs = (float)std::exp((double)(s - top));
         }
-        const uint16_t* vr = v + ic * dv;
-        for (int64_t c = 0; c < dv; ++c)
-            acc[c] = round_f16((float)((double)f16_to_f32(vr[c]) * (double)vs + (double)acc[c]));
+        add_row_f16(acc.data(), v + ic * dv, vs, dv);
         total = (float)((double)total * (double)ms + (double)vs);
     }
     const float inv = total == 0.0f ? 0.0f : 1.0f / total;
