@@ -30,6 +30,7 @@ def native_load(path):
         "strata_get_rows": [i32, p, i64, i64, i64, p, i64, p],
         "strata_mul_mat_id": [i32, p, i64, i64, i64, i64, p, i64, p, i64, p],
         "strata_mul_mat_id_b": [i32, p, i64, i64, i64, i64, p, i64, i64, p, i64, p],
+        "strata_mul_mat_id_repacked": [i32, p, i64, i64, i64, i64, p, i64, i64, p, i64, p],
         "strata_flash_attn_f16": [p, i64, i64, i64, p, p, i64, i64, i64, p, f32, p],
     }
     for name, args in signatures.items():
@@ -98,15 +99,17 @@ def native_get_rows(lib, ggml_type, w, rows, k, row_bytes, ids):
     return out
 
 
-def native_mul_mat_id(lib, ggml_type, w, experts, rows, k, row_bytes, x, ids):
+def native_mul_mat_id(lib, ggml_type, w, experts, rows, k, row_bytes, x, ids, repacked=False):
     """MUL_MAT_ID on packed experts [experts, rows, k]: x [T, Nb, k] (Nb 1 or U), ids [T, U]
-    -> [T, U, rows]; slot (t, j) is expert ids[t, j] times x[t, j % Nb]."""
+    -> [T, U, rows]; slot (t, j) is expert ids[t, j] times x[t, j % Nb]. `repacked`: in the
+    order of ggml-cpu's repacked GEMV (Q4_0, IQ4_NL, Q4_K)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     ids = np.ascontiguousarray(ids, dtype=np.int32)
     t, used = ids.shape
     y = np.empty((t, used, rows), dtype=np.float32)
-    native_check(lib.strata_mul_mat_id_b(int(ggml_type), native_ptr(w), experts, rows, k, row_bytes, native_ptr(x),
-                                         t, x.shape[1], native_ptr(ids), used, native_ptr(y)), "strata_mul_mat_id")
+    fn = lib.strata_mul_mat_id_repacked if repacked else lib.strata_mul_mat_id_b
+    native_check(fn(int(ggml_type), native_ptr(w), experts, rows, k, row_bytes, native_ptr(x), t, x.shape[1],
+                    native_ptr(ids), used, native_ptr(y)), "strata_mul_mat_id")
     return y
 
 

@@ -337,11 +337,15 @@ int strata_get_rows(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t
     return 0;
 }
 
-// MUL_MAT_ID with x [n, nb, k]: slot (t, j) of y [n, used, rows] is expert ids[t, j]'s matrix
-// times x[t, j % nb] (strata.semantics.kernels.mul_mat_id's convention: nb is 1 or used).
-int strata_mul_mat_id_b(int type, const uint8_t* w, int64_t experts, int64_t rows, int64_t k, int64_t row_bytes,
-                        const float* x, int64_t n, int64_t nb, const int32_t* ids, int64_t used, float* y) {
+}  // extern "C"
+
+namespace {
+
+// MUL_MAT_ID: each slot one GEMV of its expert (ggml-cpu's order: vec_dot, or the repacked GEMV).
+int mul_mat_id(int type, Order order, const uint8_t* w, int64_t experts, int64_t rows, int64_t k, int64_t row_bytes,
+               const float* x, int64_t n, int64_t nb, const int32_t* ids, int64_t used, float* y) {
     if (!valid_weight(type, w, experts * rows, k, row_bytes) || experts < 1 || n < 0 || used < 0 || nb < 1) return 1;
+    if (order == Order::Repacked && type != T_Q4_0 && type != T_IQ4_NL && type != T_Q4_K) return 1;
     if (n == 0 || used == 0 || rows == 0) return 0;
     if (!x || !ids || !y) return 1;
     for (int64_t i = 0; i < n * used; ++i)
@@ -352,13 +356,31 @@ int strata_mul_mat_id_b(int type, const uint8_t* w, int64_t experts, int64_t row
     pool().parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
         for (int64_t t = 0; t < n; ++t)
             for (int64_t j = 0; j < used; ++j) {
-                const uint8_t* we = w + (int64_t)ids[t * used + j] * rows * row_bytes;
-                const uint8_t* a = act.data() + (t * nb + j % nb) * ab;
-                float* yo = y + (t * used + j) * rows;
-                for (int64_t r = r0; r < r1; ++r) yo[r] = dot_row(type, we + r * row_bytes, a, k);
+                const MulMatJob slot{type, order, w + (int64_t)ids[t * used + j] * rows * row_bytes, rows, k, row_bytes,
+                                     act.data() + (t * nb + j % nb) * ab, ab, 1, y + (t * used + j) * rows};
+                mul_mat_rows(slot, r0, r1);
             }
     });
     return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+// MUL_MAT_ID with x [n, nb, k]: slot (t, j) of y [n, used, rows] is expert ids[t, j]'s matrix
+// times x[t, j % nb] (strata.semantics.kernels.mul_mat_id's convention: nb is 1 or used).
+int strata_mul_mat_id_b(int type, const uint8_t* w, int64_t experts, int64_t rows, int64_t k, int64_t row_bytes,
+                        const float* x, int64_t n, int64_t nb, const int32_t* ids, int64_t used, float* y) {
+    return mul_mat_id(type, Order::VecDot, w, experts, rows, k, row_bytes, x, n, nb, ids, used, y);
+}
+
+// strata_mul_mat_id_b in the order of ggml-cpu's repacked GEMV (its MUL_MAT_ID on repacked Q4_0,
+// IQ4_NL and Q4_K experts runs one GEMV per slot).
+int strata_mul_mat_id_repacked(int type, const uint8_t* w, int64_t experts, int64_t rows, int64_t k,
+                               int64_t row_bytes, const float* x, int64_t n, int64_t nb, const int32_t* ids,
+                               int64_t used, float* y) {
+    return mul_mat_id(type, Order::Repacked, w, experts, rows, k, row_bytes, x, n, nb, ids, used, y);
 }
 
 // MUL_MAT_ID with x [n, used, k] (one activation row per slot).

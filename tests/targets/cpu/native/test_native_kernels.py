@@ -146,11 +146,15 @@ def test_mul_mat_id_is_the_numpy_mul_mat_id(libs):
     for nb in (used, 1):
         x = activations(rng, t * nb, k).reshape(t, nb, k)
         y = native_mul_mat_id(libs[0], 12, w, experts, rows, k, rb, x, ids)
+        yr = native_mul_mat_id(libs[0], 12, w, experts, rows, k, rb, x, ids, repacked=True)
         for ti in range(t):
             for j in range(used):
                 e = int(ids[ti, j])
                 one = native_mul_mat(libs[0], 12, w[e * rows:(e + 1) * rows], rows, k, rb, x[ti, j % nb][None])[0]
                 assert np.array_equal(y[ti, j], one)
+                # ggml's MUL_MAT_ID on repacked experts: one repacked GEMV per slot
+                one = native_mul_mat_repacked(libs[0], 12, w[e * rows:(e + 1) * rows], rows, k, rb, x[ti, j % nb][None])[0]
+                assert np.array_equal(yr[ti, j], one)
 
 
 @pytest.mark.parametrize("s", [1, 5, 63])
