@@ -107,6 +107,12 @@ def test_threads_portable_build_and_gemm_agree_bit_for_bit(libs, type_id):
     outs.append(np.stack([native_mul_mat(native, type_id, w, rows, k, w.shape[1], x[i:i + 1])[0] for i in range(n)]))
     for other in outs[1:]:
         assert np.array_equal(outs[0].view(np.uint32), other.view(np.uint32))
+    ggml_order = []  # tinyBLAS's order where it applies: the same on every thread count and build
+    for lib, threads in ((native, 1), (native, 3), (portable, 2)):
+        native_set_threads(lib, threads)
+        ggml_order.append(native_mul_mat_ggml(lib, type_id, w, rows, k, w.shape[1], x))
+    for other in ggml_order[1:]:
+        assert np.array_equal(ggml_order[0].view(np.uint32), other.view(np.uint32))
 
 
 @pytest.mark.skipif(llama_cpp_dir() is None, reason="no llama.cpp build (libggml-cpu.so; set LLAMA_CPP)")
