@@ -14,7 +14,6 @@
 
 #include "ggml_blocks.h"
 #include "ggml_dots.h"
-#include "ggml_dots2.h"
 #include "ggml_dequant.h"
 #include "ggml_float_dots.h"
 #include "ggml_sgemm.h"
@@ -155,19 +154,12 @@ void mul_mat_rows(const MulMatJob& j, int64_t r0, int64_t r1) {
     if (j.order == Order::Repacked) return mul_mat_rows_repacked(j, r0, r1);
     if (j.order == Order::Sgemm) return mul_mat_rows_sgemm(j, r0, r1);
     constexpr int64_t TILE = 16;
-#if STRATA_ROWS2
-    const Dot4 dot4 = dot4_of(j.type);
-#endif
     for (int64_t t0 = r0; t0 < r1; t0 += TILE) {
         const int64_t t1 = t0 + TILE < r1 ? t0 + TILE : r1;
         for (int64_t c = 0; c < j.n; ++c) {
             const uint8_t* a = j.act + c * j.act_bytes;
             float* y = j.y + c * j.rows;
             int64_t r = t0;
-#if STRATA_ROWS2
-            if (dot4)
-                for (; r + 3 < t1; r += 4) dot4(j.w + r * j.row_bytes, j.row_bytes, a, j.k / 32, y + r);
-#endif
             for (; r < t1; ++r) y[r] = dot_row(j.type, j.w + r * j.row_bytes, a, j.k);
         }
     }
