@@ -22,6 +22,7 @@ def native_load(path):
     lib = ctypes.CDLL(str(path))
     i64, i32, p, f32 = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_float
     signatures = {
+        "strata_abi_version": [],
         "strata_set_threads": [i32],
         "strata_get_threads": [],
         "strata_mul_mat": [i32, p, i64, i64, i64, p, i64, p],
@@ -37,6 +38,8 @@ def native_load(path):
         fn = getattr(lib, name)
         fn.argtypes = args
         fn.restype = i32
+    if lib.strata_abi_version() != 1:
+        raise ValueError(f"native kernel library {path}: ABI version {lib.strata_abi_version()}, expected 1")
     return lib
 
 

@@ -267,6 +267,9 @@ void attend_row_f32(const float* q, const uint16_t* k, const uint16_t* v, int64_
 
 extern "C" {
 
+// The version of this ABI: a loader compares it with the one it was written for.
+int strata_abi_version(void) { return 1; }
+
 int strata_set_threads(int n) {
     if (n < 1 || n > 1024) return 1;
     pool().resize(n);
