@@ -65,6 +65,21 @@ def test_loader_is_self_contained():
     assert {"native_check", "native_ptr"} <= set(needed)
 
 
+@needs_compiler
+def test_copied_loader_runs_in_a_namespace_holding_only_np(tmp_path):
+    import numpy as np
+
+    library = KernelLibrary(Path(loader.__file__).read_text())
+    names = library.closure({"native_load", "native_mul_mat", "native_set_threads"})
+    namespace = {"np": np}
+    exec("\n\n".join(library.text(n) for n in names), namespace)  # noqa: S102 - our own source
+    lib = namespace["native_load"](build.build_library(tmp_path))
+    namespace["native_set_threads"](lib, 2)
+    w = np.ones((3, 4), np.float32).view(np.uint8)  # F32 [3, 4]
+    y = namespace["native_mul_mat"](lib, 0, w, 3, 4, 16, np.arange(8, dtype=np.float32).reshape(2, 4))
+    assert np.array_equal(y, [[6, 6, 6], [22, 22, 22]])
+
+
 ASAN_SCRIPT = textwrap.dedent("""
     import sys
     import numpy as np
