@@ -296,3 +296,26 @@ def test_mul_mat_ggml_equals_llamafile_sgemm(libs, type_id):
         one = native_mul_mat_ggml(lib, type_id, w, 16, 512, w.shape[1], x[:1])
         assert np.array_equal(one.view(np.uint32), ggml.mul_mat(type_id, w, 512, x[:1]).view(np.uint32))
     assert np.array_equal(ref, ggml.mul_mat(type_id, w, 512, x)) == (type_id in (8, 2, 6))
+
+
+def test_half_precision_conversions_are_exact_in_both_builds(libs):
+    """Every float16 bit pattern read (get_rows), and float32 activations rounded to float16 (an
+    F16 identity weight gives them back), subnormals, overflow and ties included, as numpy does."""
+    every = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    finite = every[np.isfinite(every.view(np.float16))]
+    k = 64
+    rows = finite[: finite.size // k * k].reshape(-1, k)
+    identity = np.eye(k, dtype=np.float16).view(np.uint8).reshape(k, 2 * k)
+    rng = np.random.default_rng(5)
+    x = np.concatenate([
+        rng.standard_normal(k * 4) * 10.0 ** rng.integers(-9, 5, k * 4),     # subnormal to overflowing
+        (rows[::97].reshape(-1)[: k * 2].view(np.float16).astype(np.float32)
+         + np.float32(2.0 ** -25) * np.sign(rng.standard_normal(k * 2))),    # near ties
+    ]).astype(np.float32)
+    x = x[np.abs(x) < 65504][: k * 4].reshape(-1, k)
+    for lib in libs:
+        got = native_get_rows(lib, 1, rows.view(np.uint8), rows.shape[0], k, 2 * k, np.arange(rows.shape[0], dtype=np.int32))
+        assert np.array_equal(got, rows.view(np.float16).astype(np.float32))
+        y = native_mul_mat(lib, 1, identity, k, k, 2 * k, x)
+        # equal as floats: a sum of products gives +0 where float16(x) is -0
+        assert np.array_equal(y, x.astype(np.float16).astype(np.float32))
