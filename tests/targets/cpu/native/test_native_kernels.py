@@ -307,10 +307,11 @@ def test_half_precision_conversions_are_exact_in_both_builds(libs):
     rows = finite[: finite.size // k * k].reshape(-1, k)
     identity = np.eye(k, dtype=np.float16).view(np.uint8).reshape(k, 2 * k)
     rng = np.random.default_rng(5)
+    lo = rng.choice(finite[np.abs(finite.view(np.float16)) < 60000], k * 2).view(np.float16)
+    ties = (lo.astype(np.float64) + np.nextafter(lo, np.where(lo < 0, -np.inf, np.inf).astype(np.float16)).astype(np.float64)) / 2
     x = np.concatenate([
-        rng.standard_normal(k * 4) * 10.0 ** rng.integers(-9, 5, k * 4),     # subnormal to overflowing
-        (rows[::97].reshape(-1)[: k * 2].view(np.float16).astype(np.float32)
-         + np.float32(2.0 ** -25) * np.sign(rng.standard_normal(k * 2))),    # near ties
+        rng.standard_normal(k * 4) * 10.0 ** rng.integers(-9, 5, k * 4),  # subnormal to overflowing
+        ties,                                                             # halfway: to even
     ]).astype(np.float32)
     x = x[np.abs(x) < 65504][: k * 4].reshape(-1, k)
     for lib in libs:
