@@ -1,14 +1,15 @@
 """The native kernels' GEMV speed per weight type: GB/s of weight bytes read, against numpy's float32
 GEMV on the same shape.
 
-    .venv/bin/python bench/native_gemv.py [--rows 1536] [--k 576] [--threads 1,2] [--reps 5] [--types q4_0,...]
+    .venv/bin/python bench/native_gemv.py [--rows 1536] [--k 768] [--threads 1,2] [--reps 5] [--types q4_0,...]
 
 The weight is `rows` x `k` random blocks of each type (as GGUF stores them); one activation row.
 Per type and thread count the best of --reps timings of a loop of calls counts (the vCPUs here
 slow down for seconds at random); the CPU-time figure in parentheses (weight bytes per second of
-process CPU time, all threads together) is what the kernel costs when other work shares the cores. numpy's line is `W @ x` with W float32 (4 bytes a weight), one
-BLAS sgemv, its threads as OpenBLAS sets them. GB/s = weight bytes / seconds per call. The last
-line is exactly
+process CPU time, all threads together) is what the kernel costs when other work shares the cores.
+numpy's line is `W @ x` with W float32 (4 bytes a weight), one BLAS sgemv, its threads as
+OpenBLAS sets them. GB/s = weight bytes / seconds per call. k defaults to 768, SmolLM2's 576
+rounded up to a multiple of 256 (the K types' super-block). The last line is exactly
     native_over_numpy=<type>:<ratio at the most threads>,...
 (ratio of calls per second; above 1 the native GEMV is faster than numpy's float32 one).
 """
@@ -95,7 +96,8 @@ def main() -> int:
             for n in threads:
                 native_set_threads(lib, n)
                 secs, cpu = best_seconds(lambda: lib.strata_mul_mat(t, wp, rows, k, rb, xp, 1, yp), args.reps)
-                parts.append(f"{n}t {w.nbytes / secs / 1e9:6.2f} GB/s ({w.nbytes / cpu / 1e9:6.2f}) {secs * 1e6:7.1f} us")
+                gbs, gbs_cpu = w.nbytes / secs / 1e9, w.nbytes / cpu / 1e9
+                parts.append(f"{n}t {gbs:6.2f} GB/s ({gbs_cpu:6.2f}) {secs * 1e6:7.1f} us")
             ratios.append(f"{name}:{numpy_s / secs:.2f}")
             print(f"{name:>10}: " + "   ".join(parts) + f"   x{numpy_s / secs:.2f} numpy")
         print("native_over_numpy=" + ",".join(ratios))

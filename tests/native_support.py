@@ -207,7 +207,8 @@ class GgmlCpu:
         packed = np.ascontiguousarray(np.concatenate(
             [d.reshape(rows // 8, nb, 16), dmin.reshape(rows // 8, nb, 16), (out_sc & 255).astype(np.uint8), pieces],
             axis=-1))
-        sig = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        p = ctypes.c_void_p
+        sig = [ctypes.c_int, p, ctypes.c_size_t, p, p, ctypes.c_int, ctypes.c_int]
         gemv, gemm = self.lib.ggml_gemv_q4_K_8x8_q8_K, self.lib.ggml_gemm_q4_K_8x8_q8_K
         gemv.argtypes = gemm.argtypes = sig
         quantize_mat = self.lib.ggml_quantize_mat_q8_K_4x8

@@ -159,7 +159,8 @@ def test_mul_mat_id_is_the_numpy_mul_mat_id(libs):
                 one = native_mul_mat(libs[0], 12, w[e * rows:(e + 1) * rows], rows, k, rb, x[ti, j % nb][None])[0]
                 assert np.array_equal(y[ti, j], one)
                 # ggml's MUL_MAT_ID on repacked experts: one repacked GEMV per slot
-                one = native_mul_mat_repacked(libs[0], 12, w[e * rows:(e + 1) * rows], rows, k, rb, x[ti, j % nb][None])[0]
+                expert = w[e * rows:(e + 1) * rows]
+                one = native_mul_mat_repacked(libs[0], 12, expert, rows, k, rb, x[ti, j % nb][None])[0]
                 assert np.array_equal(yr[ti, j], one)
 
 
@@ -308,14 +309,16 @@ def test_half_precision_conversions_are_exact_in_both_builds(libs):
     identity = np.eye(k, dtype=np.float16).view(np.uint8).reshape(k, 2 * k)
     rng = np.random.default_rng(5)
     lo = rng.choice(finite[np.abs(finite.view(np.float16)) < 60000], k * 2).view(np.float16)
-    ties = (lo.astype(np.float64) + np.nextafter(lo, np.where(lo < 0, -np.inf, np.inf).astype(np.float16)).astype(np.float64)) / 2
+    up = np.nextafter(lo, np.where(lo < 0, -np.inf, np.inf).astype(np.float16))  # the next float16 away from 0
+    ties = (lo.astype(np.float64) + up.astype(np.float64)) / 2
     x = np.concatenate([
         rng.standard_normal(k * 4) * 10.0 ** rng.integers(-9, 5, k * 4),  # subnormal to overflowing
         ties,                                                             # halfway: to even
     ]).astype(np.float32)
     x = x[np.abs(x) < 65504][: k * 4].reshape(-1, k)
     for lib in libs:
-        got = native_get_rows(lib, 1, rows.view(np.uint8), rows.shape[0], k, 2 * k, np.arange(rows.shape[0], dtype=np.int32))
+        every_row = np.arange(rows.shape[0], dtype=np.int32)
+        got = native_get_rows(lib, 1, rows.view(np.uint8), rows.shape[0], k, 2 * k, every_row)
         assert np.array_equal(got, rows.view(np.float16).astype(np.float32))
         y = native_mul_mat(lib, 1, identity, k, k, 2 * k, x)
         # equal as floats: a sum of products gives +0 where float16(x) is -0
