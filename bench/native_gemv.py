@@ -7,8 +7,8 @@ The weight is `rows` x `k` random blocks of each type (as GGUF stores them); one
 Per type and thread count the best of --reps timings of a loop of calls counts (the vCPUs here
 slow down for seconds at random); the CPU-time figure in parentheses (weight bytes per second of
 process CPU time, all threads together) is what the kernel costs when other work shares the cores.
-numpy's line is `W @ x` with W float32 (4 bytes a weight), one BLAS sgemv, its threads as
-OpenBLAS sets them. GB/s = weight bytes / seconds per call. k defaults to 768, SmolLM2's 576
+numpy's line is `W @ x` with W float32 (4 bytes a weight), one BLAS sgemv on as many threads
+as the most of --threads (OPENBLAS_NUM_THREADS, unless it is set). GB/s = weight bytes / seconds per call. k defaults to 768, SmolLM2's 576
 rounded up to a multiple of 256 (the K types' super-block). The last line is exactly
     native_over_numpy=<type>:<ratio at the most threads>,...
 (ratio of calls per second; above 1 the native GEMV is faster than numpy's float32 one).
@@ -17,12 +17,19 @@ rounded up to a multiple of 256 (the K types' super-block). The last line is exa
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+if __name__ == "__main__" and "OPENBLAS_NUM_THREADS" not in os.environ:
+    # numpy's BLAS gets as many threads as the native kernels' most (--threads), set before numpy loads
+    _threads = next((a.split("=", 1)[1] if "=" in a else sys.argv[i + 2] for i, a in enumerate(sys.argv[1:])
+                     if a.startswith("--threads")), "1,2")
+    os.environ["OPENBLAS_NUM_THREADS"] = str(max(int(t) for t in _threads.split(",")))
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
