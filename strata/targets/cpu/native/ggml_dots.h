@@ -112,6 +112,34 @@ static float dot_q8_0_type(const uint8_t* w, const ActQ8_0* y, int64_t nb) {
     return hsum8(acc);
 }
 
+// dot_q8_0_type / dot_q8_1_type on ROWS rows at once (row r at w + r * row_bytes): each row its
+// own accumulator and operations, the rows' chains of fused multiply-adds interleaved (one chain
+// alone waits on the fma's latency at every block).
+template <int TYPE, int BYTES, int ROWS>
+static void dot_rows_block32(const uint8_t* w, int64_t row_bytes, const void* act, int64_t nb, float* out) {
+    constexpr bool Q81 = TYPE == T_Q4_1 || TYPE == T_Q5_1;
+    Acc8 acc[ROWS];
+    float summs[ROWS];
+    for (int r = 0; r < ROWS; ++r) { acc[r] = acc8_zero(); summs[r] = 0.0f; }
+    for (int64_t i = 0; i < nb; ++i) {
+        float yd, ys = 0.0f;
+        const int8_t* qs;
+        if constexpr (Q81) {
+            const ActQ8_1& y = ((const ActQ8_1*)act)[i];
+            yd = y.d; ys = y.s; qs = y.qs;
+        } else {
+            const ActQ8_0& y = ((const ActQ8_0*)act)[i];
+            yd = y.d; qs = y.qs;
+        }
+        for (int r = 0; r < ROWS; ++r) {
+            const uint8_t* b = w + r * row_bytes + i * BYTES;
+            if constexpr (Q81) summs[r] = std::fmaf(load_f16(b + 2), ys, summs[r]);
+            acc8_fma(acc[r], load_f16(b) * yd, block32_lanes(TYPE, b, qs));
+        }
+    }
+    for (int r = 0; r < ROWS; ++r) out[r] = hsum8(acc[r]) + summs[r];
+}
+
 // ggml_vec_dot_iq4_nl_q8_0: even blocks into one accumulator, odd into another, added before the
 // reduction; an odd last block is added after it in scalar code.
 static float dot_iq4_nl(const uint8_t* w, const ActQ8_0* y, int64_t nb) {

@@ -150,9 +150,25 @@ void mul_mat_rows_sgemm(const MulMatJob& j, int64_t r0, int64_t r1) {
             j.y[c * j.rows + r] = sgemm_dot(j.type, j.w + r * j.row_bytes, j.act + c * j.act_bytes, j.k);
 }
 
+// The kernel of a 32-value block type for ROWS rows at once, or null (rows one at a time).
+using DotRows = void (*)(const uint8_t*, int64_t, const void*, int64_t, float*);
+constexpr int ROWS = 4;
+
+DotRows dot_rows_of(int type) {
+    switch (type) {
+        case T_Q4_0: return dot_rows_block32<T_Q4_0, 18, ROWS>;
+        case T_Q4_1: return dot_rows_block32<T_Q4_1, 20, ROWS>;
+        case T_Q5_0: return dot_rows_block32<T_Q5_0, 22, ROWS>;
+        case T_Q5_1: return dot_rows_block32<T_Q5_1, 24, ROWS>;
+        case T_Q8_0: return dot_rows_block32<T_Q8_0, 34, ROWS>;
+        default: return nullptr;
+    }
+}
+
 void mul_mat_rows(const MulMatJob& j, int64_t r0, int64_t r1) {
     if (j.order == Order::Repacked) return mul_mat_rows_repacked(j, r0, r1);
     if (j.order == Order::Sgemm) return mul_mat_rows_sgemm(j, r0, r1);
+    const DotRows dot_rows = dot_rows_of(j.type);
     constexpr int64_t TILE = 16;
     for (int64_t t0 = r0; t0 < r1; t0 += TILE) {
         const int64_t t1 = t0 + TILE < r1 ? t0 + TILE : r1;
@@ -160,6 +176,8 @@ void mul_mat_rows(const MulMatJob& j, int64_t r0, int64_t r1) {
             const uint8_t* a = j.act + c * j.act_bytes;
             float* y = j.y + c * j.rows;
             int64_t r = t0;
+            if (dot_rows)
+                for (; r + ROWS <= t1; r += ROWS) dot_rows(j.w + r * j.row_bytes, j.row_bytes, a, j.k / 32, y + r);
             for (; r < t1; ++r) y[r] = dot_row(j.type, j.w + r * j.row_bytes, a, j.k);
         }
     }
