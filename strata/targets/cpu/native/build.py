@@ -5,7 +5,8 @@
 
 The compiler is `$CXX` if set, else the machine's `g++` or `clang++`, else the `ziglang` wheel's
 (`python -m ziglang c++`) when it is importable. The file is named by a hash of the sources,
-the flags and the compiler's version (`libstrata_kernels-<hash>.so`), written to a temporary
+the flags, the compiler's version and, for a native build, the CPU that `-march=native` stands
+for here (`libstrata_kernels-<hash>.so`), written to a temporary
 file and renamed into place, so concurrent builds and a rebuild with the same inputs leave one
 whole file. `-ffp-contract=off` on every build: the kernels spell each fused multiply-add out
 (fmaf), and no other product may be fused, or the portable and native builds would differ.
@@ -63,6 +64,19 @@ def compiler_version(cmd: list[str]) -> str:
     return lines[0] if lines else "unknown"
 
 
+def native_target(cmd: list[str]) -> str:
+    """What `-march=native` means on this machine: the compiler's predefined macros under it
+    (__AVX2__, __AVX512F__, ...: what the kernels' #ifs read), hashed, so that a library built
+    for one CPU is not reused on another."""
+    try:
+        done = subprocess.run([*cmd, "-march=native", "-dM", "-E", "-x", "c++", os.devnull],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    macros = sorted(line for line in done.stdout.splitlines() if line.startswith("#define"))
+    return hashlib.sha256("\n".join(macros).encode()).hexdigest()[:16] if macros else "unknown"
+
+
 def library_flags(portable: bool) -> list[str]:
     return [*COMMON_FLAGS, *(PORTABLE_FLAGS if portable else NATIVE_FLAGS)]
 
@@ -93,7 +107,8 @@ def build_library(out_dir: str | os.PathLike, portable: bool = False, extra_flag
     flags = [*library_flags(portable), *extra_flags]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    target = out / library_name(flags, compiler_version(cmd))
+    version = compiler_version(cmd) if portable else f"{compiler_version(cmd)} for {native_target(cmd)}"
+    target = out / library_name(flags, version)
     if target.is_file():
         return target
     fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{target.stem}-", suffix=".so.tmp")

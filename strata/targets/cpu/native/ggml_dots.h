@@ -112,6 +112,34 @@ static float dot_q8_0_type(const uint8_t* w, const ActQ8_0* y, int64_t nb) {
     return hsum8(acc);
 }
 
+// dot_q8_0_type / dot_q8_1_type on ROWS rows at once (row r at w + r * row_bytes): each row its
+// own accumulator and operations, the rows' chains of fused multiply-adds interleaved (one chain
+// alone waits on the fma's latency at every block).
+template <int TYPE, int BYTES, int ROWS>
+static void dot_rows_block32(const uint8_t* w, int64_t row_bytes, const void* act, int64_t nb, float* out) {
+    constexpr bool Q81 = TYPE == T_Q4_1 || TYPE == T_Q5_1;
+    Acc8 acc[ROWS];
+    float summs[ROWS];
+    for (int r = 0; r < ROWS; ++r) { acc[r] = acc8_zero(); summs[r] = 0.0f; }
+    for (int64_t i = 0; i < nb; ++i) {
+        float yd, ys = 0.0f;
+        const int8_t* qs;
+        if constexpr (Q81) {
+            const ActQ8_1& y = ((const ActQ8_1*)act)[i];
+            yd = y.d; ys = y.s; qs = y.qs;
+        } else {
+            const ActQ8_0& y = ((const ActQ8_0*)act)[i];
+            yd = y.d; qs = y.qs;
+        }
+        for (int r = 0; r < ROWS; ++r) {
+            const uint8_t* b = w + r * row_bytes + i * BYTES;
+            if constexpr (Q81) summs[r] = std::fmaf(load_f16(b + 2), ys, summs[r]);
+            acc8_fma(acc[r], load_f16(b) * yd, block32_lanes(TYPE, b, qs));
+        }
+    }
+    for (int r = 0; r < ROWS; ++r) out[r] = hsum8(acc[r]) + summs[r];
+}
+
 // ggml_vec_dot_iq4_nl_q8_0: even blocks into one accumulator, odd into another, added before the
 // reduction; an odd last block is added after it in scalar code.
 static float dot_iq4_nl(const uint8_t* w, const ActQ8_0* y, int64_t nb) {
@@ -152,6 +180,30 @@ static float dot_repacked(const uint8_t* w, const ActQ8_0* y, int64_t nb) {
     }
     return acc;
 }
+
+#if STRATA_AVX2
+// Eight rows at once of dot_repacked (ggml's own layout: row q in float lane q): the rows' block
+// sums in one register, one fused multiply-add per block for all eight.
+template <int TYPE>
+static void dot8_repacked(const uint8_t* w, int64_t row_bytes, const ActQ8_0* y, int64_t nb, float out[8]) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+        __m256i l[8];
+        uint16_t d16[8];
+        for (int q = 0; q < 8; ++q) {
+            const uint8_t* b = w + q * row_bytes + i * 18;
+            l[q] = block32_lanes(TYPE, b, y[i].qs).v;
+            d16[q] = load_u16(b);
+        }
+        const __m256i ab = _mm256_hadd_epi32(_mm256_hadd_epi32(l[0], l[1]), _mm256_hadd_epi32(l[2], l[3]));
+        const __m256i cd = _mm256_hadd_epi32(_mm256_hadd_epi32(l[4], l[5]), _mm256_hadd_epi32(l[6], l[7]));
+        const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)d16)), _mm256_set1_ps(y[i].d));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d, acc);
+    }
+    _mm256_storeu_ps(out, acc);
+}
+#endif
 
 // ggml_vec_dot_{q4_1,q5_1}_q8_1: the block sums m * s in a scalar, added after the reduction.
 template <int TYPE, int BYTES>
@@ -375,6 +427,57 @@ static float dot_q5_K(const uint8_t* w, const ActQ8_K* y, int64_t nb) {
 #endif
     }
     return hsum8(acc) + summs;
+}
+
+// The integer sums of a Q4_K super-block per 64 values (two sub-blocks): their values times
+// scales, and their mins times the activation's 32-value sums.
+static inline void q4k_pair_sums(const uint8_t* b, const ActQ8_K* y, int32_t sums[4], int32_t mins[4]) {
+    for (int j = 0; j < 4; ++j) {
+        int sc0, sc1, m0, m1;
+        scale_min_k4(2 * j, b + 4, &sc0, &m0);
+        scale_min_k4(2 * j + 1, b + 4, &sc1, &m1);
+        mins[j] = m0 * (y->bsums[4 * j] + y->bsums[4 * j + 1]) + m1 * (y->bsums[4 * j + 2] + y->bsums[4 * j + 3]);
+        const uint8_t* qs = b + 16 + 32 * j;
+        const int8_t* q8 = y->qs + 64 * j;
+#if STRATA_AVX2
+        const __m256i bits = load256(qs), m4 = _mm256_set1_epi8(0x0f);
+        const __m256i lo = dot_u8(_mm256_and_si256(bits, m4), load256(q8));
+        const __m256i hi = dot_u8(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), load256(q8 + 32));
+        const __m256i t = _mm256_add_epi32(_mm256_mullo_epi32(lo, _mm256_set1_epi32(sc0)),
+                                           _mm256_mullo_epi32(hi, _mm256_set1_epi32(sc1)));
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+        sums[j] = _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 1)));
+#else
+        int32_t lo = 0, hi = 0;
+        for (int l = 0; l < 32; ++l) { lo += (qs[l] & 15) * q8[l]; hi += (qs[l] >> 4) * q8[32 + l]; }
+        sums[j] = sc0 * lo + sc1 * hi;
+#endif
+    }
+}
+
+// ggml-cpu's repacked Q4_K kernels (q4_K_8x8, llama.cpp's CPU_REPACK on x86 with AVX2 for
+// weights of a multiple of 8 rows): the values' and the mins' integer sums, each into its own
+// float chain (scaled by d_w * d_y and dmin_w * d_y), their difference at the end. The GEMV
+// (`per_pair` false) adds once per super-block; the GEMM, which llama.cpp runs on the activation
+// rows in fours (all but the last n % 4), once per 64 values.
+static float dot_repacked_q4_K(const uint8_t* w, const ActQ8_K* y, int64_t nb, bool per_pair) {
+    float acc = 0.0f, accm = 0.0f;
+    for (int64_t i = 0; i < nb; ++i, w += 144) {
+        int32_t sums[4], mins[4];
+        q4k_pair_sums(w, &y[i], sums, mins);
+        const float d = load_f16(w) * y[i].d, dmin = load_f16(w + 2) * y[i].d;
+        if (per_pair) {
+            for (int j = 0; j < 4; ++j) {
+                acc = std::fmaf((float)sums[j], d, acc);
+                accm = std::fmaf((float)mins[j], dmin, accm);
+            }
+        } else {
+            acc = std::fmaf((float)(sums[0] + sums[1] + sums[2] + sums[3]), d, acc);
+            accm = std::fmaf((float)(mins[0] + mins[1] + mins[2] + mins[3]), dmin, accm);
+        }
+    }
+    return acc - accm;
 }
 
 // ggml_vec_dot_q6_K_q8_K: unsigned 6-bit values times scale in the lanes, minus

@@ -22,19 +22,24 @@ def native_load(path):
     lib = ctypes.CDLL(str(path))
     i64, i32, p, f32 = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_float
     signatures = {
+        "strata_abi_version": [],
         "strata_set_threads": [i32],
         "strata_get_threads": [],
         "strata_mul_mat": [i32, p, i64, i64, i64, p, i64, p],
         "strata_mul_mat_repacked": [i32, p, i64, i64, i64, p, i64, p],
+        "strata_mul_mat_ggml": [i32, p, i64, i64, i64, p, i64, p],
         "strata_get_rows": [i32, p, i64, i64, i64, p, i64, p],
         "strata_mul_mat_id": [i32, p, i64, i64, i64, i64, p, i64, p, i64, p],
         "strata_mul_mat_id_b": [i32, p, i64, i64, i64, i64, p, i64, i64, p, i64, p],
+        "strata_mul_mat_id_repacked": [i32, p, i64, i64, i64, i64, p, i64, i64, p, i64, p],
         "strata_flash_attn_f16": [p, i64, i64, i64, p, p, i64, i64, i64, p, f32, p],
     }
     for name, args in signatures.items():
         fn = getattr(lib, name)
         fn.argtypes = args
         fn.restype = i32
+    if lib.strata_abi_version() != 1:
+        raise ValueError(f"native kernel library {path}: ABI version {lib.strata_abi_version()}, expected 1")
     return lib
 
 
@@ -66,9 +71,20 @@ def native_mul_mat(lib, ggml_type, w, rows, k, row_bytes, x):
     return y
 
 
+def native_mul_mat_ggml(lib, ggml_type, w, rows, k, row_bytes, x):
+    """What ggml-cpu's MUL_MAT gives for a weight it does not repack: native_mul_mat for one
+    activation row; llamafile's tinyBLAS order for more on F32, F16, BF16 and IQ4_NL."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n = x.size // k if k else 0
+    y = np.empty(x.shape[:-1] + (rows,), dtype=np.float32)
+    native_check(lib.strata_mul_mat_ggml(int(ggml_type), native_ptr(w), rows, k, row_bytes, native_ptr(x), n,
+                                         native_ptr(y)), "strata_mul_mat_ggml")
+    return y
+
+
 def native_mul_mat_repacked(lib, ggml_type, w, rows, k, row_bytes, x):
-    """native_mul_mat in the order of ggml-cpu's repacked Q4_0 / IQ4_NL kernels (llama.cpp's
-    CPU_REPACK on x86, for such weights of a multiple of 8 rows)."""
+    """native_mul_mat in the order of ggml-cpu's repacked Q4_0 / IQ4_NL / Q4_K kernels
+    (llama.cpp's CPU_REPACK on x86 with AVX2, for such weights of a multiple of 8 rows)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     n = x.size // k if k else 0
     y = np.empty(x.shape[:-1] + (rows,), dtype=np.float32)
@@ -86,15 +102,17 @@ def native_get_rows(lib, ggml_type, w, rows, k, row_bytes, ids):
     return out
 
 
-def native_mul_mat_id(lib, ggml_type, w, experts, rows, k, row_bytes, x, ids):
+def native_mul_mat_id(lib, ggml_type, w, experts, rows, k, row_bytes, x, ids, repacked=False):
     """MUL_MAT_ID on packed experts [experts, rows, k]: x [T, Nb, k] (Nb 1 or U), ids [T, U]
-    -> [T, U, rows]; slot (t, j) is expert ids[t, j] times x[t, j % Nb]."""
+    -> [T, U, rows]; slot (t, j) is expert ids[t, j] times x[t, j % Nb]. `repacked`: in the
+    order of ggml-cpu's repacked GEMV (Q4_0, IQ4_NL, Q4_K)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     ids = np.ascontiguousarray(ids, dtype=np.int32)
     t, used = ids.shape
     y = np.empty((t, used, rows), dtype=np.float32)
-    native_check(lib.strata_mul_mat_id_b(int(ggml_type), native_ptr(w), experts, rows, k, row_bytes, native_ptr(x),
-                                         t, x.shape[1], native_ptr(ids), used, native_ptr(y)), "strata_mul_mat_id")
+    fn = lib.strata_mul_mat_id_repacked if repacked else lib.strata_mul_mat_id_b
+    native_check(fn(int(ggml_type), native_ptr(w), experts, rows, k, row_bytes, native_ptr(x), t, x.shape[1],
+                    native_ptr(ids), used, native_ptr(y)), "strata_mul_mat_id")
     return y
 
 

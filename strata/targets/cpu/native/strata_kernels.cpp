@@ -14,9 +14,9 @@
 
 #include "ggml_blocks.h"
 #include "ggml_dots.h"
-#include "ggml_dots2.h"
 #include "ggml_dequant.h"
 #include "ggml_float_dots.h"
+#include "ggml_sgemm.h"
 #include "thread_pool.h"
 
 using namespace strata;
@@ -105,9 +105,13 @@ bool valid_weight(int type, const void* w, int64_t rows, int64_t k, int64_t row_
 
 // Activation rows quantized once (in parallel over rows), then output rows split over the threads:
 // each thread takes tiles of 16 weight rows against every activation row.
+// The order of the float sums: ggml's vec_dot, its repacked kernels (Q4_0, IQ4_NL, Q4_K), or
+// llamafile's tinyBLAS (F32, F16, BF16, IQ4_NL with 2 or more activation rows).
+enum class Order { VecDot, Repacked, Sgemm };
+
 struct MulMatJob {
     int type;
-    bool repacked;  // Q4_0 / IQ4_NL in ggml's repacked order (dot_repacked)
+    Order order;
     const uint8_t* w;
     int64_t rows, k, row_bytes;
     const uint8_t* act;  // [n][act_bytes]
@@ -116,31 +120,64 @@ struct MulMatJob {
 };
 
 void mul_mat_rows_repacked(const MulMatJob& j, int64_t r0, int64_t r1) {
-    const int64_t nb = j.k / 32;
     for (int64_t c = 0; c < j.n; ++c) {
-        const ActQ8_0* a = (const ActQ8_0*)(j.act + c * j.act_bytes);
+        const uint8_t* a = j.act + c * j.act_bytes;
+        int64_t r = r0;
+#if STRATA_AVX2
+        if (j.type == T_Q4_0 || j.type == T_IQ4_NL)
+            for (; r + 7 < r1; r += 8) {
+                const uint8_t* w = j.w + r * j.row_bytes;
+                float* out = j.y + c * j.rows + r;
+                if (j.type == T_Q4_0) dot8_repacked<T_Q4_0>(w, j.row_bytes, (const ActQ8_0*)a, j.k / 32, out);
+                else dot8_repacked<T_IQ4_NL>(w, j.row_bytes, (const ActQ8_0*)a, j.k / 32, out);
+            }
+#endif
+        for (; r < r1; ++r) {
+            const uint8_t* w = j.w + r * j.row_bytes;
+            float& out = j.y[c * j.rows + r];
+            switch (j.type) {
+                case T_Q4_0: out = dot_repacked<T_Q4_0>(w, (const ActQ8_0*)a, j.k / 32); break;
+                case T_IQ4_NL: out = dot_repacked<T_IQ4_NL>(w, (const ActQ8_0*)a, j.k / 32); break;
+                case T_Q4_K: out = dot_repacked_q4_K(w, (const ActQ8_K*)a, j.k / 256, c < j.n - j.n % 4); break;
+            }
+        }
+    }
+}
+
+void mul_mat_rows_sgemm(const MulMatJob& j, int64_t r0, int64_t r1) {
+    for (int64_t c = 0; c < j.n; ++c)
         for (int64_t r = r0; r < r1; ++r)
-            j.y[c * j.rows + r] = j.type == T_Q4_0 ? dot_repacked<T_Q4_0>(j.w + r * j.row_bytes, a, nb)
-                                                   : dot_repacked<T_IQ4_NL>(j.w + r * j.row_bytes, a, nb);
+            j.y[c * j.rows + r] = sgemm_dot(j.type, j.w + r * j.row_bytes, j.act + c * j.act_bytes, j.k);
+}
+
+// The kernel of a 32-value block type for ROWS rows at once, or null (rows one at a time).
+using DotRows = void (*)(const uint8_t*, int64_t, const void*, int64_t, float*);
+constexpr int ROWS = 4;
+
+DotRows dot_rows_of(int type) {
+    switch (type) {
+        case T_Q4_0: return dot_rows_block32<T_Q4_0, 18, ROWS>;
+        case T_Q4_1: return dot_rows_block32<T_Q4_1, 20, ROWS>;
+        case T_Q5_0: return dot_rows_block32<T_Q5_0, 22, ROWS>;
+        case T_Q5_1: return dot_rows_block32<T_Q5_1, 24, ROWS>;
+        case T_Q8_0: return dot_rows_block32<T_Q8_0, 34, ROWS>;
+        default: return nullptr;
     }
 }
 
 void mul_mat_rows(const MulMatJob& j, int64_t r0, int64_t r1) {
-    if (j.repacked) return mul_mat_rows_repacked(j, r0, r1);
+    if (j.order == Order::Repacked) return mul_mat_rows_repacked(j, r0, r1);
+    if (j.order == Order::Sgemm) return mul_mat_rows_sgemm(j, r0, r1);
+    const DotRows dot_rows = dot_rows_of(j.type);
     constexpr int64_t TILE = 16;
-#if STRATA_ROWS2
-    const Dot4 dot4 = dot4_of(j.type);
-#endif
     for (int64_t t0 = r0; t0 < r1; t0 += TILE) {
         const int64_t t1 = t0 + TILE < r1 ? t0 + TILE : r1;
         for (int64_t c = 0; c < j.n; ++c) {
             const uint8_t* a = j.act + c * j.act_bytes;
             float* y = j.y + c * j.rows;
             int64_t r = t0;
-#if STRATA_ROWS2
-            if (dot4)
-                for (; r + 3 < t1; r += 4) dot4(j.w + r * j.row_bytes, j.row_bytes, a, j.k / 32, y + r);
-#endif
+            if (dot_rows)
+                for (; r + ROWS <= t1; r += ROWS) dot_rows(j.w + r * j.row_bytes, j.row_bytes, a, j.k / 32, y + r);
             for (; r < t1; ++r) y[r] = dot_row(j.type, j.w + r * j.row_bytes, a, j.k);
         }
     }
@@ -150,6 +187,50 @@ void quantize_rows(int type, const float* x, int64_t n, int64_t k, uint8_t* out,
     pool().parallel_for(n, 1, [&](int64_t a, int64_t b) {
         for (int64_t i = a; i < b; ++i) quantize_row(type, x + i * k, k, out + i * out_bytes);
     });
+}
+
+// The inner loops of the one-chunk path. The dot product is exact in double (products of
+// float16 values, a few hundred of them), so its order is free; the accumulator steps round
+// exactly as the scalar expressions do (one float32 product, or one double fma, then float16).
+double dot_f16_exact(const double* qh, const uint16_t* kr, int64_t d) {
+#if STRATA_AVX512
+    if (d % 16 == 0) {
+        __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+        for (int64_t c = 0; c < d; c += 16) {
+            const __m512 kf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(kr + c)));
+            s0 = _mm512_fmadd_pd(_mm512_loadu_pd(qh + c), _mm512_cvtps_pd(_mm512_castps512_ps256(kf)), s0);
+            s1 = _mm512_fmadd_pd(_mm512_loadu_pd(qh + c + 8), _mm512_cvtps_pd(_mm512_extractf32x8_ps(kf, 1)), s1);
+        }
+        return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    }
+#endif
+    double dot = 0.0;
+    for (int64_t c = 0; c < d; ++c) dot += qh[c] * (double)f16_to_f32(kr[c]);
+    return dot;
+}
+
+void rescale_f16(float* acc, float ms, int64_t dv) {  // acc = float16(acc * ms)
+    int64_t c = 0;
+#if STRATA_AVX512
+    for (; c + 16 <= dv; c += 16) {
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(acc + c), _mm512_set1_ps(ms));
+        _mm512_storeu_ps(acc + c, _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    }
+#endif
+    for (; c < dv; ++c) acc[c] = round_f16(acc[c] * ms);
+}
+
+void add_row_f16(float* acc, const uint16_t* vr, float vs, int64_t dv) {  // acc = float16(float(v * vs + acc))
+    int64_t c = 0;
+#if STRATA_AVX512
+    const __m512d s = _mm512_set1_pd((double)vs);
+    for (; c + 8 <= dv; c += 8) {
+        const __m512d vd = _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(vr + c))));
+        const __m256 f = _mm512_cvtpd_ps(_mm512_fmadd_pd(vd, s, _mm512_cvtps_pd(_mm256_loadu_ps(acc + c))));
+        _mm256_storeu_ps(acc + c, _mm256_cvtph_ps(_mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    }
+#endif
+    for (; c < dv; ++c) acc[c] = round_f16((float)((double)f16_to_f32(vr[c]) * (double)vs + (double)acc[c]));
 }
 
 // The one-chunk flash attention of ggml-cpu over float16 K and V, one query row of one head:
@@ -164,21 +245,16 @@ void attend_row_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_
         if (!column_live[ic]) continue;
         const float m = mask_row ? round_f16(mask_row[ic]) : 0.0f;
         if (std::isinf(m) && m < 0) continue;
-        const uint16_t* kr = k + ic * d;
-        double dot = 0.0;
-        for (int64_t c = 0; c < d; ++c) dot += qh[c] * (double)f16_to_f32(kr[c]);
-        const float s = (float)dot * scale + m;
+        const float s = (float)dot_f16_exact(qh.data(), k + ic * d, d) * scale + m;
         float ms = 1.0f, vs = 1.0f;
         if (s > top) {
             ms = (float)std::exp((double)(top - s));
             top = s;
-            for (int64_t c = 0; c < dv; ++c) acc[c] = round_f16(acc[c] * ms);
+            rescale_f16(acc.data(), ms, dv);
         } else {
             vs = (float)std::exp((double)(s - top));
         }
-        const uint16_t* vr = v + ic * dv;
-        for (int64_t c = 0; c < dv; ++c)
-            acc[c] = round_f16((float)((double)f16_to_f32(vr[c]) * (double)vs + (double)acc[c]));
+        add_row_f16(acc.data(), v + ic * dv, vs, dv);
         total = (float)((double)total * (double)ms + (double)vs);
     }
     const float inv = total == 0.0f ? 0.0f : 1.0f / total;
@@ -209,6 +285,9 @@ void attend_row_f32(const float* q, const uint16_t* k, const uint16_t* v, int64_
 
 extern "C" {
 
+// The version of this ABI: a loader compares it with the one it was written for.
+int strata_abi_version(void) { return 1; }
+
 int strata_set_threads(int n) {
     if (n < 1 || n > 1024) return 1;
     pool().resize(n);
@@ -221,15 +300,16 @@ int strata_get_threads(void) { return pool().size(); }
 
 namespace {
 
-int mul_mat(int type, bool repacked, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
+int mul_mat(int type, Order order, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
             const float* x, int64_t n, float* y) {
     if (!valid_weight(type, w, rows, k, row_bytes) || n < 0 || (n > 0 && (!x || (rows > 0 && !y)))) return 1;
-    if (repacked && type != T_Q4_0 && type != T_IQ4_NL) return 1;
+    if (order == Order::Repacked && type != T_Q4_0 && type != T_IQ4_NL && type != T_Q4_K) return 1;
+    if (order == Order::Sgemm && (n < 2 || !sgemm_takes(type, k))) order = Order::VecDot;
     if (n == 0 || rows == 0) return 0;
     const int64_t ab = act_row_bytes(type, k);
     std::vector<uint8_t> act((size_t)(ab * n));
     quantize_rows(type, x, n, k, act.data(), ab);
-    const MulMatJob job{type, repacked, w, rows, k, row_bytes, act.data(), ab, n, y};
+    const MulMatJob job{type, order, w, rows, k, row_bytes, act.data(), ab, n, y};
     pool().parallel_for(rows, 16, [&](int64_t a, int64_t b) { mul_mat_rows(job, a, b); });
     return 0;
 }
@@ -240,14 +320,23 @@ extern "C" {
 
 int strata_mul_mat(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
                    const float* x, int64_t n, float* y) {
-    return mul_mat(type, false, w, rows, k, row_bytes, x, n, y);
+    return mul_mat(type, Order::VecDot, w, rows, k, row_bytes, x, n, y);
 }
 
-// strata_mul_mat in the order of ggml-cpu's repacked Q4_0 / IQ4_NL kernels (CPU_REPACK, which
-// llama.cpp uses on x86 for such weights of a multiple of 8 rows); other types are refused.
+// What ggml-cpu's MUL_MAT gives for a weight that is not repacked: vec_dot's numbers for one
+// activation row, llamafile's tinyBLAS order for 2 or more on the types it takes (F32, F16 and
+// BF16 when 16 / 32 divides k, IQ4_NL), vec_dot's otherwise.
+int strata_mul_mat_ggml(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
+                        const float* x, int64_t n, float* y) {
+    return mul_mat(type, Order::Sgemm, w, rows, k, row_bytes, x, n, y);
+}
+
+// strata_mul_mat in the order of ggml-cpu's repacked Q4_0 / IQ4_NL / Q4_K kernels (CPU_REPACK,
+// which llama.cpp uses on x86 with AVX2 for such weights of a multiple of 8 rows); other types
+// are refused.
 int strata_mul_mat_repacked(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
                             const float* x, int64_t n, float* y) {
-    return mul_mat(type, true, w, rows, k, row_bytes, x, n, y);
+    return mul_mat(type, Order::Repacked, w, rows, k, row_bytes, x, n, y);
 }
 
 int strata_get_rows(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t row_bytes,
@@ -261,11 +350,15 @@ int strata_get_rows(int type, const uint8_t* w, int64_t rows, int64_t k, int64_t
     return 0;
 }
 
-// MUL_MAT_ID with x [n, nb, k]: slot (t, j) of y [n, used, rows] is expert ids[t, j]'s matrix
-// times x[t, j % nb] (strata.semantics.kernels.mul_mat_id's convention: nb is 1 or used).
-int strata_mul_mat_id_b(int type, const uint8_t* w, int64_t experts, int64_t rows, int64_t k, int64_t row_bytes,
-                        const float* x, int64_t n, int64_t nb, const int32_t* ids, int64_t used, float* y) {
+}  // extern "C"
+
+namespace {
+
+// MUL_MAT_ID: each slot one GEMV of its expert (ggml-cpu's order: vec_dot, or the repacked GEMV).
+int mul_mat_id(int type, Order order, const uint8_t* w, int64_t experts, int64_t rows, int64_t k, int64_t row_bytes,
+               const float* x, int64_t n, int64_t nb, const int32_t* ids, int64_t used, float* y) {
     if (!valid_weight(type, w, experts * rows, k, row_bytes) || experts < 1 || n < 0 || used < 0 || nb < 1) return 1;
+    if (order == Order::Repacked && type != T_Q4_0 && type != T_IQ4_NL && type != T_Q4_K) return 1;
     if (n == 0 || used == 0 || rows == 0) return 0;
     if (!x || !ids || !y) return 1;
     for (int64_t i = 0; i < n * used; ++i)
@@ -276,13 +369,31 @@ int strata_mul_mat_id_b(int type, const uint8_t* w, int64_t experts, int64_t row
     pool().parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
         for (int64_t t = 0; t < n; ++t)
             for (int64_t j = 0; j < used; ++j) {
-                const uint8_t* we = w + (int64_t)ids[t * used + j] * rows * row_bytes;
-                const uint8_t* a = act.data() + (t * nb + j % nb) * ab;
-                float* yo = y + (t * used + j) * rows;
-                for (int64_t r = r0; r < r1; ++r) yo[r] = dot_row(type, we + r * row_bytes, a, k);
+                const MulMatJob slot{type, order, w + (int64_t)ids[t * used + j] * rows * row_bytes, rows, k, row_bytes,
+                                     act.data() + (t * nb + j % nb) * ab, ab, 1, y + (t * used + j) * rows};
+                mul_mat_rows(slot, r0, r1);
             }
     });
     return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+// MUL_MAT_ID with x [n, nb, k]: slot (t, j) of y [n, used, rows] is expert ids[t, j]'s matrix
+// times x[t, j % nb] (strata.semantics.kernels.mul_mat_id's convention: nb is 1 or used).
+int strata_mul_mat_id_b(int type, const uint8_t* w, int64_t experts, int64_t rows, int64_t k, int64_t row_bytes,
+                        const float* x, int64_t n, int64_t nb, const int32_t* ids, int64_t used, float* y) {
+    return mul_mat_id(type, Order::VecDot, w, experts, rows, k, row_bytes, x, n, nb, ids, used, y);
+}
+
+// strata_mul_mat_id_b in the order of ggml-cpu's repacked GEMV (its MUL_MAT_ID on repacked Q4_0,
+// IQ4_NL and Q4_K experts runs one GEMV per slot).
+int strata_mul_mat_id_repacked(int type, const uint8_t* w, int64_t experts, int64_t rows, int64_t k,
+                               int64_t row_bytes, const float* x, int64_t n, int64_t nb, const int32_t* ids,
+                               int64_t used, float* y) {
+    return mul_mat_id(type, Order::Repacked, w, experts, rows, k, row_bytes, x, n, nb, ids, used, y);
 }
 
 // MUL_MAT_ID with x [n, used, k] (one activation row per slot).

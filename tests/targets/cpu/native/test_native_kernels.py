@@ -10,7 +10,7 @@ import pytest
 from native_support import ACTIVATION, TYPES, GgmlCpu, build_once, have_compiler, llama_cpp_dir, random_weight
 from strata.semantics import kernels_ggml
 from strata.targets.cpu.native.loader import native_flash_attn_f16, native_get_rows, native_load, native_mul_mat, \
-    native_mul_mat_id, native_mul_mat_repacked, native_set_threads
+    native_mul_mat_ggml, native_mul_mat_id, native_mul_mat_repacked, native_set_threads
 
 gguf = pytest.importorskip("gguf")
 pytestmark = pytest.mark.skipif(not have_compiler(), reason="no g++ (nor clang++, $CXX or ziglang)")
@@ -107,6 +107,12 @@ def test_threads_portable_build_and_gemm_agree_bit_for_bit(libs, type_id):
     outs.append(np.stack([native_mul_mat(native, type_id, w, rows, k, w.shape[1], x[i:i + 1])[0] for i in range(n)]))
     for other in outs[1:]:
         assert np.array_equal(outs[0].view(np.uint32), other.view(np.uint32))
+    ggml_order = []  # tinyBLAS's order where it applies: the same on every thread count and build
+    for lib, threads in ((native, 1), (native, 3), (portable, 2)):
+        native_set_threads(lib, threads)
+        ggml_order.append(native_mul_mat_ggml(lib, type_id, w, rows, k, w.shape[1], x))
+    for other in ggml_order[1:]:
+        assert np.array_equal(ggml_order[0].view(np.uint32), other.view(np.uint32))
 
 
 @pytest.mark.skipif(llama_cpp_dir() is None, reason="no llama.cpp build (libggml-cpu.so; set LLAMA_CPP)")
@@ -146,11 +152,16 @@ def test_mul_mat_id_is_the_numpy_mul_mat_id(libs):
     for nb in (used, 1):
         x = activations(rng, t * nb, k).reshape(t, nb, k)
         y = native_mul_mat_id(libs[0], 12, w, experts, rows, k, rb, x, ids)
+        yr = native_mul_mat_id(libs[0], 12, w, experts, rows, k, rb, x, ids, repacked=True)
         for ti in range(t):
             for j in range(used):
                 e = int(ids[ti, j])
                 one = native_mul_mat(libs[0], 12, w[e * rows:(e + 1) * rows], rows, k, rb, x[ti, j % nb][None])[0]
                 assert np.array_equal(y[ti, j], one)
+                # ggml's MUL_MAT_ID on repacked experts: one repacked GEMV per slot
+                expert = w[e * rows:(e + 1) * rows]
+                one = native_mul_mat_repacked(libs[0], 12, expert, rows, k, rb, x[ti, j % nb][None])[0]
+                assert np.array_equal(yr[ti, j], one)
 
 
 @pytest.mark.parametrize("s", [1, 5, 63])
@@ -229,7 +240,7 @@ def test_numpy_q8_1_blocks_equal_ggml_cpu():
     assert np.array_equal(sums, s)
 
 
-@pytest.mark.parametrize("type_id", [2, 20], ids=["q4_0", "iq4_nl"])
+@pytest.mark.parametrize("type_id", [2, 20, 12], ids=["q4_0", "iq4_nl", "q4_K"])
 def test_repacked_order_threads_and_portable_build_agree(libs, type_id):
     rng = np.random.default_rng(400 + type_id)
     w = random_weight(type_id, 24, 512, rng)
@@ -249,17 +260,66 @@ def test_repacked_order_threads_and_portable_build_agree(libs, type_id):
 
 
 @pytest.mark.skipif(llama_cpp_dir() is None, reason="no llama.cpp build (libggml-cpu.so; set LLAMA_CPP)")
-@pytest.mark.parametrize("type_id", [2, 20], ids=["q4_0", "iq4_nl"])
+@pytest.mark.parametrize("type_id", [2, 20, 12], ids=["q4_0", "iq4_nl", "q4_K"])
 def test_repacked_order_equals_ggml_cpu_repack_kernels(libs, type_id):
-    """llama.cpp's CPU_REPACK path for Q4_0 / IQ4_NL on x86 (the weight interleaved 8 rows at a
-    time; its GEMM on 4 activation rows at a time, its GEMV on the rest): bit for bit, and not
-    vec_dot's numbers."""
+    """llama.cpp's CPU_REPACK path on x86 (the weight interleaved 8 rows at a time; its GEMM on 4
+    activation rows at a time, its GEMV on the rest; 24 rows: Q4_K's GEMM takes 16 columns with
+    AVX-512 and the last 8 with AVX2): bit for bit, and not vec_dot's numbers."""
     ggml = GgmlCpu(llama_cpp_dir())
     rng = np.random.default_rng(500 + type_id)
-    w = random_weight(type_id, 16, 768, rng)
-    x = activations(rng, 6, 768)
-    ref = ggml.mul_mat_repacked(type_id, w, 768, x)
+    for rows in (16, 24):
+        w = random_weight(type_id, rows, 768, rng)
+        x = activations(rng, 6, 768)
+        ref = ggml.mul_mat_repacked_q4_K(w, 768, x) if type_id == 12 else ggml.mul_mat_repacked(type_id, w, 768, x)
+        for lib in libs:
+            got = native_mul_mat_repacked(lib, type_id, w, rows, 768, w.shape[1], x)
+            assert np.array_equal(ref.view(np.uint32), got.view(np.uint32))
+        assert not np.array_equal(ref, ggml.mul_mat(type_id, w, 768, x))
+
+
+SGEMM_TYPES = [0, 1, 30, 20, 8, 2, 6]
+
+
+@pytest.mark.skipif(llama_cpp_dir() is None, reason="no llama.cpp build (libggml-cpu.so; set LLAMA_CPP)")
+@pytest.mark.parametrize("type_id", SGEMM_TYPES, ids=[TYPES[t][0] for t in SGEMM_TYPES])
+def test_mul_mat_ggml_equals_llamafile_sgemm(libs, type_id):
+    """Two or more activation rows on a weight ggml does not repack: llamafile's tinyBLAS, bit for
+    bit (for Q8_0, Q4_0 and Q5_0 that is vec_dot's order; for the others it is not); one row:
+    vec_dot."""
+    ggml = GgmlCpu(llama_cpp_dir())
+    rng = np.random.default_rng(600 + type_id)
+    w = random_weight(type_id, 16, 512, rng)
+    x = activations(rng, 3, 512)
+    ref = ggml.sgemm(type_id, w, 512, x)
     for lib in libs:
-        got = native_mul_mat_repacked(lib, type_id, w, 16, 768, w.shape[1], x)
+        got = native_mul_mat_ggml(lib, type_id, w, 16, 512, w.shape[1], x)
         assert np.array_equal(ref.view(np.uint32), got.view(np.uint32))
-    assert not np.array_equal(ref, ggml.mul_mat(type_id, w, 768, x))
+        one = native_mul_mat_ggml(lib, type_id, w, 16, 512, w.shape[1], x[:1])
+        assert np.array_equal(one.view(np.uint32), ggml.mul_mat(type_id, w, 512, x[:1]).view(np.uint32))
+    assert np.array_equal(ref, ggml.mul_mat(type_id, w, 512, x)) == (type_id in (8, 2, 6))
+
+
+def test_half_precision_conversions_are_exact_in_both_builds(libs):
+    """Every float16 bit pattern read (get_rows), and float32 activations rounded to float16 (an
+    F16 identity weight gives them back), subnormals, overflow and ties included, as numpy does."""
+    every = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    finite = every[np.isfinite(every.view(np.float16))]
+    k = 64
+    rows = finite[: finite.size // k * k].reshape(-1, k)
+    identity = np.eye(k, dtype=np.float16).view(np.uint8).reshape(k, 2 * k)
+    rng = np.random.default_rng(5)
+    lo = rng.choice(finite[np.abs(finite.view(np.float16)) < 60000], k * 2).view(np.float16)
+    up = np.nextafter(lo, np.where(lo < 0, -np.inf, np.inf).astype(np.float16))  # the next float16 away from 0
+    ties = (lo.astype(np.float64) + up.astype(np.float64)) / 2
+    x = np.concatenate([
+        rng.standard_normal(k * 4) * 10.0 ** rng.integers(-9, 5, k * 4),  # subnormal to overflowing
+        ties,                                                             # halfway: to even
+    ]).astype(np.float32)
+    x = x[np.abs(x) < 65504][: k * 4].reshape(-1, k)
+    for lib in libs:
+        every_row = np.arange(rows.shape[0], dtype=np.int32)
+        got = native_get_rows(lib, 1, rows.view(np.uint8), rows.shape[0], k, 2 * k, every_row)
+        assert np.array_equal(got, rows.view(np.float16).astype(np.float32))
+        y = native_mul_mat(lib, 1, identity, k, k, 2 * k, x)
+        # equal as floats: a sum of products gives +0 where float16(x) is -0
+        assert np.array_equal(y, x.astype(np.float16).astype(np.float32))
