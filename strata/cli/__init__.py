@@ -40,7 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     from strata.errors import debug_requested, run_tool
 
     def body() -> int:
+        from strata.cli.args import apply_threads
+
         args = build_parser().parse_args(argv)
+        apply_threads(args)
         return args.func(args)
 
     # Called without arguments, main is the program (console script, python -m).

@@ -121,6 +121,20 @@ def ranks_of(args: argparse.Namespace, knobs: dict) -> None:
         knobs["tp"] = args.tp
 
 
+def add_threads(p: argparse.ArgumentParser) -> None:
+    """-t/--threads: the cpu target's native kernels' thread pool (one for the life of the program)."""
+    p.add_argument("-t", "--threads", type=bounded_int(1, 1024), default=None,
+                   help="threads of the cpu target's native kernels (default: the cores this process may use)")
+
+
+def apply_threads(args: argparse.Namespace) -> None:
+    """Put -t/--threads where every program this process (and the ranks it starts) loads reads it."""
+    import os
+
+    if getattr(args, "threads", None) is not None:
+        os.environ["STRATA_THREADS"] = str(args.threads)
+
+
 def add_target(p: argparse.ArgumentParser, run: bool) -> None:
     """--target and the knobs of the targets (their flags refuse a target they do not apply to)."""
     from strata.passes.blueprint_assign_precision import recipe_names
@@ -139,6 +153,7 @@ def add_target(p: argparse.ArgumentParser, run: bool) -> None:
     p.add_argument("--recipe", choices=recipe_names(), default=None,
                    help="--target cuda: the precision recipe (default bf16; f32 with --interpret)")
     if run:
+        add_threads(p)
         p.add_argument("--interpret", action="store_true",
                        help="--target cuda: run the generated kernels in Triton's interpreter on the CPU "
                             "(TRITON_INTERPRET=1), every edge in f32")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_allow_nonfinite, add_model, bounded_int
+from strata.cli.args import add_allow_nonfinite, add_model, add_threads, bounded_int
 
 
 def add(sub) -> None:
     p = sub.add_parser("bench", help="prompt processing and generation speed per batch size, as llama-bench")
     add_model(p)
+    add_threads(p)
     p.add_argument("-p", "--n-prompt", type=bounded_int(0), default=512,
                    help="prompt tokens per sequence (the ppN test; 0: none; default 512)")
     p.add_argument("-n", "--n-gen", type=bounded_int(0), default=128,

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_allow_nonfinite, add_model, bounded_int
+from strata.cli.args import add_allow_nonfinite, add_model, add_threads, bounded_int
 
 
 def add(sub) -> None:
     p = sub.add_parser("perplexity", help="a text's perplexity, as llama.cpp's llama-perplexity computes it")
     add_model(p)
+    add_threads(p)
     p.add_argument("-f", "--file", required=True, metavar="TEXT", help="the text file to score (read as UTF-8)")
     p.add_argument("-c", "--ctx", type=bounded_int(1), default=None,
                    help="tokens per chunk: the first half is context, the second half scored "

@@ -15,7 +15,12 @@ with). `block_formats()` gives each block-quantized tensor's ggml type, which th
 records (`ggml_formats`) so that the op level knows what llama.cpp multiplies (`op.param`'s
 `format`, ggml-cpu's quantized activations). At the blueprint level Q8_0 and Q4_0 are weight
 formats (`int8/block32`, `int4/block32`; the recipes `q8_0`, `q4_0`), which round a GGUF of that
-type to itself (`strata.ir.ggml_blocks`).
+type to itself (`strata.ir.ggml_blocks`). For the cpu target's native kernels, `packed(name)`
+gives a tensor as the file stores it: a uint8 view of the mapping's blocks, never dequantized.
+Before the reader cuts any view, every tensor info is checked against the file (a known type,
+rows of whole blocks, its bytes inside the file and apart from every other tensor's), so a
+truncated file or a tensor whose byte size disagrees with its type and shape gets one line
+naming the tensor before any kernel can read past the mapping.
 
 **The metadata** (`strata.frontends.gguf_config`). `general.architecture` names the family (`ARCHITECTURES`); its keys
 (`{arch}.block_count`, `embedding_length`, `attention.head_count`, ...) are mapped to an HF
@@ -132,7 +137,9 @@ class GgufFile:
         if magic != MAGIC:
             raise GgufError(f"{self.path}: not a GGUF file (it does not start with 'GGUF')")
         try:
-            reader = gguf.GGUFReader(self.path)
+            reader = _checked_reader(gguf, self.path)
+        except GgufError as e:
+            raise GgufError(f"{self.path}: {e}") from None
         except Exception as e:  # noqa: BLE001 - the reader reports a bad file with many exception types
             raise GgufError(f"{self.path}: truncated or corrupt GGUF file ({size} bytes; the gguf reader says: "
                             f"{_first_line(e)})") from None
@@ -211,6 +218,16 @@ class GgufFile:
         kind = self.tensors[name].tensor_type.name
         return None if kind in FLOAT_TYPES else gguf_type_name(kind)
 
+    def packed(self, name: str) -> tuple[int, np.ndarray]:
+        """Tensor `name` as stored: (its ggml type id, a read-only uint8 view [rows, row bytes]
+        of the memory-mapped file); the rows are those of its innermost dim (every dim but the
+        last, row-major), each a whole number of blocks (checked when the file was opened)."""
+        t = self.tensors[name]
+        shape = self.shape(name)
+        raw = np.asarray(t.data).reshape(-1).view(np.uint8)  # a view of the mapping, whatever the element type
+        rows = math.prod(shape[:-1])
+        return int(t.tensor_type), raw.reshape(rows, -1)
+
     def load(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
         """Tensor `name`: a view of the file for F32, F16 and BF16, else dequantized to f32 (a
         block of rows at a time); `rows` (lo, hi): only those indices of its first (row-major)
@@ -230,6 +247,54 @@ class GgufFile:
             raise GgufError(f"{self.path}: tensor '{name}' ({kind}) cannot be read ({_first_line(e)})") from None
         out.flags.writeable = False
         return out
+
+
+def _label(name: str) -> str:
+    """A tensor name as it appears in a one-line message (a corrupt file's names may hold anything)."""
+    text = "".join(c if c.isprintable() and c not in "\r\n" else "?" for c in name)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _checked_reader(gguf: Any, path: Path) -> Any:
+    """The gguf package's reader of `path`, after every tensor info is checked against the file:
+    a known type, a row of whole blocks, its bytes (from its type and shape) inside the file and
+    apart from every other tensor's. The reader itself would cut a short view of the mapping, or
+    fail on the whole file; this names the tensor (GgufError, without the path: the caller adds it)."""
+
+    class CheckedReader(gguf.GGUFReader):
+        def _build_tensors(self, start_offs: int, fields: list) -> None:
+            _check_tensor_infos(gguf, int(start_offs), fields, int(self.data.shape[0]))
+            super()._build_tensors(start_offs, fields)
+
+    return CheckedReader(path)
+
+
+def _check_tensor_infos(gguf: Any, start: int, fields: list, size: int) -> None:
+    spans = []
+    for field in fields:
+        _, name_data, _, dims, raw_type, offset = field.parts
+        name = _label(bytes(name_data).decode("utf-8", errors="replace"))
+        try:
+            kind = gguf.GGMLQuantizationType(int(raw_type[0]))
+        except ValueError:
+            raise GgufError(f"tensor '{name}' has an unknown ggml type {int(raw_type[0])}") from None
+        shape = [int(d) for d in dims.tolist()]
+        block, nbytes = gguf.GGML_QUANT_SIZES[kind]
+        count = math.prod(shape)
+        if not shape or shape[0] % block:
+            raise GgufError(f"tensor '{name}' ({kind.name}) has shape {list(reversed(shape))}, whose rows are not "
+                            f"whole blocks of {block} values, or which the file cannot hold")
+        lo = start + int(offset[0])
+        hi = lo + count // block * nbytes
+        if hi > size:
+            raise GgufError(f"truncated GGUF file ({size} bytes): tensor '{name}' ({kind.name}, shape "
+                            f"{list(reversed(shape))}) needs bytes {lo}..{hi}")
+        spans.append((lo, hi, name))
+    spans.sort()
+    for (lo, hi, name), (next_lo, _, other) in zip(spans, spans[1:]):
+        if hi > next_lo:
+            raise GgufError(f"tensor '{name}' ends at byte {hi}, inside tensor '{other}' (from byte {next_lo}): "
+                            "its byte size disagrees with its type and shape")
 
 
 def _dequantize(t: Any, shape: tuple[int, ...], lo: int, hi: int) -> np.ndarray:
@@ -443,6 +508,46 @@ class GgufWeights:
             raise GgufError(f"{self.label}: tensor '{name}': {e}") from None
         out.flags.writeable = False
         return out
+
+    def packed(self, name: str) -> tuple[int, np.ndarray, np.ndarray | None] | None:
+        """Tensor `name` as the file stores it, for kernels that compute on the packed blocks:
+        (its ggml type id, a read-only uint8 view [rows, row bytes] of the mapping, and None, or
+        the row order that makes the IR's rows: llama's attn_q / attn_k rows are permuted in the
+        file, so IR row i is stored row order[i]); None when the IR's tensor is not the stored
+        one row for row (joined, converted, reordered within a row)."""
+        plan = self._plans.get(name)
+        if plan is None or plan.join is not None or name not in self.g.tensors:
+            return None
+        kind, rows = self.g.packed(name)
+        if plan.as_stored:
+            return kind, rows, None
+        cfg, parts = self.config, name.split(".")
+        rope_rows = len(parts) == 4 and parts[2] in ("attn_q", "attn_k") and parts[3] == "weight"
+        if len(plan.steps) == 1 and self.g.arch == "llama" and rope_rows and len(self.g.shape(name)) == 2:
+            heads = cfg.num_heads if parts[2] == "attn_q" else cfg.num_kv_heads
+            order = _unpermute_rope(np.arange(rows.shape[0], dtype=np.int64), heads)
+            return kind, rows, np.ascontiguousarray(order)
+        return None
+
+    def all_finite(self, name: str) -> bool:
+        """Whether tensor `name` holds only finite values. A block-quantized tensor read from one
+        stored tensor is dequantized a block of rows at a time and nothing is kept (the native
+        kernels read its blocks; its values need never be in memory at once); any other is read
+        as `get` gives it."""
+        plan = self._plans.get(name) or _Plan((name,))
+        src = plan.sources[0]
+        if name in self._cache or plan.join is not None or src not in self.g.tensors or self.g.format_name(src) is None:
+            chunks = [self.get(name).reshape(-1)]
+        else:  # the steps of a block tensor permute rows at most (llama's q / k): finiteness is the stored one
+            rows = self.g.shape(src)[0]
+            step = max(1, (1 << 22) // max(1, math.prod(self.g.shape(src)[1:])))
+            chunks = (self.g.load(src, (lo, min(rows, lo + step))) for lo in range(0, rows, step))
+        for chunk in chunks:
+            flat = chunk.reshape(-1)
+            for i in range(0, flat.size, 1 << 22):
+                if not np.isfinite(np.asarray(flat[i:i + (1 << 22)], dtype=np.float32)).all():
+                    return False
+        return True
 
     def get(self, name: str) -> np.ndarray:
         """Tensor `name` in the IR's form: a view of the file, or an array made once and kept."""

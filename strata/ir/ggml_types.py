@@ -67,6 +67,16 @@ TYPES: dict[str, GgmlType] = {t.name: t for t in (
     _t("tq1_0", QK_K, 54, "q8_K"), _t("tq2_0", QK_K, 66, "q8_K"), _t("mxfp4", 32, 17, "q8_0"),
     _t("nvfp4", 64, 36, "q8_0"), _t("q1_0", 128, 18, "q8_0"),
 )}
+#: ggml's `enum ggml_type` values (ggml.h; GGUF stores them in each tensor info).
+GGML_TYPE_IDS: dict[str, int] = {
+    "f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "q8_1": 9, "q2_K": 10, "q3_K": 11,
+    "q4_K": 12, "q5_K": 13, "q6_K": 14, "q8_K": 15, "iq2_xxs": 16, "iq2_xs": 17, "iq3_xxs": 18, "iq1_s": 19,
+    "iq4_nl": 20, "iq3_s": 21, "iq2_s": 22, "iq4_xs": 23, "i8": 24, "i16": 25, "i32": 26, "i64": 27, "f64": 28,
+    "iq1_m": 29, "bf16": 30, "tq1_0": 34, "tq2_0": 35, "mxfp4": 39, "nvfp4": 40, "q1_0": 41,
+}
+#: The weight types the cpu target's native kernels compute on in place (packed, memory-mapped).
+NATIVE_WEIGHT_TYPES = ("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K",
+                       "q6_K", "iq4_nl", "iq4_xs")
 #: The activation types whose quantization is emulated (`strata.semantics.kernels_ggml`).
 ACTIVATION_TYPES = ("q8_0", "q8_K")
 

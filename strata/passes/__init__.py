@@ -25,6 +25,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "convert-blueprint-to-fixed": ("strata.passes.convert_blueprint_to_fixed", "ConvertBlueprintToFixedPass"),
     "epu-pack-projections": ("strata.passes.epu_pack_projections", "EpuPackProjectionsPass"),
     "add-sampler": ("strata.passes.add_sampler", "AddSamplerPass"),
+    "cpu-native-kernels": ("strata.passes.cpu_native_kernels", "CpuNativeKernelsPass"),
     "shard-tensor-parallel": ("strata.passes.shard_tensor_parallel", "ShardTensorParallelPass"),
 }
 

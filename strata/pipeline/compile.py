@@ -135,7 +135,8 @@ def _prepare(model: Model, target_name: str, knobs: Mapping[str, Any] | None, st
     tgt = target(target_name)
     knobs = resolve_knobs(tgt, model, knobs or {})
     inputs = stage_inputs(model, store or model.open_weights(), tgt, knobs)
-    return tgt, knobs, inputs, {*tgt.outputs, OP_MLIR}
+    extra = tgt.extra_outputs(knobs) if tgt.extra_outputs is not None else ()
+    return tgt, knobs, inputs, {*tgt.outputs, *extra, OP_MLIR}
 
 
 def _staged(model: Model, target_name: str, out: str | Path, knobs: Mapping[str, Any] | None,

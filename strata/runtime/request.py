@@ -96,6 +96,13 @@ def check_prompt(prompt_ids: Sequence[int], vocab: int) -> np.ndarray:
 def check_finite(store: Any, names: Iterable[str], allow: bool) -> None:
     """Refuse weights holding NaN or infinity, naming the first such tensor (or warn)."""
     for name in names:
+        if hasattr(store, "all_finite"):  # a GGUF's: its block tensors checked without keeping their values
+            if not store.all_finite(name):
+                where = f"tensor '{name}' (HF '{store.stored_name(name)}') holds NaN or infinite values"
+                if not allow:
+                    raise RequestError(f"{store.label}: {where}; refusing to run (--allow-nonfinite runs anyway)")
+                warn(f"{store.label}: {where}")
+            continue
         w = store.get(name)
         flat = w.reshape(-1)
         for i in range(0, flat.size, 1 << 22):  # in chunks: no copy of a whole big tensor

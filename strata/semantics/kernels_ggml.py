@@ -12,6 +12,9 @@ is a MUL_MAT of the dequantized weight by the activation rounded through its blo
 * q8_0 (ggml-cpu's quantize_row_q8_0 as built for x86 with AVX: arch/x86/quants.c): blocks of
   32, amax = max|x|, d = amax / 127 kept as float16, q = round-half-even(x * (127 / amax)),
   the value q * d;
+* q8_1 (quantize_row_q8_1, the activations of Q4_1 and Q5_1 weights): Q8_0's blocks, plus the
+  block's float16 s = d * sum(q) (d unrounded), which ggml's dot products use in place of the
+  sum of the values: `mul_mat_q8_1` takes the weight's q * d and m apart to apply it;
 * q8_K (quantize_row_q8_K_ref, which x86 uses): blocks of 256, m = the value of largest
   magnitude (the first, on a tie), iscale = -127 / m, q = min(127, round-half-even(iscale * x)),
   the value q * (1 / iscale) in float32.
@@ -50,6 +53,33 @@ def quantize_rows_q8_0(x: np.ndarray) -> np.ndarray:
         inv = np.where(amax != 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
     q = np.rint(blocks * inv)
     return (q * d).astype(np.float32).reshape(x.shape)
+
+
+def quantize_rows_q8_1(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x [..., K] (K a multiple of 32) through ggml-cpu's Q8_1 activation blocks -> (values
+    [..., K], s [..., K/32]) float32: the values as Q8_0's (q * d, d kept as float16), s the
+    block's float16 sum d * sum(q) taken with the unrounded d (ggml's dot products read s in
+    place of the sum of the values)."""
+    x = np.asarray(x, dtype=np.float32)
+    blocks = x.reshape(-1, 32)
+    amax = np.abs(blocks).max(axis=-1, keepdims=True)
+    d32 = (amax / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax != 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    q = np.rint(blocks * inv)
+    d = d32.astype(np.float16).astype(np.float32)
+    s = (d32[:, 0] * q.sum(axis=-1, dtype=np.float32)).astype(np.float16).astype(np.float32)
+    return (q * d).astype(np.float32).reshape(x.shape), s.reshape(x.shape[:-1] + (x.shape[-1] // 32,))
+
+
+def mul_mat_q8_1(wq: np.ndarray, wm: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """MUL_MAT of a Q4_1 / Q5_1 weight by `b`, whose rows ggml-cpu quantizes to Q8_1: the weight
+    given as wq [M, K] (each value's q * d, without the block's m) and wm [M, K/32] (the blocks'
+    m) -> [..., M] float32 = wq . b's values + wm . b's block sums s (ggml's m * s terms)."""
+    values, s = quantize_rows_q8_1(b)
+    wq = np.asarray(wq, dtype=np.float64)
+    wm = np.asarray(wm, dtype=np.float64)
+    return (values.astype(np.float64) @ wq.T + s.astype(np.float64) @ wm.T).astype(np.float32)
 
 
 def quantize_rows_q8_K(x: np.ndarray) -> np.ndarray:

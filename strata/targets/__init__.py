@@ -59,7 +59,8 @@ def check_entry_knobs(model: Any, k: dict[str, Any]) -> dict[str, Any]:
 
 def _cpu() -> Target:
     from strata.passes.pipelines import entry_pipeline, generic_options
-    from strata.targets.cpu import program
+    from strata.passes.cpu_native_kernels import is_native
+    from strata.targets.cpu import native_stage, program
     from strata.targets.cpu.emit import emit_cpu
 
     def pipeline(k: Mapping[str, Any]) -> str:
@@ -72,17 +73,30 @@ def _cpu() -> Target:
         sampler = ",add-sampler" if set(entries.split(",")) <= SAMPLED_ENTRIES else ""
         return shard + entry_pipeline(entries, tokens=k.get("S") or 0, start=-1, ctx=k["ctx"], kv_pad=k["kv_pad"],
                                       flash_attn=k["flash_attn"], kv_type=k.get("kv_type", ""),
-                                      **generic_options(dict(k))) + sampler
+                                      **generic_options(dict(k))) + sampler + \
+            (",cpu-native-kernels" if k.get("kernels") == "native" else "")
 
     def emit(module: ModuleOp, model_name: str | None, weights: Any = None) -> dict[str, str | bytes]:
-        return {"model.py": emit_cpu(module, model_name)}
+        if not is_native(module):
+            return {"model.py": emit_cpu(module, model_name)}
+        found = native_stage.library_file({"kernels": "native"})
+        if found is None:
+            raise TargetError("cpu target: the module asks for the native kernels, but no C++ compiler built them")
+        name, data = found
+        return {"model.py": emit_cpu(module, model_name, name), name: data}
+
+    def check(model: Any, k: dict[str, Any]) -> dict[str, Any]:
+        return native_stage.check_kernels(model, check_entry_knobs(model, k))
 
     # kv_type: the KV cache's element type ("": the model's; f16 is llama.cpp's default cache).
     # tp: the ranks of a tensor-parallel program (launched by strata.runtime.tp: one process each);
     # ep: 1, or tp for whole experts per rank (expert parallelism).
-    knobs = {"ctx": None, "flash_attn": True, "kv_pad": 256, "kv_type": "", "tp": 1, "ep": 1, **ENTRY_KNOBS}
-    return Target("cpu", pipeline, emit, knobs, ("model.py",), load=program.load, check=check_entry_knobs,
-                  compiles_entries=True, ranks="gloo")
+    # kernels: native (the compiled library on the GGUF's packed weights, where a compiler is
+    # found) or numpy (the portable reference).
+    knobs = {"ctx": None, "flash_attn": True, "kv_pad": 256, "kv_type": "", "tp": 1, "ep": 1, "kernels": "native",
+             **ENTRY_KNOBS}
+    return Target("cpu", pipeline, emit, knobs, ("model.py",), load=program.load, check=check,
+                  extra_outputs=native_stage.library_outputs, compiles_entries=True, ranks="gloo")
 
 
 def _cuda() -> Target:

@@ -38,6 +38,9 @@ class Target:
     outputs: tuple[str, ...]
     #: (compiled output directory, weights, options) -> the program (the runtime protocol).
     load: Callable[..., Any]
+    #: knobs -> the names of the files `emit` writes beyond `outputs` (the cpu target's native
+    #: library, named by its content); None: none.
+    extra_outputs: Callable[[Mapping[str, Any]], tuple[str, ...]] | None = None
     #: (model, output directory, knobs) -> (the directory, the stages rebuilt), for a target
     #: whose compile reads the weights and is staged; None: one stage of `outputs`.
     staged: Callable[..., tuple[Path, list[str]]] | None = None

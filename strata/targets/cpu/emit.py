@@ -36,10 +36,11 @@ import ast
 from collections.abc import Callable
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DYNAMIC_INDEX, Float16Type, ModuleOp
+from xdsl.dialects.builtin import DYNAMIC_INDEX, Float16Type, ModuleOp, StringAttr
 from xdsl.ir import Operation
 
 from strata.dialects import op as O
+from strata.passes.cpu_native_kernels import ORDER_ATTR, REPACKED, is_native, native_weight_type
 from strata.targets.codegen import literal_name, sanitize_label
 from strata.targets.codegen import sanitize_identifier  # noqa: F401 - re-exported
 from strata.targets.cpu.emit_tp import TP_PRINTERS
@@ -66,6 +67,9 @@ def _param(e: CpuEmitter, op: O.ParamOp) -> None:
             raise CpuTargetError(f"cpu target: op.param '{sanitize_label(name)}': no kernel for conversion "
                                  f"'{read[1][0]}'")
         e.kernels_used.add(kernel)
+    if is_native(op):  # bound as its packed blocks (the store permitting), for the native kernels
+        e.native_params[name] = native_weight_type(op)
+        e.kernels_used.add("bind_packed")
     e._bind_attribute(e.params, name, "tensor", op.result)
 
 
@@ -106,7 +110,7 @@ def _input(e: CpuEmitter, op: O.InputOp) -> None:
 
 #: Ops printed as `kernel(operands...)`, with no attributes: op class -> kernel name.
 PLAIN_KERNELS: dict[type[Operation], str] = {
-    O.GetRowsOp: "get_rows", O.MulOp: "mul", O.AddOp: "add", O.TransposeOp: "transpose",
+    O.MulOp: "mul", O.AddOp: "add", O.TransposeOp: "transpose",
     O.CpyOp: "cpy", O.ArgmaxOp: "argmax", O.SwigluOp: "swiglu",
     O.DivOp: "div", O.SiluOp: "silu", O.SigmoidOp: "sigmoid", O.SoftplusOp: "softplus", O.SumRowsOp: "sum_rows",
     O.SsmConvOp: "ssm_conv", O.TargetLogProbsOp: "target_log_probs",
@@ -218,12 +222,27 @@ def _rope(e: CpuEmitter, op: O.RopeOp) -> None:
     e.assign(op, "rope", *args)
 
 
+@CPU_EMITTER.register(O.GetRowsOp)
+def _get_rows(e: CpuEmitter, op: O.GetRowsOp) -> None:
+    if is_native(op):
+        e.assign(op, "packed_get_rows", "self.native_lib", e.ref(op.lhs), e.ref(op.rhs))
+    else:
+        e.assign(op, "get_rows", e.ref(op.lhs), e.ref(op.rhs))
+
+
 def _products(kernel: str) -> Callable[[CpuEmitter, Operation], None]:
-    """MUL_MAT / MUL_MAT_ID: plain, or with ggml-cpu's quantized activations (`act`)."""
+    """MUL_MAT / MUL_MAT_ID: plain, or with ggml-cpu's quantized activations (`act`); marked
+    native, the library's kernel on the packed weight (its `act` is the numpy fallback's)."""
 
     def emit(e: CpuEmitter, op: Operation) -> None:
         args = [e.ref(v) for v in op.operands]
         quant = op.activation_quant  # type: ignore[attr-defined]
+        if is_native(op):
+            kind, order = quant if quant is not None else (None, None)
+            repacked = op.attributes.get(ORDER_ATTR) == StringAttr(REPACKED)
+            e.assign(op, f"packed_{kernel}", "self.native_lib", *args, repr(kind),
+                     int_tuple(order) if order else "None", *(["repacked=True"] if repacked else []))
+            return
         if quant is None:
             e.assign(op, kernel, *args)
             return
@@ -241,6 +260,10 @@ CPU_EMITTER.add(O.MulMatIdOp, _products("mul_mat_id"))
 def _flash_attn_ext(e: CpuEmitter, op: O.FlashAttnExtOp) -> None:
     # ggml-cpu computes attention over a float16 KV cache its own way (kernels_ggml's docstring)
     f16 = all(isinstance(O.elem_of(v), Float16Type) for v in (op.k, op.v))
+    if f16 and is_native(op):
+        e.assign(op, "attention_f16", "self.native_lib", e.ref(op.q), e.ref(op.k), e.ref(op.v),
+                 e.ref(op.mask), float_lit(op.scale.value.data))
+        return
     e.assign(op, "flash_attn_ext_f16" if f16 else "flash_attn_ext", e.ref(op.q), e.ref(op.k), e.ref(op.v),
              e.ref(op.mask), float_lit(op.scale.value.data))
 
@@ -297,17 +320,19 @@ CPU_EMITTER.add(O.GenerateSampledOp, _loop)
 CPU_EMITTER.include(TP_PRINTERS)
 
 
-def emit_cpu(module: ModuleOp, model_name: str | None = None) -> str:
-    """The generated numpy module for an op-level ``module`` (deterministic)."""
-    emitter = CpuEmitter(module, model_name)
+def emit_cpu(module: ModuleOp, model_name: str | None = None, native_library: str | None = None) -> str:
+    """The generated numpy module for an op-level ``module`` (deterministic); ops marked
+    `kernel = "native"` call the library `native_library` (a file name beside model.py)."""
+    emitter = CpuEmitter(module, model_name, native_library)
     source = emitter.emit()
-    check_generated(source, emitter.kernels_used, torch=emitter.ranks > 1)
+    check_generated(source, emitter.kernels_used, torch=emitter.ranks > 1, native=emitter.native)
     return source
 
 
-def check_generated(source: str, kernels: set[str], torch: bool = False) -> None:
+def check_generated(source: str, kernels: set[str], torch: bool = False, native: bool = False) -> None:
     """Refuse generated code that imports anything but numpy and ml_dtypes (and torch, for the
-    collectives of a tensor-parallel module), or lacks a kernel."""
+    collectives of a tensor-parallel module; ctypes and os, for the native kernels' library),
+    or lacks a kernel."""
     tree = ast.parse(source)
     defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
     missing = sorted(set(kernels) - set(defined))
@@ -321,5 +346,7 @@ def check_generated(source: str, kernels: set[str], torch: bool = False) -> None
         else:
             continue
         for m in mods:
-            if m.split(".")[0] not in ("numpy", "ml_dtypes", "__future__") + (("torch",) if torch else ()):
+            allowed = ("numpy", "ml_dtypes", "__future__") + (("torch",) if torch else ()) + \
+                (("ctypes", "os") if native else ())
+            if m.split(".")[0] not in allowed:
                 raise CpuTargetError(f"cpu target: generated code would import {m!r}")

@@ -13,10 +13,13 @@ from strata.semantics import host_inputs, kernels_ggml, kernels_seq
 from strata.semantics import kernels as K
 from strata.semantics import sampling as S
 from strata.targets.codegen import CodegenError
+import strata.targets.cpu.native_calls as native_calls
+from strata.targets.cpu.native import loader
 
 #: The modules whose functions a generated CPU module may carry: the op kernels, the many-sequence
-#: kernels, ggml-cpu's quantized numerics, the entries' host inputs and the sampler.
-CPU_KERNEL_MODULES: tuple[ModuleType, ...] = (K, kernels_seq, kernels_ggml, host_inputs, S)
+#: kernels, ggml-cpu's quantized numerics, the entries' host inputs, the sampler, the native
+#: kernels' ctypes binding and the op-level kernels on packed weights that call it.
+CPU_KERNEL_MODULES: tuple[ModuleType, ...] = (K, kernels_seq, kernels_ggml, host_inputs, S, loader, native_calls)
 
 
 def _free_names(fn: ast.FunctionDef) -> set[str]:

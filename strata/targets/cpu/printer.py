@@ -19,7 +19,9 @@ from xdsl.utils.exceptions import VerifyException
 
 from strata.dialects import op as O
 from strata.ir import dtypes
+from strata.ir.ggml_types import GGML_TYPE_IDS, ggml_type
 from strata.ir.impls import Implementations
+from strata.passes.cpu_native_kernels import is_native
 from strata.targets.cpu.emit_entries import METHOD_NAMES, arg_spec, argument_names, entry_layout, entry_tables, method_head, signature
 from strata.targets.cpu.kernel_library import CPU_KERNEL_MODULES, KernelLibrary
 from strata.targets.codegen import CodegenError, IndentedWriter, Namer, literal_name, sanitize_identifier, sanitize_label, value_labels
@@ -68,17 +70,22 @@ def type_comment(typ: Attribute) -> str:
 
 #: Module-level names of the generated code that locals and attributes must not shadow.
 _MODULE_NAMES = {"np", "ml_dtypes", "Model", "annotations", "_bind", "_bind_piece", "MODEL_NAME", "N_CTX", "RANKS",
-                 "torch", "dist", "tp_rank", "all_reduce", "all_gather"}
+                 "torch", "dist", "tp_rank", "all_reduce", "all_gather", "ctypes", "os", "NATIVE_LIBRARY"}
 #: Attributes and methods of Model besides the bound params, state and constants.
 _MODEL_ATTRS = {"reset", "weights", "PARAMS", "STATE", "OUTPUTS", "ENTRIES", "N_CTX", "MODEL_NAME", "RANKS", "group",
-                "rank", "ARGS", "RESULTS", "LAYOUTS"}
+                "rank", "ARGS", "RESULTS", "LAYOUTS", "native_lib"}
 
 
 class CpuEmitter:
     """Prints an op-level module (one func.func per entry) as a numpy Python module."""
 
-    def __init__(self, module: ModuleOp, model_name: str | None = None):
+    def __init__(self, module: ModuleOp, model_name: str | None = None, native_library: str | None = None):
         self.module = module
+        #: The file name of the native kernels' library beside model.py (ops marked
+        #: `kernel = "native"` call it), and the params bound as packed blocks: name -> ggml type.
+        self.native_library = native_library
+        self.native_params: dict[str, str] = {}
+        self.native = False
         self.model_name = sanitize_label(model_name) if model_name else None
         self.kernels_used: set[str] = set()
         self.reserved = set(_MODULE_NAMES) | set(dir(builtins)) | set(keyword.kwlist)
@@ -109,6 +116,12 @@ class CpuEmitter:
         except VerifyException as e:
             raise CpuTargetError(f"cpu target: invalid op-level IR: {e}") from None
         self.entries = [o for o in self.module.ops if isinstance(o, func.FuncOp)]
+        self.native = is_native(self.module) or any(is_native(o) for o in self.module.walk())
+        if self.native:
+            self.kernels_used.add("load_native_kernels")
+        if self.native and self.native_library is None:
+            raise CpuTargetError("cpu target: the module has ops marked kernel = \"native\" but no native library "
+                                 "was built for it")
         if not self.entries:
             raise CpuTargetError("cpu target: the module has no func.func entry")
         n_ctx = {int(fn.attributes["op.n_ctx"].value.data) for fn in self.entries if "op.n_ctx" in fn.attributes}
@@ -179,6 +192,8 @@ class CpuEmitter:
         out.line()
         out.line("import ml_dtypes  # noqa: F401  (bfloat16 for numpy)")
         out.line("import numpy as np")
+        if self.native:
+            out.line("import os")
         if self.ranks > 1:  # a tensor-parallel program: collectives on torch.distributed
             out.line("import torch")
             out.line("import torch.distributed as dist")
@@ -186,6 +201,10 @@ class CpuEmitter:
         out.line(f"MODEL_NAME = {literal_name(self.model_name, 'model name') if self.model_name else None}")
         out.line(f"N_CTX = {self.n_ctx}")
         out.line(f"RANKS = {self.ranks}")
+        if self.native:
+            out.line("# The native kernels, compiled with this module (a content-addressed name, beside it).")
+            out.line(f"NATIVE_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "
+                     f"{literal_name(self.native_library, 'library name')})")
 
     def print_bind(self, out: IndentedWriter) -> None:
         out.line("def _bind(weights, name, shape, dtype, convert=None, args=()):")
@@ -239,8 +258,11 @@ class CpuEmitter:
             for indent, text in entry_tables(self.entries, self.reserved, dtype_expr):
                 out.line("    " * indent + text)
             out.line()
-            out.line("def __init__(self, weights, group=None):" if self.ranks > 1 else "def __init__(self, weights):")
+            head = "self, weights, group=None" if self.ranks > 1 else "self, weights"
+            out.line(f"def __init__({head}, threads=None):" if self.native else f"def __init__({head}):")
             with out.indented():
+                if self.native:
+                    out.line("self.native_lib = load_native_kernels(NATIVE_LIBRARY, threads)  # None: this process's cores")
                 if self.ranks > 1:
                     out.line("self.group = group  # a torch.distributed process group of RANKS ranks")
                     out.line("self.rank = tp_rank(group, RANKS)")
@@ -249,7 +271,14 @@ class CpuEmitter:
                     convert = f", {CPU_PARAM_CONVERSIONS[conv[0]]}, {int_tuple(conv[1])}" if conv else ""
                     where = f"{literal_name(stored, 'tensor name')}, {int_tuple(typ.get_shape())}, " \
                             f"{dtype_expr(typ.get_element_type())}"
-                    if piece is None:
+                    if name in self.native_params:  # its packed blocks, else (a store of arrays) its values
+                        kind = ggml_type(self.native_params[name])
+                        shape = typ.get_shape()
+                        out.line(f"self.{attr} = bind_packed(weights, {literal_name(stored, 'tensor name')}, "
+                                 f"{GGML_TYPE_IDS[kind.name]}, {int_tuple(shape)}, {kind.row_bytes(shape[-1])})")
+                        out.line(f"if self.{attr} is None:")
+                        out.line(f"    self.{attr} = _bind(weights, {where}{convert})")
+                    elif piece is None:
                         out.line(f"self.{attr} = _bind(weights, {where}{convert})")
                     else:
                         axis, pieces, parts = piece

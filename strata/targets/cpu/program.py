@@ -41,6 +41,8 @@ class CpuProgram:
 
     def __init__(self, instance: Any):
         self.model = instance
+        if getattr(instance, "native_lib", None) is not None:  # the native kernels compute the products
+            self.runtime = "native"
         self.name = str(instance.MODEL_NAME or "model")
         layouts = getattr(instance, "LAYOUTS", {})
         if "decode" in instance.OUTPUTS:
@@ -100,15 +102,22 @@ class CpuProgram:
         pass
 
 
-def load(out_dir: str | Path, weights: Any, group: Any = None, **options: Any) -> CpuProgram:
+def load(out_dir: str | Path, weights: Any, group: Any = None, threads: int | None = None,
+         **options: Any) -> CpuProgram:
     """The program of the cpu stage `out_dir`, bound to `weights` (a mapping from llama.cpp
     tensor names to arrays, e.g. a WeightStore); a tensor-parallel one (RANKS > 1) binds this
-    rank's pieces and runs its collectives on `group` (a torch.distributed process group)."""
+    rank's pieces and runs its collectives on `group` (a torch.distributed process group).
+    `threads`: the native kernels' thread pool (None: the cores this process may use); a
+    program of numpy kernels only ignores it."""
     if options:
-        raise TypeError(f"the cpu target's program takes no options but group, got {', '.join(sorted(options))}")
+        raise TypeError(f"the cpu target's program takes no options but group and threads, got "
+                        f"{', '.join(sorted(options))}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise StrataError(f"threads must be a positive integer, got {threads!r}")
     module = load_compiled(out_dir)
+    native = {"threads": threads} if hasattr(module, "NATIVE_LIBRARY") else {}
     if int(getattr(module, "RANKS", 1)) > 1:
-        return CpuProgram(module.Model(weights, group))
+        return CpuProgram(module.Model(weights, group, **native))
     if group is not None:
         raise TypeError("this cpu program runs on one rank: it takes no process group")
-    return CpuProgram(module.Model(weights))
+    return CpuProgram(module.Model(weights, **native))
