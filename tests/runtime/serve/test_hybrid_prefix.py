@@ -151,3 +151,35 @@ def test_state_snapshots_go_with_their_pages():
     none = StateSnapshots(0)
     none.put(1, {"s": np.zeros(1)})
     assert len(none) == 0
+
+
+def test_read_and_write_one_slot(programs, tmp_path):
+    serving, _ = programs
+    state = serving.read_slot(ROWS - 1)
+    assert state and all(a.ndim == 1 and a.dtype == np.float32 for a in state.values())
+    changed = {name: np.arange(a.size, dtype=np.float32) for name, a in state.items()}
+    serving.write_slot(1, changed)
+    got = serving.read_slot(1)
+    assert all(np.array_equal(got[name], changed[name]) for name in changed)
+    got[next(iter(got))][:] = -1  # a copy: the slot keeps its state
+    assert all(np.array_equal(a, changed[name]) for name, a in serving.read_slot(1).items())
+    name = next(iter(state))
+    with pytest.raises(ValueError, match="slot states"):
+        serving.write_slot(1, {name: state[name]})
+    with pytest.raises(ValueError, match=f"state '{name}' has shape"):
+        serving.write_slot(1, {**state, name: state[name][:-1]})
+    with pytest.raises(ValueError, match=f"slot {ROWS + 3} is not one of the"):
+        serving.read_slot(ROWS + 3)
+    serving.reset()
+
+
+def test_an_attention_only_program_keeps_no_slot_state(tmp_path):
+    from support import tiny
+
+    model = load_model(write_checkpoint(tiny("llama"), tmp_path / "llama", std=0.5))
+    program = open_program(model, "cpu", {"ctx": 32, "entries": "step_paged", "Batch": 2, "Rows": 2, "PageSize": 4},
+                           cache_dir=tmp_path / "serve", quiet=True)
+    assert program.read_slot(0) == {} and program.model.SLOT_STATES == ()
+    program.write_slot(0, {})
+    scheduler = Scheduler(program, page_size=4, num_pages=16, max_num_seqs=2)
+    assert scheduler.snapshots is None and scheduler.pages.prefix_cache
