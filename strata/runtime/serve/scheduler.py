@@ -147,6 +147,7 @@ class Scheduler:
         #: A family with recurrent state in the rows' slots: its states at page ends, kept for the prefix cache.
         read_slot = getattr(program, "read_slot", None)
         recurrent = read_slot is not None and bool(read_slot(0))
+        prefix_cache = prefix_cache and not (recurrent and state_snapshots == 0)  # no state kept: no reuse
         self.snapshots = StateSnapshots(state_snapshots) if prefix_cache and recurrent else None
         self.pages = PageAllocator(num_pages, page_size, prefix_cache,
                                    on_evict=self.snapshots.drop if self.snapshots is not None else None)
@@ -380,7 +381,7 @@ class Scheduler:
     def _keep_state(self, seq: Seq) -> None:
         """A hybrid sequence whose computed tokens end a full page: its slot's state is kept under that page's key."""
         full = seq.computed // self.page_size
-        if self.snapshots is None or self.snapshots.capacity == 0 or seq.row is None or seq.computed % self.page_size:
+        if self.snapshots is None or seq.row is None or seq.computed % self.page_size:
             return
         key = seq.keys[full - 1] if full else None
         if key is not None and self.pages.is_cached(key) and key not in self.snapshots:

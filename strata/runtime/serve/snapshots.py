@@ -34,6 +34,8 @@ class StateSnapshots:
         self._kept: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()  # oldest use first
         #: Totals over the store's life (for /metrics): snapshots taken, restored, evicted for room.
         self.taken = self.restored = self.evicted = 0
+        #: The bytes the kept snapshots hold (a running sum: /metrics reads it from another thread).
+        self.nbytes = 0
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -41,19 +43,15 @@ class StateSnapshots:
     def __contains__(self, key: int) -> bool:
         return key in self._kept
 
-    @property
-    def nbytes(self) -> int:
-        """The bytes the kept snapshots hold."""
-        return sum(a.nbytes for state in self._kept.values() for a in state.values())
-
     def put(self, key: int, state: Mapping[str, np.ndarray]) -> None:
         """Keep `state` (the caller's copy, not copied again) as the state after the page `key`."""
         if self.capacity == 0 or key in self._kept:
             return
         while len(self._kept) >= self.capacity:
-            self._kept.popitem(last=False)
+            self._forget(next(iter(self._kept)))
             self.evicted += 1
         self._kept[key] = dict(state)
+        self.nbytes += _size(state)
         self.taken += 1
 
     def get(self, key: int) -> dict[str, np.ndarray] | None:
@@ -65,4 +63,12 @@ class StateSnapshots:
 
     def drop(self, key: int) -> None:
         """Page `key` left the KV cache: its state is of no use without it."""
-        self._kept.pop(key, None)
+        if key in self._kept:
+            self._forget(key)
+
+    def _forget(self, key: int) -> None:
+        self.nbytes -= _size(self._kept.pop(key))
+
+
+def _size(state: Mapping[str, np.ndarray]) -> int:
+    return sum(int(a.nbytes) for a in state.values())

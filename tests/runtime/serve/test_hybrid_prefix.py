@@ -183,3 +183,12 @@ def test_an_attention_only_program_keeps_no_slot_state(tmp_path):
     program.write_slot(0, {})
     scheduler = Scheduler(program, page_size=4, num_pages=16, max_num_seqs=2)
     assert scheduler.snapshots is None and scheduler.pages.prefix_cache
+
+
+def test_no_state_kept_means_no_prefix_reuse(programs):
+    serving, alone = programs
+    requests = _requests(4, serving.vocab)
+    scheduler = Scheduler(serving, page_size=PAGE, num_pages=64, max_num_seqs=ROWS, state_snapshots=0)
+    assert scheduler.snapshots is None and not scheduler.pages.prefix_cache
+    assert _serve(scheduler, requests, wave=1) == [generate(alone, p, n, sampling=s).ids for p, n, s in requests]
+    assert scheduler.pages.hits == 0
