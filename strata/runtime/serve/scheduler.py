@@ -32,8 +32,9 @@ their tokens, so a later request with the same prefix (a system prompt) starts a
 A family with recurrent state (Gated DeltaNet: the program's `read_slot` is not empty) keeps
 that state in the row's slot, which a page cannot restore. Its prefix cache also keeps the slot's
 state at page ends (`snapshots.StateSnapshots`, `state_snapshots` of them, keyed by the page's
-chain hash): a step whose chunk (or decode token) ends a sequence's computed tokens exactly at
-the end of a full page copies the slot out. A later request reuses its longest cached prefix
+chain hash): a step whose prompt chunk ends a sequence's computed tokens exactly at the end of
+a full page copies the slot out (not a decode step's: a long reply would push the system
+prompts' states out of the store for pages no other request starts with). A later request reuses its longest cached prefix
 whose last page has a state kept: that state is written into its slot (`write_slot`), and it
 runs on from there; the cached pages after that one are let go and recomputed. A hybrid's prompt
 chunks end at two page boundaries on purpose, so their states exist: its last full page (the same
@@ -370,18 +371,20 @@ class Scheduler:
 
     def _chunk(self, seq: Seq, budget: int) -> int:
         """The tokens of `seq` to run in this step: what is left, up to `budget`; a hybrid's
-        prompt chunk ends at its last full page or at `keep_state_at`, if it would pass one."""
+        prompt chunk ends at its prompt's last full page or at `keep_state_at`, if it would pass one."""
         n = min(len(seq.tokens) - seq.computed, budget)
         if self.snapshots is None or n <= 1:
             return n
-        last_page_end = (len(seq.tokens) - 1) // self.page_size * self.page_size
+        last_page_end = (len(seq.tokens) - len(seq.outputs) - 1) // self.page_size * self.page_size
         ends = [b for b in (seq.keep_state_at, last_page_end) if seq.computed < b < seq.computed + n]
         return min(ends) - seq.computed if ends else n
 
     def _keep_state(self, seq: Seq) -> None:
-        """A hybrid sequence whose computed tokens end a full page: its slot's state is kept under that page's key."""
+        """A hybrid sequence whose computed prompt tokens end a full page: its slot's state is kept
+        under that page's key."""
         full = seq.computed // self.page_size
-        if self.snapshots is None or seq.row is None or seq.computed % self.page_size:
+        prompt = len(seq.tokens) - len(seq.outputs)
+        if self.snapshots is None or seq.row is None or seq.computed % self.page_size or seq.computed > prompt:
             return
         key = seq.keys[full - 1] if full else None
         if key is not None and self.pages.is_cached(key) and key not in self.snapshots:
