@@ -34,13 +34,14 @@ that state in the row's slot, which a page cannot restore. Its prefix cache also
 state at page ends (`snapshots.StateSnapshots`, `state_snapshots` of them, keyed by the page's
 chain hash): a step whose prompt chunk ends a sequence's computed tokens exactly at the end of
 a full page copies the slot out (not a decode step's: a long reply would push the system
-prompts' states out of the store for pages no other request starts with). A later request reuses its longest cached prefix
-whose last page has a state kept: that state is written into its slot (`write_slot`), and it
-runs on from there; the cached pages after that one are let go and recomputed. A hybrid's prompt
-chunks end at two page boundaries on purpose, so their states exist: its last full page (the same
-prompt again, or the next turn of a chat, which starts with it) and the end of the prefix the KV
-cache had but no state for (where a shared system prompt ends: the second request with it keeps
-that state, the third on reuse it). Every page boundary would do too, but costs a call per page.
+prompts' states out of the store for pages no other request starts with). A later request
+reuses its longest cached prefix whose last page has a state kept: that state is written into
+its slot (`write_slot`), and it runs on from there; the cached pages after that one are let go
+and recomputed. A hybrid's prompt chunks end at two page boundaries on purpose, so their states
+exist: its last full page (the same prompt again, or the next turn of a chat, which starts with
+it) and the end of the prefix the KV cache had but no state for (where a shared system prompt
+ends: the second request with it keeps that state, the third on reuse it). Every page boundary
+would do too, but costs a call per page.
 
 Each token is chosen by the program's own `Chooser` (`Program.chooser`, one per sequence), the
 one its prefill and decode choose with: the argmax, or the program's compiled sampler keyed by
