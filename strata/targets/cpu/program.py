@@ -105,7 +105,8 @@ class CpuProgram:
         self._check_slot(slot)
         names = tuple(getattr(self.model, "SLOT_STATES", ()))
         if set(state) != set(names):
-            raise ValueError(f"write_slot: the state names {sorted(state)} are not the program's slot states {sorted(names)}")
+            raise ValueError(f"write_slot: the state names {sorted(state)} are not the program's slot states "
+                             f"{sorted(names)}")
         for name in names:
             want = self.model.STATE[name][0][1:]
             if np.shape(state[name]) != tuple(want):
