@@ -20,6 +20,9 @@ def add(sub) -> None:
                    help="the most tokens in one step: decode rows plus prompt chunks (default 256)")
     p.add_argument("--kv-pages", type=bounded_int(1), default=None,
                    help="KV cache pages (default: a full context for every row); PageSize is --set PageSize=N (default 16)")
+    p.add_argument("--prefix-state-snapshots", type=bounded_int(0), default=64, metavar="N",
+                   help="a hybrid family's (Qwen3.5, Qwen3-Next) prefix cache: the recurrent states kept at KV page "
+                        "ends, each every linear-attention layer's (default 64; 0: its prefix cache is off)")
     p.add_argument("--max-waiting", type=bounded_int(1), default=256,
                    help="the most requests waiting; more are answered 429 with Retry-After (default 256)")
     p.add_argument("--api-key", default=None, metavar="KEY", help="require Authorization: Bearer KEY on /v1")
@@ -37,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     serve_model(args.model, args.target, knobs_of(args), host=args.host, port=args.port, api_key=args.api_key,
                 shutdown_timeout=args.shutdown_timeout, max_num_seqs=args.max_num_seqs,
                 max_batched_tokens=args.max_num_batched_tokens, kv_pages=args.kv_pages,
+                prefix_state_snapshots=args.prefix_state_snapshots,
                 max_waiting=args.max_waiting, cache_dir=args.cache_dir, interpret=getattr(args, "interpret", False),
                 allow_nonfinite=args.allow_nonfinite)
     return 0

@@ -7,6 +7,8 @@
     step = program.decode(step.token, 4, SamplingParams(temperature=0.8, seed=1))  # its sampler's draw
     logits, = program.call("decode_rows", tokens=[[5], [9]], positions=[3, 7])   # any entry of the module level
     chooser = program.chooser()                # one sequence's next token, from logits a `call` returned
+    saved = program.read_slot(2)               # slot 2's recurrent state (a hybrid's), for a prefix cache
+    program.write_slot(0, saved)               # ... restored: a sequence in slot 0 continues from it
     step = chooser.choose(logits[0], [5], 3, True, params)
     program.close()
 
@@ -101,3 +103,14 @@ class Program(Protocol):
         arguments by name, on the program's state (the calls of one program share its KV cache
         and recurrent state); returns its results. Bad inputs raise ValueError naming the
         argument."""
+
+    def read_slot(self, slot: int) -> dict[str, np.ndarray]:
+        """A copy of what sequence slot `slot` of the `call` entries keeps besides the KV pages
+        (a hybrid family's conv and Gated DeltaNet state, every layer) by buffer name: the
+        state after the last token the slot's sequence ran. {} for a program that keeps none
+        (attention only: its KV cells are addressed by the caller)."""
+
+    def write_slot(self, slot: int, state: Mapping[str, np.ndarray]) -> None:
+        """Set sequence slot `slot` to `state` (as `read_slot` gave it, maybe of another slot): a
+        sequence continued in that slot at position p > 0 reads it as the state after p tokens.
+        A state of other names or shapes raises ValueError."""

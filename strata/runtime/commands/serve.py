@@ -56,7 +56,7 @@ def check_bind(host: str, port: int) -> None:
 
 def open_engine(model_path: str | Path, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,
                 max_num_seqs: int = 8, max_batched_tokens: int = 256, kv_pages: int | None = None,
-                max_waiting: int = 256, cache_dir: str | Path | None = None, interpret: bool = False,
+                prefix_state_snapshots: int = 64, max_waiting: int = 256, cache_dir: str | Path | None = None, interpret: bool = False,
                 allow_nonfinite: bool = False) -> ServeEngine:
     """The model's serving engine (not started), its program compiled or reused."""
     from strata.runtime.opener import open_model, target_of
@@ -65,6 +65,8 @@ def open_engine(model_path: str | Path, target_name: str = "cpu", knobs: Mapping
                         ("--kv-pages", kv_pages or 1), ("--max-waiting", max_waiting)):
         if value < 1:
             raise ServeError(f"{name} must be at least 1, got {value}")
+    if prefix_state_snapshots < 0:
+        raise ServeError(f"--prefix-state-snapshots must be at least 0, got {prefix_state_snapshots}")
     if not target_of(target_name).compiles_entries:  # the scheduler steps the step_paged entry
         raise ServeError(f"strata serve runs on --target cpu: the {target_name} target does not compile the "
                          "step_paged entry the scheduler batches with")
@@ -76,13 +78,18 @@ def open_engine(model_path: str | Path, target_name: str = "cpu", knobs: Mapping
     if cache_dir is None:
         opened.cache_dir = model.cache_root / f"{target_name}-serve"
     program = opened.program()
-    # A page holds attention KV only: a hybrid family's recurrent state (in the row's slot) at
-    # a page boundary is not kept, so its prefix cache is off.
-    prefix_cache = not is_recurrent(model)
-    if not prefix_cache:
-        say("prefix caching is off: the model keeps recurrent state a KV page does not hold")
+    # A page holds attention KV only: a hybrid family's prefix cache also needs its recurrent
+    # state at page ends, which the scheduler keeps through the program's read_slot / write_slot.
+    prefix_cache = True
+    if is_recurrent(model):
+        prefix_cache = prefix_state_snapshots > 0 and bool(getattr(program, "read_slot", None) and program.read_slot(0))
+        if not prefix_cache:
+            say("prefix caching is off: the model keeps recurrent state a KV page does not hold"
+                + (" (--prefix-state-snapshots 0)" if prefix_state_snapshots == 0 else
+                   ", and its program cannot save it"))
     return ServeEngine(program, tokenizer, page_size=page_size, num_pages=num_pages, max_num_seqs=max_num_seqs,
-                       max_batched_tokens=max_batched_tokens, prefix_cache=prefix_cache, max_waiting=max_waiting)
+                       max_batched_tokens=max_batched_tokens, prefix_cache=prefix_cache,
+                       state_snapshots=prefix_state_snapshots, max_waiting=max_waiting)
 
 
 def serve_model(model_path: str | Path, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,

@@ -99,6 +99,10 @@ class EngineStats:
     pages_free: int
     prefix_cache_hits: int
     preemptions: int
+    #: A hybrid family's recurrent states kept at page ends: how many now, their bytes, restored so far.
+    state_snapshots: int
+    state_snapshot_bytes: int
+    state_snapshots_restored: int
     steps: int
     computed_tokens: int
 
@@ -150,13 +154,14 @@ class Observer:
 
 class ServeEngine:
     def __init__(self, program: Any, tokenizer: Any, *, page_size: int, num_pages: int, max_num_seqs: int | None = None,
-                 max_batched_tokens: int = 256, prefix_cache: bool = True, max_waiting: int = 256,
-                 observer: Observer | None = None):
+                 max_batched_tokens: int = 256, prefix_cache: bool = True, state_snapshots: int = 64,
+                 max_waiting: int = 256, observer: Observer | None = None):
         from strata.runtime.text import end_of_generation_ids
 
         self.program, self.tokenizer = program, tokenizer
         self.scheduler = Scheduler(program, page_size=page_size, num_pages=num_pages, max_num_seqs=max_num_seqs,
-                                   max_batched_tokens=max_batched_tokens, prefix_cache=prefix_cache)
+                                   max_batched_tokens=max_batched_tokens, prefix_cache=prefix_cache,
+                                   state_snapshots=state_snapshots)
         self.end_ids = end_of_generation_ids(tokenizer, program.vocab)
         self.limits = RequestLimits(tokenizer, program.vocab, program.n_ctx, num_pages * page_size)
         self.max_waiting = max_waiting
@@ -183,8 +188,12 @@ class ServeEngine:
         s = self.scheduler
         with self._wake:
             inbox = len(self._inbox)
+        snaps = s.snapshots
         return EngineStats(s.num_running, s.num_waiting + inbox, s.pages.used, s.pages.free, s.pages.hits,
-                           s.preemptions, s.steps, s.computed_tokens)
+                           s.preemptions, steps=s.steps, computed_tokens=s.computed_tokens,
+                           state_snapshots=len(snaps) if snaps is not None else 0,
+                           state_snapshot_bytes=snaps.nbytes if snaps is not None else 0,
+                           state_snapshots_restored=snaps.restored if snaps is not None else 0)
 
     def submit(self, prompt: Sequence[int], max_tokens: int, *, sampling: SamplingParams | None = None,
                stop: Iterable[str] = (), emit: Callable[[Event], None], logprobs: int | None = None,

@@ -5,6 +5,7 @@
     page = pages.allocate()                     # a fresh page, or None: out of pages (preempt)
     pages.register(page, key)                   # a full page computed: shared by the hash of its tokens
     pages.release(page)                         # a sequence finished: its pages go back
+    pages.cached_pages(prompt, n)               # the keys of its cached prefix, nothing held
 
 A cached page is named by a chain hash (the parent page's key and the tokens it holds), so a hit
 means the whole prefix up to and including it is the same. A page with no holder stays cached
@@ -15,7 +16,7 @@ sequence, so it is 0 once every sequence has finished, cached or not.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 #: The key of the page before a sequence's first one.
 ROOT_KEY = 0
@@ -36,7 +37,8 @@ def prefix_keys(tokens: Sequence[int], page_size: int, full_pages: int) -> list[
 
 
 class PageAllocator:
-    def __init__(self, num_pages: int, page_size: int, prefix_cache: bool = True):
+    def __init__(self, num_pages: int, page_size: int, prefix_cache: bool = True,
+                 on_evict: Callable[[int], None] | None = None):
         if num_pages < 1 or page_size < 1:
             raise ValueError(f"a paged KV cache needs at least one page of one cell, got {num_pages} of {page_size}")
         self.num_pages, self.page_size, self.prefix_cache = num_pages, page_size, prefix_cache
@@ -47,6 +49,8 @@ class PageAllocator:
         self._idle: OrderedDict[int, None] = OrderedDict()  # cached pages no sequence holds, oldest first
         #: Pages found in the prefix cache, over the allocator's life (for /metrics).
         self.hits = 0
+        #: Told the key of each cached page evicted (what is kept beside the page goes with it).
+        self.on_evict = on_evict
 
     @property
     def used(self) -> int:
@@ -64,11 +68,29 @@ class PageAllocator:
             page = self._fresh.pop()
         elif self._idle:
             page, _ = self._idle.popitem(last=False)  # evict the least recently used cached page
-            del self._page_of[self._key_of.pop(page)]
+            key = self._key_of.pop(page)
+            del self._page_of[key]
+            if self.on_evict is not None:
+                self.on_evict(key)
         else:
             return None
         self._refs[page] = 1
         return page
+
+    def cached_pages(self, tokens: Sequence[int], max_pages: int) -> list[int]:
+        """The keys of the longest prefix of `tokens` (at most `max_pages` full pages) in the
+        cache, nothing held."""
+        if not self.prefix_cache:
+            return []
+        keys = []
+        for key in prefix_keys(tokens, self.page_size, max_pages):
+            if key not in self._page_of:
+                break
+            keys.append(key)
+        return keys
+
+    def is_cached(self, key: int) -> bool:
+        return key in self._page_of
 
     def lookup(self, tokens: Sequence[int], max_pages: int) -> list[int]:
         """The cached pages of the longest prefix of `tokens` (at most `max_pages` full pages),

@@ -27,9 +27,21 @@ running sequence, the newest running sequence is preempted: its pages go back an
 the head of the queue, to be recomputed (its prompt and the tokens it made so far) when pages
 free up; what it already streamed stays streamed, and it draws on from where it was, so the
 result is the same. A sequence's full pages are shared through the prefix cache by the hash of
-their tokens, so a later request with the same prefix (a system prompt) starts after them. A
-family with recurrent state (Gated DeltaNet) keeps that state in the row's slot, which a page
-cannot restore: its prefix cache is off (`prefix_cache=False`).
+their tokens, so a later request with the same prefix (a system prompt) starts after them.
+
+A family with recurrent state (Gated DeltaNet: the program's `read_slot` is not empty) keeps
+that state in the row's slot, which a page cannot restore. Its prefix cache also keeps the slot's
+state at page ends (`snapshots.StateSnapshots`, `state_snapshots` of them, keyed by the page's
+chain hash): a step whose prompt chunk ends a sequence's computed tokens exactly at the end of
+a full page copies the slot out (not a decode step's: a long reply would push the system
+prompts' states out of the store for pages no other request starts with). A later request
+reuses its longest cached prefix whose last page has a state kept: that state is written into
+its slot (`write_slot`), and it runs on from there; the cached pages after that one are let go
+and recomputed. A hybrid's prompt chunks end at two page boundaries on purpose, so their states
+exist: its last full page (the same prompt again, or the next turn of a chat, which starts with
+it) and the end of the prefix the KV cache had but no state for (where a shared system prompt
+ends: the second request with it keeps that state, the third on reuse it). Every page boundary
+would do too, but costs a call per page.
 
 Each token is chosen by the program's own `Chooser` (`Program.chooser`, one per sequence), the
 one its prefill and decode choose with: the argmax, or the program's compiled sampler keyed by
@@ -51,6 +63,7 @@ from strata.runtime.program import Chooser, Program
 from strata.runtime.request import ContextError, check_fits
 from strata.runtime.sampling import SamplingParams
 from strata.runtime.serve.pages import PageAllocator, page_key, prefix_keys, ROOT_KEY
+from strata.runtime.serve.snapshots import StateSnapshots
 
 ENTRY = "step_paged"
 
@@ -76,6 +89,10 @@ class Seq:
     keys: list[int] = field(default_factory=list)
     computed: int = 0
     row: int | None = None
+    #: A hybrid's recurrent state to write into its slot when it gets one (its cached prefix's end).
+    restore: dict | None = None
+    #: A hybrid's chunks end here too: the end of a cached prefix that had no state kept (0: none).
+    keep_state_at: int = 0
     #: None while it runs; "stop", "length", "cancelled" or "error" once it has ended.
     finish_reason: str | None = None
     stopped_by: int | str | None = None
@@ -115,7 +132,7 @@ class StepFailed(Exception):
 
 class Scheduler:
     def __init__(self, program: Program, *, page_size: int, num_pages: int, max_num_seqs: int | None = None,
-                 max_batched_tokens: int = 256, prefix_cache: bool = True):
+                 max_batched_tokens: int = 256, prefix_cache: bool = True, state_snapshots: int = 64):
         if ENTRY not in program.entries:
             raise SchedulerError(f"the program has no {ENTRY} entry (compile it with --set entries=...,{ENTRY})")
         args = {name: shape for name, shape, _ in program.entries[ENTRY][0]}
@@ -130,7 +147,13 @@ class Scheduler:
         self.program, self.page_size, self.pages_per_row = program, page_size, pages_per_row
         self.max_num_seqs = max_num_seqs or self.rows
         self.max_batched_tokens = max_batched_tokens
-        self.pages = PageAllocator(num_pages, page_size, prefix_cache)
+        #: A family with recurrent state in the rows' slots: its states at page ends, kept for the prefix cache.
+        read_slot = getattr(program, "read_slot", None)
+        recurrent = read_slot is not None and bool(read_slot(0))
+        prefix_cache = prefix_cache and not (recurrent and state_snapshots == 0)  # no state kept: no reuse
+        self.snapshots = StateSnapshots(state_snapshots) if prefix_cache and recurrent else None
+        self.pages = PageAllocator(num_pages, page_size, prefix_cache,
+                                   on_evict=self.snapshots.drop if self.snapshots is not None else None)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self._free_rows = list(range(self.max_num_seqs - 1, -1, -1))
@@ -214,7 +237,7 @@ class Scheduler:
                 break
             if seq.row is None:  # preempted by an older sequence of this step
                 continue
-            n = min(len(seq.tokens) - seq.computed, budget)
+            n = self._chunk(seq, budget)
             while not self._grow(seq, seq.computed + n):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -228,12 +251,16 @@ class Scheduler:
             seq = self.waiting[0]
             if seq.computed == 0:
                 self._take_cached_prefix(seq)
-            n = min(len(seq.tokens) - seq.computed, budget)
+            n = self._chunk(seq, budget)
             if not self._grow(seq, seq.computed + n):
                 self._drop_pages(seq)  # FCFS: nothing behind it goes first
                 break
             self.waiting.popleft()
             seq.row = self._free_rows.pop()
+            if seq.restore is not None:  # its cached prefix's recurrent state, before the call reads it
+                self.program.write_slot(seq.row, seq.restore)
+                seq.restore = None
+                self.snapshots.restored += 1
             self.running.append(seq)
             plan.append((seq, seq.computed, n))
             budget -= n
@@ -288,6 +315,7 @@ class Scheduler:
     def _advance(self, seq: Seq, computed: int, logits: np.ndarray, in_step_row: bool) -> SeqOutput | None:
         seq.computed = computed
         self._register_full_pages(seq)
+        self._keep_state(seq)
         if computed < len(seq.tokens):
             return None  # a prompt chunk (or a recompute) not yet at its end
         row = logits[self.rows + seq.row if in_step_row else seq.row]
@@ -328,9 +356,41 @@ class Scheduler:
 
     def _take_cached_prefix(self, seq: Seq) -> None:
         # The last token is always computed: its logits choose the next one.
-        hits = self.pages.lookup(seq.tokens, (len(seq.tokens) - 1) // self.page_size)
+        reach = (len(seq.tokens) - 1) // self.page_size
+        seq.restore, seq.keep_state_at = None, 0
+        if self.snapshots is not None:  # the longest cached prefix whose end has its recurrent state
+            keys = self.pages.cached_pages(seq.tokens, reach)
+            reach = len(keys)
+            while reach and (state := self.snapshots.get(keys[reach - 1])) is None:
+                reach -= 1
+            if reach < len(keys):  # the KV cache knew more of it: keep the state at its end this time
+                seq.keep_state_at = len(keys) * self.page_size
+            if reach:
+                seq.restore = state
+        hits = self.pages.lookup(seq.tokens, reach)
         seq.pages, seq.keys = list(hits), prefix_keys(seq.tokens, self.page_size, len(hits))
         seq.computed = len(hits) * self.page_size
+
+    def _chunk(self, seq: Seq, budget: int) -> int:
+        """The tokens of `seq` to run in this step: what is left, up to `budget`; a hybrid's
+        prompt chunk ends at its prompt's last full page or at `keep_state_at`, if it would pass one."""
+        n = min(len(seq.tokens) - seq.computed, budget)
+        if self.snapshots is None or n <= 1:
+            return n
+        last_page_end = (len(seq.tokens) - len(seq.outputs) - 1) // self.page_size * self.page_size
+        ends = [b for b in (seq.keep_state_at, last_page_end) if seq.computed < b < seq.computed + n]
+        return min(ends) - seq.computed if ends else n
+
+    def _keep_state(self, seq: Seq) -> None:
+        """A hybrid sequence whose computed prompt tokens end a full page: its slot's state is kept
+        under that page's key."""
+        full = seq.computed // self.page_size
+        prompt = len(seq.tokens) - len(seq.outputs)
+        if self.snapshots is None or seq.row is None or seq.computed % self.page_size or seq.computed > prompt:
+            return
+        key = seq.keys[full - 1] if full else None
+        if key is not None and self.pages.is_cached(key) and key not in self.snapshots:
+            self.snapshots.put(key, self.program.read_slot(seq.row))
 
     def _register_full_pages(self, seq: Seq) -> None:
         for j in range(len(seq.keys), seq.computed // self.page_size):

@@ -69,6 +69,8 @@ class _EngineTotals:
         s = self.engine.stats()
         for name, doc, value in (("strata_prefix_cache_hits", "KV pages found in the prefix cache",
                                   s.prefix_cache_hits),
+                                 ("strata_prefix_state_restores", "Recurrent states restored from the prefix cache "
+                                  "(a hybrid family's)", s.state_snapshots_restored),
                                  ("strata_preemptions", "Sequences preempted for pages (recomputed later)",
                                   s.preemptions),
                                  ("strata_steps", "Calls of the paged entry", s.steps),
@@ -90,6 +92,10 @@ class Metrics(Observer):
             lambda: engine.stats().pages_used)
         Gauge("strata_kv_pages_free", "KV pages a sequence could be given", registry=r).set_function(
             lambda: engine.stats().pages_free)
+        Gauge("strata_prefix_state_snapshots", "Recurrent states kept at KV page ends (a hybrid family's prefix "
+              "cache)", registry=r).set_function(lambda: engine.stats().state_snapshots)
+        Gauge("strata_prefix_state_snapshot_bytes", "Bytes of the recurrent states kept at KV page ends",
+              registry=r).set_function(lambda: engine.stats().state_snapshot_bytes)
         r.register(_EngineTotals(engine))
         self._recent: list[tuple[float, int]] = []  # (time, tokens made by then), the last RATE_WINDOW s
         Gauge("strata_generation_tokens_per_second", f"Tokens generated per second over the last {RATE_WINDOW:g} s",

@@ -201,6 +201,9 @@ def _gated_delta_net(e: CpuEmitter, op: O.GatedDeltaNetOp) -> None:
 def _set_rows(e: CpuEmitter, op: O.SetRowsOp) -> None:
     # In place: the result is the written buffer ite.
     e.kernels_used.add("set_rows")
+    if isinstance(op.dst.owner, O.StateOp) and isinstance(op.rows.owner, O.InputOp) \
+            and op.rows.owner.kind.data == "state_write":  # one row per sequence slot: SLOT_STATES
+        e.slot_states.add(op.dst.owner.state_name.data)
     e.out.line(f"set_rows({e.ref(op.dst)}, {e.ref(op.src)}, {e.ref(op.rows)})")
     e.names[op.result] = e.ref(op.dst)
 

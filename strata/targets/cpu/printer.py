@@ -73,7 +73,7 @@ _MODULE_NAMES = {"np", "ml_dtypes", "Model", "annotations", "_bind", "_bind_piec
                  "torch", "dist", "tp_rank", "all_reduce", "all_gather", "ctypes", "os", "NATIVE_LIBRARY"}
 #: Attributes and methods of Model besides the bound params, state and constants.
 _MODEL_ATTRS = {"reset", "weights", "PARAMS", "STATE", "OUTPUTS", "ENTRIES", "N_CTX", "MODEL_NAME", "RANKS", "group",
-                "rank", "ARGS", "RESULTS", "LAYOUTS", "native_lib"}
+                "rank", "ARGS", "RESULTS", "LAYOUTS", "native_lib", "SLOT_STATES", "read_slot", "write_slot"}
 
 
 class CpuEmitter:
@@ -96,6 +96,7 @@ class CpuEmitter:
         self.params: dict[str, tuple[str, TensorType]] = {}  # ggml name -> (attr, type)
         self.param_reads: dict[str, tuple] = {}  # -> (stored, conversion, split piece)
         self.states: dict[str, tuple[str, TensorType]] = {}  # state name -> (attr, type)
+        self.slot_states: set[str] = set()  # states written one row per sequence slot (by `state_write`)
         self.constants: list[tuple[str, O.ConstantOp]] = []
         self.entries: list[func.FuncOp] = []
         # Per-entry state, set by print_entry.
@@ -255,6 +256,11 @@ class CpuEmitter:
                     out.line(f"{literal_name(name, 'state name')}: ({int_tuple(typ.get_shape())}, "
                              f"{dtype_expr(typ.get_element_type())}),")
             out.line("}")
+            # The states that keep one row per sequence slot (a hybrid's conv and Gated DeltaNet
+            # state): what a program reads and writes to save and restore one sequence's state.
+            slot_states = "".join(f"{literal_name(name, 'state name')}, " for name in self.states
+                                  if name in self.slot_states)
+            out.line(f"SLOT_STATES = ({slot_states.rstrip()})")
             for indent, text in entry_tables(self.entries, self.reserved, dtype_expr):
                 out.line("    " * indent + text)
             out.line()
@@ -303,7 +309,26 @@ class CpuEmitter:
                              f"dtype={dtype_expr(typ.get_element_type())})")
                 if not self.states:
                     out.line("pass")
+            self.print_slot_methods(out)
         out.lines.extend(methods.lines)
+
+    def print_slot_methods(self, out: IndentedWriter) -> None:
+        """read_slot / write_slot: one sequence slot's rows of the SLOT_STATES, saved and restored."""
+        slot_states = [(name, attr) for name, (attr, _) in self.states.items() if name in self.slot_states]
+        out.line()
+        out.line("def read_slot(self, slot):")
+        with out.indented():
+            out.line('"""A copy of sequence slot `slot`\'s row of each SLOT_STATES buffer, by name."""')
+            out.line("return {" + ", ".join(f"{literal_name(name, 'state name')}: self.{attr}[slot].copy()"
+                                            for name, attr in slot_states) + "}")
+        out.line()
+        out.line("def write_slot(self, slot, state):")
+        with out.indented():
+            out.line('"""Sequence slot `slot` of each SLOT_STATES buffer set to `state[name]` (as read_slot gave it)."""')
+            for name, attr in slot_states:
+                out.line(f"self.{attr}[slot] = state[{literal_name(name, 'state name')}]")
+            if not slot_states:
+                out.line("del slot, state")
 
     # -- entries --------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@
     step.token, step.logits             # the greedy choice, the last row's logits
     step = program.decode(step.token, 3, params)   # drawn by the generated `sample_logits`
     logits, = program.call("decode_rows", tokens=[[5], [9]], positions=[3, 7])   # an entry compiled in
+    saved = program.read_slot(2)        # sequence slot 2's recurrent state (a hybrid's), restored by write_slot
 
 The compile itself (lowering, the stage directory and its manifest) is the pipeline's; this
 file only runs what the target wrote.
@@ -12,7 +13,7 @@ file only runs what the target wrote.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,29 @@ class CpuProgram:
         else:
             out = method(**inputs)
         return tuple(np.asarray(x) for x in out) if isinstance(out, tuple) else (np.asarray(out),)
+
+    def read_slot(self, slot: int) -> dict[str, np.ndarray]:
+        self._check_slot(slot)
+        return self.model.read_slot(slot) if hasattr(self.model, "read_slot") else {}
+
+    def write_slot(self, slot: int, state: Mapping[str, np.ndarray]) -> None:
+        self._check_slot(slot)
+        names = tuple(getattr(self.model, "SLOT_STATES", ()))
+        if set(state) != set(names):
+            raise ValueError(f"write_slot: the state names {sorted(state)} are not the program's slot states "
+                             f"{sorted(names)}")
+        for name in names:
+            want = self.model.STATE[name][0][1:]
+            if np.shape(state[name]) != tuple(want):
+                raise ValueError(f"write_slot: state {name!r} has shape {list(np.shape(state[name]))}, one slot "
+                                 f"holds {list(want)}")
+        if names:
+            self.model.write_slot(slot, state)
+
+    def _check_slot(self, slot: int) -> None:
+        slots = min((self.model.STATE[name][0][0] for name in getattr(self.model, "SLOT_STATES", ())), default=None)
+        if slots is not None and not 0 <= slot < slots:
+            raise ValueError(f"slot {slot} is not one of the {slots} sequence slots of the state")
 
     def close(self) -> None:
         pass
