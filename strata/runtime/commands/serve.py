@@ -98,7 +98,7 @@ def serve_model(model_path: str | Path, target_name: str = "cpu", knobs: Mapping
     if shutdown_timeout < 0:
         raise ServeError(f"--shutdown-timeout must be at least 0, got {shutdown_timeout}")
     for name, value in (http_limits or {}).items():
-        if value is not None and value <= 0:
+        if value is not None and not value > 0:  # NaN too
             raise ServeError(f"--{name.replace('_', '-')} must be above 0, got {value}")
     limits = server.HttpLimits(**{k: v for k, v in (http_limits or {}).items() if v is not None})
     check_bind(host, port)

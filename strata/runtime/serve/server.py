@@ -6,7 +6,7 @@
 
 Endpoints: GET /v1/models, POST /v1/completions and /v1/chat/completions (streamed as
 server-sent events or not; `requests.py` reads their bodies), GET /health, GET /metrics
-(Prometheus text). Errors are OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`.
+(Prometheus text), GET /openapi.json (the bodies' schemas: `openapi.py`). Errors are OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`.
 SIGTERM stops admission (new requests: 503), lets the requests in flight finish for up to
 `shutdown_timeout` seconds, cancels the rest, and exits 0.
 
@@ -53,6 +53,7 @@ from strata.runtime.serve.batch_engine import (
     ServeEngine,
     TextEvent,
 )
+from strata.runtime.serve.openapi import CHAT_BODY, COMPLETION_BODY, json_body
 from strata.runtime.serve.requests import ApiError, ApiRequest, parse_chat, parse_completion
 from strata.runtime.serve.scheduler import SchedulerError
 
@@ -180,7 +181,7 @@ class Metrics(Observer):
 
 def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None,
                limits: HttpLimits = HttpLimits()) -> FastAPI:
-    app = FastAPI(title="strata serve", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="strata serve", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     metrics = Metrics(engine, model_name)
     engine.observer = metrics
     created = int(time.time())
@@ -220,11 +221,11 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None,
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": created,
                                             "owned_by": "strata", "max_model_len": engine.limits.n_ctx}]}
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=json_body(COMPLETION_BODY, model_name))
     async def completions(request: Request):
         return await _serve(request, chat=False)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=json_body(CHAT_BODY, model_name))
     async def chat_completions(request: Request):
         return await _serve(request, chat=True)
 
