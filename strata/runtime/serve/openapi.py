@@ -1,6 +1,8 @@
 """The JSON schemas of the request bodies `requests.py` reads, for the server's OpenAPI document
 (/openapi.json): what a client (or a property-based tester such as Schemathesis) may send. The
-bounds are the ones `requests.py` checks; a body outside them is answered 400 naming the field."""
+bounds are the ones `requests.py` checks, the model's among them (its name, vocabulary and
+context); a body outside them is answered 400 naming the field (404 for another model). A body
+inside them may still be refused: a prompt and max_tokens together longer than the context."""
 
 from __future__ import annotations
 
@@ -29,24 +31,6 @@ _SAMPLING: dict[str, Any] = {
     "n": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_N},
     "stream": {"type": ["boolean", "null"]},
     "stream_options": {"type": ["object", "null"], "properties": {"include_usage": {"type": "boolean"}}},
-    "max_tokens": {"type": ["integer", "null"], "minimum": 0},
-}
-
-_TOKEN_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
-
-COMPLETION_BODY: dict[str, Any] = {
-    "type": "object",
-    "required": ["prompt"],
-    "properties": {
-        **_SAMPLING,
-        "prompt": {"oneOf": [{"type": "string"}, _TOKEN_IDS,
-                             {"type": "array", "items": {"oneOf": [{"type": "string"}, _TOKEN_IDS]},
-                              "minItems": 1, "maxItems": 1}]},
-        "logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_LOGPROBS},
-        "echo": {"type": ["boolean", "null"]},
-        "best_of": {"type": ["integer", "null"], "minimum": 1, "maximum": 1},
-        "suffix": {"type": ["string", "null"], "maxLength": 0},
-    },
 }
 
 _CONTENT = {"oneOf": [{"type": "string"}, {"type": "null"},
@@ -54,23 +38,41 @@ _CONTENT = {"oneOf": [{"type": "string"}, {"type": "null"},
                                                   "properties": {"type": {"enum": ["text"]},
                                                                  "text": {"type": "string"}}}}]}
 
-CHAT_BODY: dict[str, Any] = {
-    "type": "object",
-    "required": ["messages"],
-    "properties": {
-        **_SAMPLING,
+
+def completion_body(model_name: str, vocab: int, n_ctx: int) -> dict[str, Any]:
+    """POST /v1/completions: a prompt (a text, or token ids of the vocabulary that fit the context)."""
+    ids = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": vocab - 1}, "minItems": 1,
+           "maxItems": n_ctx - 1}
+    text = {"type": "string", "minLength": 1}
+    return {"type": "object", "required": ["prompt"], "properties": {
+        **_common(model_name, n_ctx, "max_tokens"),
+        "prompt": {"oneOf": [text, ids, {"type": "array", "items": {"oneOf": [text, ids]}, "minItems": 1,
+                                         "maxItems": 1}]},
+        "logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_LOGPROBS},
+        "echo": {"enum": [False, None]},
+        "best_of": {"enum": [1, None]},
+        "suffix": {"enum": ["", None]},
+    }}
+
+
+def chat_body(model_name: str, n_ctx: int) -> dict[str, Any]:
+    """POST /v1/chat/completions: messages through the model's chat template."""
+    return {"type": "object", "required": ["messages"], "properties": {
+        **_common(model_name, n_ctx, "max_completion_tokens"),
         "messages": {"type": "array", "minItems": 1,
                      "items": {"type": "object", "required": ["role"],
                                "properties": {"role": {"enum": ["system", "user", "assistant"]},
                                               "content": _CONTENT}}},
-        "max_completion_tokens": {"type": ["integer", "null"], "minimum": 0},
         "logprobs": {"type": ["boolean", "null"]},
         "top_logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_LOGPROBS},
-    },
-}
+    }}
 
 
-def json_body(schema: dict[str, Any], model_name: str) -> dict[str, Any]:
-    """A route's `openapi_extra`: its JSON request body, whose `model` is the one served."""
-    schema = {**schema, "properties": {**schema["properties"], "model": {"enum": [model_name]}}}
+def _common(model_name: str, n_ctx: int, max_tokens_field: str) -> dict[str, Any]:
+    tokens = {"type": ["integer", "null"], "minimum": 0, "maximum": n_ctx}
+    return {**_SAMPLING, "model": {"enum": [model_name]}, "max_tokens": tokens, max_tokens_field: tokens}
+
+
+def json_body(schema: dict[str, Any]) -> dict[str, Any]:
+    """A route's `openapi_extra`: its JSON request body."""
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}

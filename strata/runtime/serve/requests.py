@@ -63,12 +63,22 @@ def _number(body: Mapping[str, Any], name: str, default: float, low: float, high
     return float(v)
 
 
+def _whole(v: Any) -> int | None:
+    """`v` as an int when JSON calls it an integer (2 or 2.0, as JSON Schema does), else None."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v if isinstance(v, int) else None
+
+
 def _integer(body: Mapping[str, Any], name: str, default: int | None, low: int | None = None) -> int | None:
     v = body.get(name)
     if v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, int):
+    if _whole(v) is None:
         raise ApiError(f"'{name}' must be an integer, got {_shown(v)}", name)
+    v = _whole(v)
     if low is not None and v < low:
         raise ApiError(f"'{name}' must be at least {low}, got {v}", name)
     return v
@@ -187,8 +197,8 @@ def parse_completion(body: Any, limits: Any, model_name: str) -> ApiRequest:
         from strata.runtime.text import check_utf8
 
         ids = limits.tokenizer.encode(check_utf8(prompt, "the prompt"))
-    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        ids = list(prompt)
+    elif isinstance(prompt, list) and prompt and all(_whole(t) is not None for t in prompt):
+        ids = [_whole(t) for t in prompt]
     elif isinstance(prompt, list) and len(prompt) > 1:
         raise ApiError("a batch of prompts is not supported: send one prompt per request (or use n)", "prompt")
     else:

@@ -53,7 +53,7 @@ from strata.runtime.serve.batch_engine import (
     ServeEngine,
     TextEvent,
 )
-from strata.runtime.serve.openapi import CHAT_BODY, COMPLETION_BODY, json_body
+from strata.runtime.serve.openapi import chat_body, completion_body, json_body
 from strata.runtime.serve.requests import ApiError, ApiRequest, parse_chat, parse_completion
 from strata.runtime.serve.scheduler import SchedulerError
 
@@ -221,11 +221,12 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None,
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": created,
                                             "owned_by": "strata", "max_model_len": engine.limits.n_ctx}]}
 
-    @app.post("/v1/completions", openapi_extra=json_body(COMPLETION_BODY, model_name))
+    @app.post("/v1/completions", openapi_extra=json_body(
+        completion_body(model_name, engine.limits.vocab, engine.limits.n_ctx)))
     async def completions(request: Request):
         return await _serve(request, chat=False)
 
-    @app.post("/v1/chat/completions", openapi_extra=json_body(CHAT_BODY, model_name))
+    @app.post("/v1/chat/completions", openapi_extra=json_body(chat_body(model_name, engine.limits.n_ctx)))
     async def chat_completions(request: Request):
         return await _serve(request, chat=True)
 
