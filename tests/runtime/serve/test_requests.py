@@ -1,0 +1,23 @@
+"""The request bodies: an integer may be written as JSON Schema allows (2 or 2.0), nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+from strata.runtime.serve.batch_engine import RequestLimits
+from strata.runtime.serve.requests import ApiError, parse_completion
+
+LIMITS = RequestLimits(tokenizer=None, vocab=100, n_ctx=64, kv_tokens=64)
+
+
+def test_integers_may_be_whole_floats_and_nothing_else():
+    parsed = parse_completion({"prompt": [5.0, 6, 7], "max_tokens": 4.0, "n": 2.0, "seed": 3.0}, LIMITS, "m")
+    assert parsed.prompt == [5, 6, 7] and type(parsed.prompt[0]) is int
+    assert (parsed.max_tokens, parsed.n, parsed.sampling.seed) == (4, 2, 3)
+    for field, value in (("max_tokens", 4.5), ("n", True), ("n", "2"), ("seed", float("inf")), ("seed", float("nan"))):
+        with pytest.raises(ApiError) as e:
+            parse_completion({"prompt": [5], field: value}, LIMITS, "m")
+        assert e.value.param == field and "must be an integer" in e.value.message
+    with pytest.raises(ApiError) as e:
+        parse_completion({"prompt": [5, 6.5]}, LIMITS, "m")
+    assert e.value.param == "prompt"
