@@ -121,12 +121,12 @@ def _common(body: Any, limits: Any, model_name: str, prompt: list[int], max_toke
         raise ApiError(f"max_tokens {max_tokens} is too large: the prompt ({len(prompt)} tokens) leaves room for "
                        f"{room} new tokens in the context of {n_ctx} tokens (this server's maximum context length)",
                        max_tokens_field, code="context_length_exceeded")
-    top_k = _integer(body, "top_k", 0)
+    top_k = _integer(body, "top_k", 0)  # 0 or less: off; the vocabulary or more keeps every token, as off does
     seed = _integer(body, "seed", None)
     try:
         sampling = SamplingParams(
             temperature=_number(body, "temperature", 1.0, 0, 2), top_p=_number(body, "top_p", 1.0, 0, 1),
-            top_k=max(top_k, 0), min_p=_number(body, "min_p", 0.0, 0, 1),
+            top_k=min(max(top_k, 0), vocab), min_p=_number(body, "min_p", 0.0, 0, 1),
             presence_penalty=_number(body, "presence_penalty", 0.0, -2, 2),
             frequency_penalty=_number(body, "frequency_penalty", 0.0, -2, 2),
             repetition_penalty=_number(body, "repetition_penalty", 1.0, 1e-6, 100), seed=seed)

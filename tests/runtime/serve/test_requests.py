@@ -21,3 +21,9 @@ def test_integers_may_be_whole_floats_and_nothing_else():
     with pytest.raises(ApiError) as e:
         parse_completion({"prompt": [5, 6.5]}, LIMITS, "m")
     assert e.value.param == "prompt"
+
+
+def test_a_top_k_past_the_vocabulary_keeps_every_token():
+    """A top_k beyond any integer the sampler holds (found by Schemathesis: it overflowed int32)."""
+    for top_k, kept in ((2**53 - 1, 100), (100, 100), (7, 7), (-1, 0)):
+        assert parse_completion({"prompt": [5], "top_k": top_k}, LIMITS, "m").sampling.top_k == kept
