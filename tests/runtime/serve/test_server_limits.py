@@ -120,9 +120,9 @@ def test_a_slow_sender_times_out_and_the_others_are_served(server):
         try:
             started = time.monotonic()
             served = httpx2.post(server.url + "/v1/completions", json={"prompt": "Hi", "max_tokens": 4}, timeout=30)
-            assert served.status_code == 200 and time.monotonic() - started < 2
+            assert served.status_code == 200 and time.monotonic() - started < 5
             assert _status(sock) == 408
-            assert time.monotonic() - started < 6
+            assert time.monotonic() - started < 8  # the whole body would take some 14 s
         finally:
             stop.set()
             trickler.join(30)
