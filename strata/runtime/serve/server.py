@@ -6,7 +6,8 @@
 
 Endpoints: GET /v1/models, POST /v1/completions and /v1/chat/completions (streamed as
 server-sent events or not; `requests.py` reads their bodies), GET /health, GET /metrics
-(Prometheus text), GET /openapi.json (the bodies' schemas: `openapi.py`). Errors are OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`.
+(Prometheus text), GET /openapi.json (the bodies' schemas: `openapi.py`). Errors are OpenAI's
+shape, `{"error": {"message", "type", "param", "code"}}`.
 SIGTERM stops admission (new requests: 503), lets the requests in flight finish for up to
 `shutdown_timeout` seconds, cancels the rest, and exits 0.
 
@@ -120,7 +121,8 @@ class Metrics(Observer):
 
         # The gauges routers read (Gateway API Inference Extension, llm-d), under vLLM's names:
         # its KV-cache gauge is kv_cache_usage_perc now, gpu_cache_usage_perc before (a fraction, 1 = full).
-        for name, doc, value in (("vllm:num_requests_running", "Requests being stepped", lambda: engine.stats().running),
+        for name, doc, value in (("vllm:num_requests_running", "Requests being stepped",
+                                  lambda: engine.stats().running),
                                  ("vllm:num_requests_waiting", "Requests waiting for a row or pages",
                                   lambda: engine.stats().waiting),
                                  ("vllm:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent", kv_usage),

@@ -124,8 +124,9 @@ def test_a_client_that_stops_reading_is_cancelled_and_the_others_go_on(opened):
         assert engine.in_flight == 0 and engine.stats().pages_used == 0
         assert stalled_sent[0]["status"] == 200
         other = json.loads(_body_of(other_sent))
-        alone = Engine(open_program(opened[0].model, "cpu", {"ctx": CTX}, cache_dir=opened[0].model.root / "engine-alone",
-                                    quiet=True), opened[0].tokenizer())
+        model = opened[0].model
+        alone = Engine(open_program(model, "cpu", {"ctx": CTX}, cache_dir=model.root / "engine-alone", quiet=True),
+                       opened[0].tokenizer())
         want = "".join(c.text for c in alone.stream([9, 8, 7, 6], SamplingParams(), longest))
         assert other["choices"][0]["text"] == want
     finally:

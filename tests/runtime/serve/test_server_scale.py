@@ -30,8 +30,8 @@ def _distinct_requests() -> list[tuple[str, object, int]]:
     for i in range(DISTINCT):
         n = 1 + (i * 5) % 12
         if i % 3 == 0:
-            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Item {i}?" + " and" * (i % 7)}]
-            out.append(("chat", messages, n))
+            question = {"role": "user", "content": f"Item {i}?" + " and" * (i % 7)}
+            out.append(("chat", [{"role": "system", "content": SYSTEM}, question], n))
         elif i % 3 == 1:
             out.append(("chat", [{"role": "user", "content": f"Tell me about {i}" + " more" * (i % 5)}], n))
         else:
