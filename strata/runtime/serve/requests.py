@@ -72,6 +72,16 @@ def _whole(v: Any) -> int | None:
     return v if isinstance(v, int) else None
 
 
+#: A temperature below this is greedy (as vLLM's): logits divided by less can overflow float32,
+#: where the sampler's distribution is undefined, and the draw is the argmax's well before it.
+GREEDY_BELOW = 1e-5
+
+
+def _temperature(body: Mapping[str, Any]) -> float:
+    t = _number(body, "temperature", 1.0, 0, 2)
+    return 0.0 if t < GREEDY_BELOW else t
+
+
 def _integer(body: Mapping[str, Any], name: str, default: int | None, low: int | None = None) -> int | None:
     v = body.get(name)
     if v is None:
@@ -125,7 +135,7 @@ def _common(body: Any, limits: Any, model_name: str, prompt: list[int], max_toke
     seed = _integer(body, "seed", None)
     try:
         sampling = SamplingParams(
-            temperature=_number(body, "temperature", 1.0, 0, 2), top_p=_number(body, "top_p", 1.0, 0, 1),
+            temperature=_temperature(body), top_p=_number(body, "top_p", 1.0, 0, 1),
             top_k=min(max(top_k, 0), vocab), min_p=_number(body, "min_p", 0.0, 0, 1),
             presence_penalty=_number(body, "presence_penalty", 0.0, -2, 2),
             frequency_penalty=_number(body, "frequency_penalty", 0.0, -2, 2),

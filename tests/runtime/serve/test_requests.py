@@ -27,3 +27,9 @@ def test_a_top_k_past_the_vocabulary_keeps_every_token():
     """A top_k beyond any integer the sampler holds (found by Schemathesis: it overflowed int32)."""
     for top_k, kept in ((2**53 - 1, 100), (100, 100), (7, 7), (-1, 0)):
         assert parse_completion({"prompt": [5], "top_k": top_k}, LIMITS, "m").sampling.top_k == kept
+
+
+def test_a_temperature_too_small_to_divide_by_is_greedy():
+    """Found by Schemathesis: 1.2e-38 overflowed the logits and drew a token past the vocabulary."""
+    assert parse_completion({"prompt": [5], "temperature": 1.175494351e-38}, LIMITS, "m").sampling.greedy
+    assert parse_completion({"prompt": [5], "temperature": 0.5}, LIMITS, "m").sampling.temperature == 0.5
