@@ -27,8 +27,9 @@ def add(sub) -> None:
                    help="on SIGTERM, seconds to let requests in flight finish before cancelling them (default 10)")
     p.add_argument("--max-body-bytes", type=bounded_int(1), default=None, metavar="N",
                    help="the largest request body; a larger one is answered 413 before it is read (default 8 MiB)")
-    p.add_argument("--body-timeout", type=float, default=None, metavar="S",
-                   help="seconds a request body may take to arrive; a slower one is answered 408 (default 30)")
+    p.add_argument("--read-timeout", type=float, default=None, metavar="S",
+                   help="seconds a request's head, then its body, may take to arrive: a slower body is answered 408, a "
+                        "slower head's connection closed (default 30)")
     p.add_argument("--max-pending-events", type=bounded_int(1), default=None, metavar="N",
                    help="a stream whose client falls N events behind is cancelled (default 256)")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="S",
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     serve_model(args.model, args.target, knobs_of(args), host=args.host, port=args.port, api_key=args.api_key,
                 shutdown_timeout=args.shutdown_timeout,
-                http_limits={"max_body_bytes": args.max_body_bytes, "body_timeout": args.body_timeout,
+                http_limits={"max_body_bytes": args.max_body_bytes, "read_timeout": args.read_timeout,
                              "max_pending_events": args.max_pending_events, "stall_timeout": args.stall_timeout},
                 max_num_seqs=args.max_num_seqs,
                 max_batched_tokens=args.max_num_batched_tokens, kv_pages=args.kv_pages,

@@ -90,7 +90,7 @@ def serve_model(model_path: str | Path, target_name: str = "cpu", knobs: Mapping
                 shutdown_timeout: float = 10.0, http_limits: Mapping[str, Any] | None = None,
                 **engine_options: Any) -> None:
     """Serve the model until SIGTERM (see `strata.runtime.serve.server`); `http_limits`: fields
-    of `server.HttpLimits` (max_body_bytes, body_timeout, stall_timeout, ...) that differ from its defaults."""
+    of `server.HttpLimits` (max_body_bytes, read_timeout, stall_timeout, ...) that differ from its defaults."""
     try:
         from strata.runtime.serve import server
     except ImportError as e:

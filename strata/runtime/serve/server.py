@@ -13,8 +13,9 @@ SIGTERM stops admission (new requests: 503), lets the requests in flight finish 
 
 What one client can do to the others is bounded (`HttpLimits`): a body larger than
 `max_body_bytes` is answered 413 before it is read whole (its Content-Length, or the bytes
-counted as a chunked body comes); a body still arriving after `body_timeout` seconds is answered
-408; more than `max_headers` headers 431, a head larger than `max_header_bytes` is refused by
+counted as a chunked body comes); a body still arriving after `read_timeout` seconds is answered
+408, and a connection whose request head has not all come in that time is closed (a head
+trickled a byte at a time); more than `max_headers` headers 431, a head larger than `max_header_bytes` is refused by
 h11 itself (400); a stream whose client stopped reading is cancelled once it is
 `max_pending_events` events behind, so its events never pile up. /health fails (503) while the
 engine is stalled (`ServeEngine.stalled`: a step running longer than `stall_timeout` seconds
@@ -68,8 +69,8 @@ class HttpLimits:
 
     #: The largest request body, in bytes (a prompt of a long context is well under a MiB).
     max_body_bytes: int = 8 << 20
-    #: Seconds a request's body may take to arrive, all of it.
-    body_timeout: float = 30.0
+    #: Seconds a request's head, and then its body, may each take to arrive, all of it.
+    read_timeout: float = 30.0
     #: The most header lines of a request, and the most bytes of its head (h11's limit).
     max_headers: int = 100
     max_header_bytes: int = 16 << 10
@@ -280,7 +281,7 @@ class _BodyTooLarge(Exception):
 
 async def _read_body(request: Request, limits: HttpLimits) -> bytes | Response:
     """The request's body, or the error that answers it: 413 as soon as it is known to be too
-    large (never read whole), 408 when it has not all come in `body_timeout` seconds. Either
+    large (never read whole), 408 when it has not all come in `read_timeout` seconds. Either
     closes the connection, so the rest of the body is never read."""
     limit, close = limits.max_body_bytes, {"Connection": "close"}
     too_large = f"the request body is larger than {limit} bytes (--max-body-bytes)"
@@ -298,11 +299,11 @@ async def _read_body(request: Request, limits: HttpLimits) -> bytes | Response:
             chunks.append(chunk)
 
     try:
-        await asyncio.wait_for(read(), limits.body_timeout)
+        await asyncio.wait_for(read(), limits.read_timeout)
     except _BodyTooLarge:
         return error_response(413, too_large, code="body_too_large", headers=close)
     except asyncio.TimeoutError:
-        return error_response(408, f"the request body did not arrive within {limits.body_timeout:g} s",
+        return error_response(408, f"the request body did not arrive within {limits.read_timeout:g} s",
                               code="body_timeout", headers=close)
     except ClientDisconnect:
         return Response(status_code=499)
@@ -487,11 +488,49 @@ class _DrainingServer(uvicorn.Server):
         self._drain.start()
 
 
+def _h11_with_head_timeout(timeout: float) -> type:
+    """uvicorn's h11 protocol, but a connection whose request head has not all come `timeout`
+    seconds after it began (the connection, or the head's first bytes on a kept-alive one) is
+    closed: a head trickled a byte at a time holds no connection for long."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadTimeoutH11(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._head_timer = self.loop.call_later(timeout, self._head_timed_out)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            waiting_for_head = self.conn.their_state is h11.IDLE
+            if waiting_for_head and self._head_timer is None:
+                self._head_timer = self.loop.call_later(timeout, self._head_timed_out)
+            elif not waiting_for_head and self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeadTimeoutH11
+
+
 def serve_forever(app: FastAPI, engine: ServeEngine, *, host: str, port: int, shutdown_timeout: float,
                   limits: HttpLimits = HttpLimits()) -> None:
     """Run the server until SIGTERM / SIGINT (then drain, see `_DrainingServer`)."""
     # h11 (not httptools, whose head has no size limit) with its head limit set here, not left to a default
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, http="h11",
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            http=_h11_with_head_timeout(limits.read_timeout),
                             h11_max_incomplete_event_size=limits.max_header_bytes,
                             timeout_graceful_shutdown=max(shutdown_timeout, 1.0) + 5)
     server = _DrainingServer(config, engine, shutdown_timeout)

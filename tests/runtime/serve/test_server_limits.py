@@ -26,7 +26,7 @@ HUNDRED_MB = 100 * 10**6
 @pytest.fixture(scope="module")
 def server(serve_model, tmp_path_factory):
     with running_server(serve_model, tmp_path_factory.mktemp("limits"), "--max-body-bytes", str(BODY_LIMIT),
-                        "--body-timeout", "2", "--max-num-seqs", "2", "--max-waiting", "8") as s:
+                        "--read-timeout", "2", "--max-num-seqs", "2", "--max-waiting", "8") as s:
         yield s
 
 
@@ -123,6 +123,35 @@ def test_a_slow_sender_times_out_and_the_others_are_served(server):
             assert served.status_code == 200 and time.monotonic() - started < 5
             assert _status(sock) == 408
             assert time.monotonic() - started < 8  # the whole body would take some 14 s
+        finally:
+            stop.set()
+            trickler.join(30)
+    assert _healthy(server)
+
+
+def test_a_head_trickled_slowly_has_its_connection_closed(server):
+    with _connect(server) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        stop = threading.Event()
+
+        def trickle():  # a header line a byte every 0.2 s, never ending the head, for some 20 s
+            try:
+                for b in b"X-Slow: " + b"s" * 100:
+                    if stop.wait(0.2):
+                        return
+                    sock.sendall(bytes([b]))
+            except OSError:
+                pass
+
+        trickler = threading.Thread(target=trickle)
+        trickler.start()
+        started = time.monotonic()
+        try:
+            try:
+                closed = sock.recv(4096) == b""  # the server closes it without an answer
+            except ConnectionResetError:
+                closed = True
+            assert closed and time.monotonic() - started < 8
         finally:
             stop.set()
             trickler.join(30)
