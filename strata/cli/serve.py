@@ -28,6 +28,15 @@ def add(sub) -> None:
     p.add_argument("--api-key", default=None, metavar="KEY", help="require Authorization: Bearer KEY on /v1")
     p.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="S",
                    help="on SIGTERM, seconds to let requests in flight finish before cancelling them (default 10)")
+    p.add_argument("--max-body-bytes", type=bounded_int(1), default=None, metavar="N",
+                   help="the largest request body; a larger one is answered 413 before it is read (default 8 MiB)")
+    p.add_argument("--read-timeout", type=float, default=None, metavar="S",
+                   help="seconds a request's head, then its body, may take to arrive: a slower body is answered 408, a "
+                        "slower head's connection closed (default 30)")
+    p.add_argument("--max-pending-events", type=bounded_int(1), default=None, metavar="N",
+                   help="a stream whose client falls N events behind is cancelled (default 256)")
+    p.add_argument("--stall-timeout", type=float, default=None, metavar="S",
+                   help="/health answers 503 once a step has run S seconds with requests in flight (default 60)")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET-serve)")
     add_allow_nonfinite(p)
@@ -38,7 +47,10 @@ def run(args: argparse.Namespace) -> int:
     from strata.runtime.commands.serve import serve_model
 
     serve_model(args.model, args.target, knobs_of(args), host=args.host, port=args.port, api_key=args.api_key,
-                shutdown_timeout=args.shutdown_timeout, max_num_seqs=args.max_num_seqs,
+                shutdown_timeout=args.shutdown_timeout,
+                http_limits={"max_body_bytes": args.max_body_bytes, "read_timeout": args.read_timeout,
+                             "max_pending_events": args.max_pending_events, "stall_timeout": args.stall_timeout},
+                max_num_seqs=args.max_num_seqs,
                 max_batched_tokens=args.max_num_batched_tokens, kv_pages=args.kv_pages,
                 prefix_state_snapshots=args.prefix_state_snapshots,
                 max_waiting=args.max_waiting, cache_dir=args.cache_dir, interpret=getattr(args, "interpret", False),

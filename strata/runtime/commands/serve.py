@@ -94,18 +94,24 @@ def open_engine(model_path: str | Path, target_name: str = "cpu", knobs: Mapping
 
 def serve_model(model_path: str | Path, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,
                 host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
-                shutdown_timeout: float = 10.0, **engine_options: Any) -> None:
-    """Serve the model until SIGTERM (see `strata.runtime.serve.server`)."""
+                shutdown_timeout: float = 10.0, http_limits: Mapping[str, Any] | None = None,
+                **engine_options: Any) -> None:
+    """Serve the model until SIGTERM (see `strata.runtime.serve.server`); `http_limits`: fields
+    of `server.HttpLimits` (max_body_bytes, read_timeout, stall_timeout, ...) that differ from its defaults."""
     try:
         from strata.runtime.serve import server
     except ImportError as e:
         raise ServeError(f"strata serve needs the serve extra ({e.name} is missing): pip install -e '.[serve]'") from None
     if shutdown_timeout < 0:
         raise ServeError(f"--shutdown-timeout must be at least 0, got {shutdown_timeout}")
+    for name, value in (http_limits or {}).items():
+        if value is not None and not value > 0:  # NaN too
+            raise ServeError(f"--{name.replace('_', '-')} must be above 0, got {value}")
+    limits = server.HttpLimits(**{k: v for k, v in (http_limits or {}).items() if v is not None})
     check_bind(host, port)
     engine = open_engine(model_path, target_name, knobs, **engine_options)
     name = Path(model_path).name or str(model_path)
-    app = server.create_app(engine, name, api_key)
+    app = server.create_app(engine, name, api_key, limits)
     say(f"serving {name} on http://{host}:{port}/v1 ({engine.describe()})")
-    server.serve_forever(app, engine, host=host, port=port, shutdown_timeout=shutdown_timeout)
+    server.serve_forever(app, engine, host=host, port=port, shutdown_timeout=shutdown_timeout, limits=limits)
     say("stopped")

@@ -6,6 +6,7 @@
     # emit gets TextEvent pieces, then one DoneEvent (or one ErrorEvent), on the engine's thread
     engine.cancel(handle)                  # a client gone: its pages are freed at the next step
     engine.limits, engine.stats()          # what a request is checked against; the counters /metrics reads
+    engine.stalled(60)                     # why the engine is stuck (a step running 60 s with work), or None
     engine.drain(timeout=5); engine.close()
 
 The way down and up: `submit` queues a `Handle`; the engine's thread admits it to the scheduler
@@ -172,6 +173,9 @@ class ServeEngine:
         self._by_seq: dict[int, Handle] = {}
         self._wake = threading.Condition()
         self._closed = False
+        #: When the engine's thread last made progress (began or ended a step) while it had work;
+        #: None while it waits for work.
+        self._progress_at: float | None = None
         self._thread = threading.Thread(target=self._run, name="strata-serve-engine", daemon=True)
 
     # -- the caller's side (any thread) -------------------------------------------------------
@@ -222,6 +226,16 @@ class ServeEngine:
                 self.scheduler.cancel(handle.seq)
             self._wake.notify()
 
+    def stalled(self, bound: float) -> str | None:
+        """Why the engine is not serving (its thread gone, or no progress for `bound` seconds
+        while it has work: a step stuck), or None."""
+        if self._thread.ident is not None and not self._thread.is_alive() and not self._closed:
+            return "its thread has stopped"
+        since = self._progress_at
+        if since is not None and time.monotonic() - since > bound:
+            return f"no step has ended for {time.monotonic() - since:.1f} s with requests in flight"
+        return None
+
     @property
     def in_flight(self) -> int:
         with self._wake:
@@ -260,9 +274,11 @@ class ServeEngine:
         while True:
             with self._wake:
                 while not self._closed and not self._inbox and not self.scheduler.has_work():
+                    self._progress_at = None
                     self._wake.wait()
                 if self._closed:
                     return
+                self._progress_at = time.monotonic()
                 inbox, self._inbox = self._inbox, []
                 for handle in inbox:  # under the lock: a cancel sees its seq, or the admission sees the cancel
                     self._admit(handle)
@@ -278,6 +294,7 @@ class ServeEngine:
                 for seq in self.scheduler.abort_all():
                     self._fail(self._by_seq.get(seq.id), f"the step failed: {_brief(e)}")
                 continue
+            self._progress_at = time.monotonic()
             for out in result.outputs:  # the text layer, after the step
                 handle = self._by_seq.get(out.seq.id)
                 if handle is None:

@@ -64,12 +64,32 @@ def _number(body: Mapping[str, Any], name: str, default: float, low: float, high
     return float(v)
 
 
+def _whole(v: Any) -> int | None:
+    """`v` as an int when JSON calls it an integer (2 or 2.0, as JSON Schema does), else None."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v if isinstance(v, int) else None
+
+
+#: A temperature below this is greedy (as vLLM's): logits divided by less can overflow float32,
+#: where the sampler's distribution is undefined, and the draw is the argmax's well before it.
+GREEDY_BELOW = 1e-5
+
+
+def _temperature(body: Mapping[str, Any]) -> float:
+    t = _number(body, "temperature", 1.0, 0, 2)
+    return 0.0 if t < GREEDY_BELOW else t
+
+
 def _integer(body: Mapping[str, Any], name: str, default: int | None, low: int | None = None) -> int | None:
     v = body.get(name)
     if v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, int):
+    if _whole(v) is None:
         raise ApiError(f"'{name}' must be an integer, got {_shown(v)}", name)
+    v = _whole(v)
     if low is not None and v < low:
         raise ApiError(f"'{name}' must be at least {low}, got {v}", name)
     return v
@@ -112,12 +132,12 @@ def _common(body: Any, limits: Any, model_name: str, prompt: list[int], max_toke
         raise ApiError(f"max_tokens {max_tokens} is too large: the prompt ({len(prompt)} tokens) leaves room for "
                        f"{room} new tokens in the context of {n_ctx} tokens (this server's maximum context length)",
                        max_tokens_field, code="context_length_exceeded")
-    top_k = _integer(body, "top_k", 0)
+    top_k = _integer(body, "top_k", 0)  # 0 or less: off; the vocabulary or more keeps every token, as off does
     seed = _integer(body, "seed", None)
     try:
         sampling = SamplingParams(
-            temperature=_number(body, "temperature", 1.0, 0, 2), top_p=_number(body, "top_p", 1.0, 0, 1),
-            top_k=max(top_k, 0), min_p=_number(body, "min_p", 0.0, 0, 1),
+            temperature=_temperature(body), top_p=_number(body, "top_p", 1.0, 0, 1),
+            top_k=min(max(top_k, 0), vocab), min_p=_number(body, "min_p", 0.0, 0, 1),
             presence_penalty=_number(body, "presence_penalty", 0.0, -2, 2),
             frequency_penalty=_number(body, "frequency_penalty", 0.0, -2, 2),
             repetition_penalty=_number(body, "repetition_penalty", 1.0, 1e-6, 100), seed=seed)
@@ -188,8 +208,8 @@ def parse_completion(body: Any, limits: Any, model_name: str) -> ApiRequest:
         from strata.runtime.text import check_utf8
 
         ids = limits.tokenizer.encode(check_utf8(prompt, "the prompt"))
-    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        ids = list(prompt)
+    elif isinstance(prompt, list) and prompt and all(_whole(t) is not None for t in prompt):
+        ids = [_whole(t) for t in prompt]
     elif isinstance(prompt, list) and len(prompt) > 1:
         raise ApiError("a batch of prompts is not supported: send one prompt per request (or use n)", "prompt")
     else:

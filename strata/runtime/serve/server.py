@@ -6,9 +6,21 @@
 
 Endpoints: GET /v1/models, POST /v1/completions and /v1/chat/completions (streamed as
 server-sent events or not; `requests.py` reads their bodies), GET /health, GET /metrics
-(Prometheus text). Errors are OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`.
+(Prometheus text), GET /openapi.json (the bodies' schemas: `openapi.py`). Errors are OpenAI's
+shape, `{"error": {"message", "type", "param", "code"}}`.
 SIGTERM stops admission (new requests: 503), lets the requests in flight finish for up to
 `shutdown_timeout` seconds, cancels the rest, and exits 0.
+
+What one client can do to the others is bounded (`HttpLimits`): a body larger than
+`max_body_bytes` is answered 413 before it is read whole (its Content-Length, or the bytes
+counted as a chunked body comes); a body still arriving after `read_timeout` seconds is answered
+408, and a connection whose request head has not all come in that time is closed (a head
+trickled a byte at a time); more than `max_headers` headers 431, a head larger than `max_header_bytes` is refused by
+h11 itself (400); a stream whose client stopped reading is cancelled once it is
+`max_pending_events` events behind, so its events never pile up. /health fails (503) while the
+engine is stalled (`ServeEngine.stalled`: a step running longer than `stall_timeout` seconds
+with work pending, or its thread gone). Besides Strata's own metrics, /metrics has the gauges
+routers read (Gateway API Inference Extension, llm-d) under vLLM's names and `model_name` label.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ import signal
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,11 +41,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from strata.errors import StrataError, say
 from strata.runtime.serve.batch_engine import (
     DoneEvent,
     Draining,
+    ErrorEvent,
     Event,
     Handle,
     Observer,
@@ -40,11 +55,29 @@ from strata.runtime.serve.batch_engine import (
     ServeEngine,
     TextEvent,
 )
+from strata.runtime.serve.openapi import chat_body, completion_body, json_body
 from strata.runtime.serve.requests import ApiError, ApiRequest, parse_chat, parse_completion
 from strata.runtime.serve.scheduler import SchedulerError
 
 #: Seconds a client is told to wait when the queue is full or the server is going away.
 RETRY_AFTER = "1"
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """What one request may take of the server (see the module's doc)."""
+
+    #: The largest request body, in bytes (a prompt of a long context is well under a MiB).
+    max_body_bytes: int = 8 << 20
+    #: Seconds a request's head, and then its body, may each take to arrive, all of it.
+    read_timeout: float = 30.0
+    #: The most header lines of a request, and the most bytes of its head (h11's limit).
+    max_headers: int = 100
+    max_header_bytes: int = 16 << 10
+    #: The most events a streamed reply may fall behind before its request is cancelled.
+    max_pending_events: int = 256
+    #: Seconds a step may run, with work pending, before /health reports the engine stalled.
+    stall_timeout: float = 60.0
 
 
 def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
@@ -82,8 +115,23 @@ class _EngineTotals:
 class Metrics(Observer):
     """The server's Prometheus metrics, in a registry of its own."""
 
-    def __init__(self, engine: ServeEngine):
+    def __init__(self, engine: ServeEngine, model_name: str = ""):
         self.registry = r = CollectorRegistry()
+
+        def kv_usage() -> float:
+            s = engine.stats()
+            return s.pages_used / max(s.pages_used + s.pages_free, 1)
+
+        # The gauges routers read (Gateway API Inference Extension, llm-d), under vLLM's names:
+        # its KV-cache gauge is kv_cache_usage_perc now, gpu_cache_usage_perc before (a fraction, 1 = full).
+        for name, doc, value in (("vllm:num_requests_running", "Requests being stepped",
+                                  lambda: engine.stats().running),
+                                 ("vllm:num_requests_waiting", "Requests waiting for a row or pages",
+                                  lambda: engine.stats().waiting),
+                                 ("vllm:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent", kv_usage),
+                                 ("vllm:gpu_cache_usage_perc", "KV-cache usage; 1 means 100 percent (vLLM's "
+                                  "former name)", kv_usage)):
+            Gauge(name, doc, ["model_name"], registry=r).labels(model_name).set_function(value)
         Gauge("strata_requests_running", "Requests being stepped", registry=r).set_function(
             lambda: engine.stats().running)
         Gauge("strata_requests_waiting", "Requests waiting for a row or pages", registry=r).set_function(
@@ -140,9 +188,10 @@ class Metrics(Observer):
             f"first token {ttft}, total {time.perf_counter() - handle.arrived:.3f}s, {handle.finish_reason}")
 
 
-def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None) -> FastAPI:
-    app = FastAPI(title="strata serve", docs_url=None, redoc_url=None, openapi_url=None)
-    metrics = Metrics(engine)
+def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None,
+               limits: HttpLimits = HttpLimits()) -> FastAPI:
+    app = FastAPI(title="strata serve", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
+    metrics = Metrics(engine, model_name)
     engine.observer = metrics
     created = int(time.time())
 
@@ -153,6 +202,9 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None)
 
     @app.middleware("http")
     async def authorize(request: Request, call_next):
+        if len(request.headers.raw) > limits.max_headers:
+            return error_response(431, f"the request has {len(request.headers.raw)} header lines; at most "
+                                  f"{limits.max_headers}", code="too_many_headers", headers={"Connection": "close"})
         if api_key is not None and request.url.path.startswith("/v1/"):
             given = request.headers.get("authorization", "")
             if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
@@ -164,6 +216,9 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None)
     async def health():
         if engine.draining:
             return error_response(503, "the server is shutting down", "server_error", headers={"Retry-After": RETRY_AFTER})
+        stalled = engine.stalled(limits.stall_timeout)
+        if stalled is not None:
+            return error_response(503, f"the engine is stalled: {stalled}", "server_error", code="engine_stalled")
         return {"status": "ok"}
 
     @app.get("/metrics")
@@ -175,16 +230,19 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None)
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": created,
                                             "owned_by": "strata", "max_model_len": engine.limits.n_ctx}]}
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=json_body(
+        completion_body(model_name, engine.limits.vocab, engine.limits.n_ctx)))
     async def completions(request: Request):
         return await _serve(request, chat=False)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=json_body(chat_body(model_name, engine.limits.n_ctx)))
     async def chat_completions(request: Request):
         return await _serve(request, chat=True)
 
     async def _serve(request: Request, chat: bool):
-        raw = await request.body()
+        raw = await _read_body(request, limits)
+        if isinstance(raw, Response):
+            return raw
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
@@ -195,14 +253,14 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None)
             return error_response(e.status, e.message, param=e.param, code=e.code)
         except StrataError as e:  # a chat template or a text the tokenizer refuses
             return error_response(400, str(e))
-        loop = asyncio.get_running_loop()
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        queues: list[asyncio.Queue] = [asyncio.Queue() for _ in range(parsed.n)]
-        handles: list[Handle] = []
+        # a whole reply is read as it comes; a stream is read as fast as its client reads
+        outbox = _Outbox(asyncio.get_running_loop(), engine, limits.max_pending_events if parsed.stream else None)
+        handles = outbox.handles
         try:
-            for i, q in enumerate(queues):
+            for i in range(parsed.n):
                 handles.append(engine.submit(parsed.prompt, parsed.max_tokens, sampling=parsed.choice_sampling(i),
-                                             stop=parsed.stop, emit=_bridge(loop, q), logprobs=parsed.logprobs,
+                                             stop=parsed.stop, emit=outbox.emit_for(i), logprobs=parsed.logprobs,
                                              request_id=rid if parsed.n == 1 else f"{rid}/{i}"))
         except QueueFull as e:
             _cancel(engine, handles)
@@ -214,7 +272,7 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None)
                                   headers={"Retry-After": RETRY_AFTER})
         except SchedulerError as e:
             return error_response(400, str(e), param="max_tokens", code="context_length_exceeded")
-        reply = _Reply(rid, model_name, chat, parsed, handles, queues, engine.tokenizer)
+        reply = _Reply(rid, model_name, chat, parsed, handles, outbox.queue, engine.tokenizer)
         if parsed.stream:
             return StreamingResponse(reply.events(engine), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
@@ -223,13 +281,71 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None)
     return app
 
 
-def _bridge(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue):
-    def emit(event: Event) -> None:
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, event)
-        except RuntimeError:  # the server's loop has closed: nobody is listening
-            pass
-    return emit
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _read_body(request: Request, limits: HttpLimits) -> bytes | Response:
+    """The request's body, or the error that answers it: 413 as soon as it is known to be too
+    large (never read whole), 408 when it has not all come in `read_timeout` seconds. Either
+    closes the connection, so the rest of the body is never read."""
+    limit, close = limits.max_body_bytes, {"Connection": "close"}
+    too_large = f"the request body is larger than {limit} bytes (--max-body-bytes)"
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        return error_response(413, too_large, code="body_too_large", headers=close)
+    chunks: list[bytes] = []
+
+    async def read() -> None:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _BodyTooLarge
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(read(), limits.read_timeout)
+    except _BodyTooLarge:
+        return error_response(413, too_large, code="body_too_large", headers=close)
+    except asyncio.TimeoutError:
+        return error_response(408, f"the request body did not arrive within {limits.read_timeout:g} s",
+                              code="body_timeout", headers=close)
+    except ClientDisconnect:
+        return Response(status_code=499)
+    return b"".join(chunks)
+
+
+class _Outbox:
+    """A request's events, from the engine's thread to its reply on the server's loop, as
+    (choice, event). With a `bound`, a reply that falls more than `bound` events behind (a client
+    that stopped reading) has its request cancelled and gets an error in place of the rest: the
+    engine never waits for a reader, and a stalled one holds no more than `bound` events."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, engine: ServeEngine, bound: int | None):
+        self.loop, self.engine, self.bound = loop, engine, bound
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.handles: list[Handle] = []
+        self.overflowed = False
+
+    def emit_for(self, choice: int):
+        def emit(event: Event) -> None:
+            try:
+                self.loop.call_soon_threadsafe(self._put, choice, event)
+            except RuntimeError:  # the server's loop has closed: nobody is listening
+                pass
+        return emit
+
+    def _put(self, choice: int, event: Event) -> None:
+        if self.overflowed:
+            return
+        if self.bound is not None and self.queue.qsize() >= self.bound:
+            self.overflowed = True
+            _cancel(self.engine, self.handles)
+            say(f"a client fell {self.bound} events behind its stream: its request was cancelled")
+            event = ErrorEvent(f"the client fell more than {self.bound} events behind the stream; the request "
+                               "was cancelled")
+        self.queue.put_nowait((choice, event))
 
 
 def _cancel(engine: ServeEngine, handles: list[Handle]) -> None:
@@ -241,12 +357,12 @@ FINISH = {"stop": "stop", "length": "length", "cancelled": "abort"}
 
 
 class _Reply:
-    """One request's answer, whole or as server-sent events, from its choices' event queues."""
+    """One request's answer, whole or as server-sent events, from its one queue of (choice, event)."""
 
     def __init__(self, rid: str, model: str, chat: bool, parsed: ApiRequest, handles: list[Handle],
-                 queues: list[asyncio.Queue], tokenizer: Any):
+                 queue: asyncio.Queue, tokenizer: Any):
         self.rid, self.model, self.chat, self.parsed, self.tokenizer = rid, model, chat, parsed, tokenizer
-        self.handles, self.queues = handles, queues
+        self.handles, self.queue = handles, queue
         self.created = int(time.time())
         self.object = ("chat.completion" if chat else "text_completion")
 
@@ -256,25 +372,25 @@ class _Reply:
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     async def whole(self, engine: ServeEngine, request: Request):
-        texts = [""] * len(self.queues)
-        reasons: list[str | None] = [None] * len(self.queues)
-        pieces: list[list[tuple[list[int], list]]] = [[] for _ in self.queues]
+        n = self.parsed.n
+        texts = [""] * n
+        reasons: list[str | None] = [None] * n
+        pieces: list[list[tuple[list[int], list]]] = [[] for _ in range(n)]
         try:
-            for i, q in enumerate(self.queues):
-                while reasons[i] is None:
-                    try:
-                        event = await asyncio.wait_for(q.get(), 0.5)
-                    except asyncio.TimeoutError:
-                        if await request.is_disconnected():
-                            return Response(status_code=499)
-                        continue
-                    if isinstance(event, TextEvent):
-                        texts[i] += event.text
-                        pieces[i].append((event.ids, event.logprobs))
-                    elif isinstance(event, DoneEvent):
-                        reasons[i] = FINISH.get(event.finish_reason, event.finish_reason)
-                    else:
-                        return error_response(500, event.message, "server_error")
+            while None in reasons:
+                try:
+                    i, event = await asyncio.wait_for(self.queue.get(), 0.5)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        return Response(status_code=499)
+                    continue
+                if isinstance(event, TextEvent):
+                    texts[i] += event.text
+                    pieces[i].append((event.ids, event.logprobs))
+                elif isinstance(event, DoneEvent):
+                    reasons[i] = FINISH.get(event.finish_reason, event.finish_reason)
+                else:
+                    return error_response(500, event.message, "server_error")
         finally:
             _cancel(engine, [h for h in self.handles if h.finish_reason is None])
         choices = []
@@ -321,17 +437,15 @@ class _Reply:
         return {"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
 
     async def events(self, engine: ServeEngine):
-        # The choices' events are merged as they come: one task per choice feeds one queue.
-        merged: asyncio.Queue = asyncio.Queue()
-        pumps = [asyncio.create_task(_pump(i, q, merged)) for i, q in enumerate(self.queues)]
-        open_choices = len(self.queues)
+        n = self.parsed.n
+        open_choices = n
         try:
             if self.chat:
-                for i in range(len(self.queues)):
+                for i in range(n):
                     yield self._chunk([self._choice(i, None, None, first=True)])
-            offsets = [0] * len(self.queues)
+            offsets = [0] * n
             while open_choices:
-                i, event = await merged.get()
+                i, event = await self.queue.get()
                 if isinstance(event, TextEvent):
                     if event.text or (event.ids and self.parsed.logprobs is not None):
                         logprobs = self._logprobs(event.ids, event.logprobs, offsets[i])
@@ -349,17 +463,7 @@ class _Reply:
                 yield self._chunk([], self.usage())
             yield "data: [DONE]\n\n"
         finally:  # the client went away (or the reply ended): nothing of it keeps running
-            for p in pumps:
-                p.cancel()
             _cancel(engine, [h for h in self.handles if h.finish_reason is None])
-
-
-async def _pump(i: int, source: asyncio.Queue, merged: asyncio.Queue) -> None:
-    while True:
-        event = await source.get()
-        await merged.put((i, event))
-        if not isinstance(event, TextEvent):
-            return
 
 
 class _DrainingServer(uvicorn.Server):
@@ -390,9 +494,50 @@ class _DrainingServer(uvicorn.Server):
         self._drain.start()
 
 
-def serve_forever(app: FastAPI, engine: ServeEngine, *, host: str, port: int, shutdown_timeout: float) -> None:
+def _h11_with_head_timeout(timeout: float) -> type:
+    """uvicorn's h11 protocol, but a connection whose request head has not all come `timeout`
+    seconds after it began (the connection, or the head's first bytes on a kept-alive one) is
+    closed: a head trickled a byte at a time holds no connection for long."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadTimeoutH11(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._head_timer = self.loop.call_later(timeout, self._head_timed_out)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            waiting_for_head = self.conn.their_state is h11.IDLE
+            if waiting_for_head and self._head_timer is None:
+                self._head_timer = self.loop.call_later(timeout, self._head_timed_out)
+            elif not waiting_for_head and self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeadTimeoutH11
+
+
+def serve_forever(app: FastAPI, engine: ServeEngine, *, host: str, port: int, shutdown_timeout: float,
+                  limits: HttpLimits = HttpLimits()) -> None:
     """Run the server until SIGTERM / SIGINT (then drain, see `_DrainingServer`)."""
+    # h11 (not httptools, whose head has no size limit) with its head limit set here, not left to a default
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            http=_h11_with_head_timeout(limits.read_timeout),
+                            h11_max_incomplete_event_size=limits.max_header_bytes,
                             timeout_graceful_shutdown=max(shutdown_timeout, 1.0) + 5)
     server = _DrainingServer(config, engine, shutdown_timeout)
     engine.start()
