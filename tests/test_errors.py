@@ -91,9 +91,21 @@ def test_the_serving_and_cuda_errors_are_user_errors():
         assert isinstance(error, StrataError)
         assert user_error_message(error) == str(error)
     pytest.importorskip("torch", reason="no torch (the cuda runtime's host imports it)")
-    from strata.targets.cuda.runtime import ModelError
+    from strata.targets.cuda.program import CudaProgram, CudaProgramError
+    from strata.targets.cuda.runtime import ModelError as GeneratedModelError
 
-    assert issubclass(ModelError, StrataError) and issubclass(ModelError, ValueError)
+    # The generated model imports nothing from strata: the program turns its ModelError into a
+    # user error at the boundary.
+    class Refusing:
+        ModelError = GeneratedModelError
+
+        class Model:
+            def __init__(self, *args, **kwargs):
+                raise GeneratedModelError("no CUDA device")
+
+    with pytest.raises(CudaProgramError, match="no CUDA device") as caught:
+        CudaProgram(Refusing, {}, interpret=False)
+    assert isinstance(caught.value, StrataError)
 
 
 @pytest.mark.parametrize("argv, wanted", [(["--debug", "inspect", "m"], True), (["inspect", "m"], False),

@@ -42,15 +42,10 @@ E4M3_MAX = 448.0
 PAGE = 16  # strata.targets.target.KV_PAGE_SIZE (this file imports nothing from strata)
 
 
-try:  # under strata's drivers the model's refusals are user errors (one line, no traceback)
-    from strata.errors import StrataError as _UserError
-except ImportError:  # model.py used where strata is not installed
-    class _UserError(Exception):  # type: ignore[no-redef]
-        """An error in what the model was asked to do, not in the model."""
-
-
-class ModelError(_UserError, ValueError):
-    """A request or an input the compiled model cannot take (one line)."""
+class ModelError(ValueError):
+    """A request or an input the compiled model cannot take (one line). The cuda program
+    (strata/targets/cuda/program.py) turns it into a StrataError at its boundary: this file
+    imports nothing from strata."""
 
 
 def _load_kernels():
