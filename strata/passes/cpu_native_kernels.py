@@ -38,10 +38,10 @@ KERNEL_ATTR, NATIVE = "kernel", "native"
 #: The module's attribute: its program loads the native library (and sizes its thread pool).
 MODULE_ATTR = "cpu.kernels"
 #: A MUL_MAT's attribute naming the order of ggml-cpu's sums it reproduces, where it is not
-#: vec_dot's: "repacked", llama.cpp's CPU_REPACK on x86 (Q4_0 and IQ4_NL weights of a multiple of
+#: vec_dot's: "repacked", llama.cpp's CPU_REPACK on x86 (Q4_0, IQ4_NL and Q4_K weights of a multiple of
 #: 8 rows that only MUL_MATs read: a tied embedding stays in llama.cpp's input buffer, unrepacked).
 ORDER_ATTR, REPACKED = "ggml_order", "repacked"
-REPACKED_TYPES = ("q4_0", "iq4_nl")
+REPACKED_TYPES = ("q4_0", "iq4_nl", "q4_K")
 
 
 def native_weight_type(param: O.ParamOp) -> str | None:

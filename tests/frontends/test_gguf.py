@@ -404,7 +404,7 @@ def test_every_type_the_gguf_package_dequantizes_is_read(tmp_path) -> None:
     np.testing.assert_array_equal(store.get("blk.0.attn_v.weight"),
                                   gguf.quants.dequantize(raw["blk.0.attn_v.weight"], q5).reshape(16, 32))
     text = print_ir(lowered(model.module, "convert-module-to-op{entry=decode ctx=64}"))
-    assert 'op.param "blk.0.attn_v.weight" {format = "q5_0"}' in text
+    assert 'op.param "blk.0.attn_v.weight" {format = "q5_0", op.block = ' in text
     assert re.search(r'op.mul_mat %blk.0.attn_v.weight, %\S+ \{act = "q8_0"', text), text
 
 
