@@ -39,11 +39,16 @@ def get_rows(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 def rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
-    """RMS_NORM over the last dim: x / sqrt(mean(x^2) + eps), float32."""
+    """RMS_NORM over the last dim: x * (1 / sqrt(mean(x^2) + eps)), float32, as ggml-cpu: the
+    float32 squares summed in order in float64, the mean rounded to float32, then
+    scale = 1 / sqrtf(mean + eps) in float32 and each x times scale."""
     x = np.asarray(x, dtype=np.float32)
-    # einsum computes the row sums of squares without a temporary x*x array.
-    ms = np.einsum("...i,...i->...", x, x)[..., None] / np.float32(x.shape[-1])
-    return x / np.sqrt(ms + np.float32(eps))
+    squares = np.multiply(x, x, dtype=np.float32).astype(np.float64)
+    # cumsum adds in index order (np.sum would add pairwise): the last column is ggml's sum.
+    total = np.cumsum(squares, axis=-1)[..., -1:] if x.shape[-1] else np.zeros(x.shape[:-1] + (1,))
+    mean = (total / np.float64(x.shape[-1])).astype(np.float32)
+    scale = np.float32(1.0) / np.sqrt(mean + np.float32(eps))
+    return x * scale
 
 
 def mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -192,14 +197,57 @@ def clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
 
 
 def silu(x: np.ndarray) -> np.ndarray:
-    """SILU: x / (1 + exp(-x)), float32 (exp's overflow for x < -88 gives the correct -0)."""
+    """SILU: x / (1 + exp(-x)), float32, as ggml-cpu on x86 with AVX-512 (ggml_vec_silu_f32):
+    each row's first 16 * (n // 16) elements with ggml's vector exp (_expf_simd), the rest
+    with expf."""
     x = np.asarray(x, dtype=np.float32)
-    d = np.negative(x)
-    with np.errstate(over="ignore"):
-        np.exp(d, out=d)
-    d += np.float32(1.0)
-    np.divide(x, d, out=d)
-    return d
+    wide = x.shape[-1] - x.shape[-1] % 16
+    out = np.empty_like(x)
+    xv = x[..., :wide]
+    out[..., :wide] = xv / (np.float32(1.0) + _expf_simd(np.float32(0.0) - xv))
+    tail = x[..., wide:]
+    with np.errstate(over="ignore"):  # exp(-x) overflows for x < -88: the quotient is the correct -0
+        out[..., wide:] = tail / (np.float32(1.0) + np.exp(-tail.astype(np.float64)).astype(np.float32))
+    return out
+
+
+def _fma_f32(a, b, c) -> np.ndarray:
+    """a * b + c rounded once to float32 (a fused multiply-add), for float32 a, b, c.
+
+    a * b is exact in float64; the float64 sum's rounding error is recovered exactly (two-sum)
+    and the sum rounded to odd, so that its rounding to float32 is the exact sum's."""
+    p = np.multiply(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    c = np.asarray(c, np.float64)
+    s = p + c
+    back = s - p
+    err = (p - (s - back)) + (c - back)
+    even = (np.ascontiguousarray(s).view(np.int64) & 1) == 0
+    with np.errstate(invalid="ignore"):
+        odd = np.nextafter(s, np.where(err > 0, np.inf, -np.inf))
+    return np.where((err != 0) & even, odd, s).astype(np.float32)
+
+
+def _expf_simd(x: np.ndarray) -> np.ndarray:
+    """exp(x) as ggml-cpu's AVX-512 ggml_v_expf computes it (float32, within 2 ulp of exp):
+    n = round(x / ln 2) by the 1.5 * 2^23 shift, b = x - n ln 2 in two fused steps, a degree-5
+    polynomial in b by fused multiply-adds, scaled by 2^n; |n| > 192 gives inf or 0."""
+    f = np.float32
+    x = np.asarray(x, dtype=np.float32)
+
+    def c(hex_literal: str) -> np.float32:  # ggml's constants, spelled as its source does
+        return np.float32(float.fromhex(hex_literal))
+
+    shift = c("0x1.8p23")
+    n = _fma_f32(x, c("0x1.715476p+0"), shift) - shift
+    b = _fma_f32(-n, c("0x1.7f7d1cp-20"), _fma_f32(-n, c("0x1.62e4p-1"), x))
+    u = b * b
+    j = _fma_f32(_fma_f32(_fma_f32(c("0x1.0e4020p-7"), b, c("0x1.573e2ep-5")), u,
+                          _fma_f32(c("0x1.555e66p-3"), b, c("0x1.fffdb6p-2"))),
+                 u, _fma_f32(c("0x1.ffffecp-1"), b, f(1.0)))
+    big = np.abs(n) > f(192)  # an ordered compare: a NaN is not big, and stays NaN
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        res = np.ldexp(j, np.where(np.abs(n) <= f(192), n, f(0)).astype(np.int32)).astype(np.float32)
+    return np.where(big & (n > f(0)), np.float32(np.inf), np.where(big, np.float32(0.0), res))
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -268,18 +316,8 @@ def argmax(x: np.ndarray) -> np.ndarray:
 
 
 def swiglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """SWIGLU: silu(g) * u, float32."""
-    g = np.asarray(g, dtype=np.float32)
-    u = np.asarray(u, dtype=np.float32)
-    # silu(g) = g / (1 + exp(-g)); for g < -88 exp overflows to inf and the quotient is
-    # the correct -0, so the overflow warning is silenced. In place: one temporary.
-    d = np.negative(g)
-    with np.errstate(over="ignore"):
-        np.exp(d, out=d)
-    d += np.float32(1.0)
-    np.divide(g, d, out=d)
-    d *= u
-    return d
+    """SWIGLU: silu(g) * u, float32, as ggml-cpu's ggml_vec_swiglu_f32 (silu's docstring)."""
+    return silu(g) * np.asarray(u, dtype=np.float32)
 
 
 def set_rows(dst: np.ndarray, src: np.ndarray, rows: np.ndarray) -> np.ndarray:
