@@ -216,15 +216,15 @@ def _fma_f32(a, b, c) -> np.ndarray:
 
     a * b is exact in float64; the float64 sum's rounding error is recovered exactly (two-sum)
     and the sum rounded to odd, so that its rounding to float32 is the exact sum's."""
-    p = np.multiply(np.asarray(a, np.float64), np.asarray(b, np.float64))
-    c = np.asarray(c, np.float64)
-    s = p + c
-    back = s - p
-    err = (p - (s - back)) + (c - back)
-    even = (np.ascontiguousarray(s).view(np.int64) & 1) == 0
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # infinities give NaN errors, unused
+        p = np.multiply(np.asarray(a, np.float64), np.asarray(b, np.float64))
+        c = np.asarray(c, np.float64)
+        s = p + c
+        back = s - p
+        err = (p - (s - back)) + (c - back)
+        even = (np.ascontiguousarray(s).view(np.int64) & 1) == 0
         odd = np.nextafter(s, np.where(err > 0, np.inf, -np.inf))
-    return np.where((err != 0) & even, odd, s).astype(np.float32)
+        return np.where((err != 0) & even, odd, s).astype(np.float32)
 
 
 def _expf_simd(x: np.ndarray) -> np.ndarray:
@@ -240,7 +240,8 @@ def _expf_simd(x: np.ndarray) -> np.ndarray:
     shift = c("0x1.8p23")
     n = _fma_f32(x, c("0x1.715476p+0"), shift) - shift
     b = _fma_f32(-n, c("0x1.7f7d1cp-20"), _fma_f32(-n, c("0x1.62e4p-1"), x))
-    u = b * b
+    with np.errstate(invalid="ignore", over="ignore"):
+        u = b * b
     j = _fma_f32(_fma_f32(_fma_f32(c("0x1.0e4020p-7"), b, c("0x1.573e2ep-5")), u,
                           _fma_f32(c("0x1.555e66p-3"), b, c("0x1.fffdb6p-2"))),
                  u, _fma_f32(c("0x1.ffffecp-1"), b, f(1.0)))
@@ -333,14 +334,31 @@ def set_rows(dst: np.ndarray, src: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def soft_max(x: np.ndarray, mask, scale: float) -> np.ndarray:
     """SOFT_MAX: softmax(x * scale + mask) over the last dim, float32; the mask
-    (or None) broadcasts over x's leading dims."""
+    (or None) broadcasts over x's leading dims.
+
+    As ggml-cpu on x86 with AVX-512 (ggml_vec_soft_max_f32): e = exp(z - max) by ggml's vector
+    exp (_expf_simd) on each row's first 16 * (n // 16) elements, expf on the rest; each group
+    of 16 summed in float32 by _mm512_reduce_add_ps's tree (halves, then quarters, ...), the
+    group sums and the rest's values added in order in float64; e times float32(1 / sum)."""
     z = np.multiply(x, np.float32(scale), dtype=np.float32)
     if mask is not None:
         z += np.asarray(mask, dtype=np.float32)
     z -= np.max(z, axis=-1, keepdims=True)
-    np.exp(z, out=z)
-    z /= np.sum(z, axis=-1, keepdims=True)
-    return z
+    n = z.shape[-1]
+    wide = n - n % 16
+    e = np.empty_like(z)
+    e[..., :wide] = _expf_simd(z[..., :wide])
+    with np.errstate(under="ignore"):
+        e[..., wide:] = np.exp(z[..., wide:].astype(np.float64)).astype(np.float32)
+    t = e[..., :wide].reshape(*e.shape[:-1], wide // 16, 16)
+    t = t[..., 8:] + t[..., :8]
+    t = t[..., 4:] + t[..., :4]
+    t = t[..., 2:] + t[..., :2]
+    groups = t[..., 0] + t[..., 1]  # [..., n // 16] float32
+    terms = np.concatenate((groups, e[..., wide:]), axis=-1).astype(np.float64)
+    total = np.cumsum(terms, axis=-1)[..., -1:] if terms.shape[-1] else np.zeros(z.shape[:-1] + (1,))
+    with np.errstate(divide="ignore"):
+        return e * (np.float64(1.0) / total).astype(np.float32)
 
 
 def rope(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: str, freq_base: float,
@@ -355,11 +373,7 @@ def rope(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: str, freq_base: floa
     """
     x = np.asarray(x, dtype=np.float32)
     half = n_dims // 2
-    # Angles in float64, then cos/sin rounded to float32: as exact as a float32 table gets.
-    inv = float(freq_base) ** (-np.arange(half, dtype=np.float64) * 2.0 / n_dims)
-    if freq_factors is not None:
-        inv = inv / np.asarray(freq_factors, dtype=np.float64)[:half]
-    pos = np.asarray(pos, dtype=np.float64).reshape(-1)
+    pos = np.asarray(pos).reshape(-1)
     if mode in ("mrope", "imrope"):
         streams = pos.reshape(4, x.shape[0])  # [4, S]: t, h, w, e
         which = _mrope_streams(half, sections, mode == "imrope")
@@ -368,9 +382,19 @@ def rope(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: str, freq_base: floa
         p = np.broadcast_to(pos[:, None], (pos.shape[0], half))
     else:
         raise ValueError(f"rope: unknown mode {mode!r}")
-    theta = p * (float(freq_scale) * inv)[None, :]
-    cos = np.cos(theta).astype(np.float32)[:, None, :]  # [S, 1, half]: broadcast over heads
-    sin = np.sin(theta).astype(np.float32)[:, None, :]
+    # Angles as ggml-cpu computes them (ggml_rope_cache_init), all in float32: pair i's is the
+    # position times theta_scale = powf(freq_base, -2/n_dims) i times over, one rounding a step.
+    step = np.float32(np.power(np.float64(np.float32(freq_base)), np.float64(np.float32(-2.0) / np.float32(n_dims))))
+    theta = np.array(p, dtype=np.float32)  # [S, half]
+    for i in range(1, half):
+        theta[:, i:] *= step
+    if freq_factors is not None:
+        theta = theta / np.asarray(freq_factors, dtype=np.float32)[:half]
+    theta = np.float32(freq_scale) * theta
+    # cosf and sinf: the float64 values rounded once (glibc's are within 0.56 ulp of these: 1 ulp
+    # apart in about one in a thousand)
+    cos = np.cos(theta.astype(np.float64)).astype(np.float32)[:, None, :]  # [S, 1, half]: broadcast over heads
+    sin = np.sin(theta.astype(np.float64)).astype(np.float32)[:, None, :]
     out = np.empty_like(x)
     out[..., n_dims:] = x[..., n_dims:]  # empty unless the rotary dims are partial
     if mode == "norm":
@@ -378,11 +402,10 @@ def rope(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: str, freq_base: floa
     else:
         first, second = np.s_[..., :half], np.s_[..., half:n_dims]
     x0, x1, o0, o1 = x[first], x[second], out[first], out[second]
-    # Written into `out` in place: two temporaries instead of six.
-    np.multiply(x0, cos, out=o0)
-    o0 -= x1 * sin
-    np.multiply(x0, sin, out=o1)
-    o1 += x1 * cos
+    # x0 cos - x1 sin and x0 sin + x1 cos as GCC contracts them in ggml's rotate_pairs: the
+    # first product fused with the rounded second.
+    o0[...] = _fma_f32(x0, cos, -(x1 * sin))
+    o1[...] = _fma_f32(x0, sin, x1 * cos)
     return out
 
 
