@@ -233,18 +233,16 @@ def _expf_simd(x: np.ndarray) -> np.ndarray:
     polynomial in b by fused multiply-adds, scaled by 2^n; |n| > 192 gives inf or 0."""
     f = np.float32
     x = np.asarray(x, dtype=np.float32)
+    hexf = float.fromhex  # ggml's constants, spelled as its source does
 
-    def c(hex_literal: str) -> np.float32:  # ggml's constants, spelled as its source does
-        return np.float32(float.fromhex(hex_literal))
-
-    shift = c("0x1.8p23")
-    n = _fma_f32(x, c("0x1.715476p+0"), shift) - shift
-    b = _fma_f32(-n, c("0x1.7f7d1cp-20"), _fma_f32(-n, c("0x1.62e4p-1"), x))
+    shift = f(hexf("0x1.8p23"))
+    n = _fma_f32(x, f(hexf("0x1.715476p+0")), shift) - shift
+    b = _fma_f32(-n, f(hexf("0x1.7f7d1cp-20")), _fma_f32(-n, f(hexf("0x1.62e4p-1")), x))
     with np.errstate(invalid="ignore", over="ignore"):
         u = b * b
-    j = _fma_f32(_fma_f32(_fma_f32(c("0x1.0e4020p-7"), b, c("0x1.573e2ep-5")), u,
-                          _fma_f32(c("0x1.555e66p-3"), b, c("0x1.fffdb6p-2"))),
-                 u, _fma_f32(c("0x1.ffffecp-1"), b, f(1.0)))
+    j = _fma_f32(_fma_f32(_fma_f32(f(hexf("0x1.0e4020p-7")), b, f(hexf("0x1.573e2ep-5"))), u,
+                          _fma_f32(f(hexf("0x1.555e66p-3")), b, f(hexf("0x1.fffdb6p-2")))),
+                 u, _fma_f32(f(hexf("0x1.ffffecp-1")), b, f(1.0)))
     big = np.abs(n) > f(192)  # an ordered compare: a NaN is not big, and stays NaN
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         res = np.ldexp(j, np.where(np.abs(n) <= f(192), n, f(0)).astype(np.int32)).astype(np.float32)
@@ -373,7 +371,11 @@ def rope(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: str, freq_base: floa
     """
     x = np.asarray(x, dtype=np.float32)
     half = n_dims // 2
-    pos = np.asarray(pos).reshape(-1)
+    # Angles in float64, then cos/sin rounded to float32: as exact as a float32 table gets.
+    inv = float(freq_base) ** (-np.arange(half, dtype=np.float64) * 2.0 / n_dims)
+    if freq_factors is not None:
+        inv = inv / np.asarray(freq_factors, dtype=np.float64)[:half]
+    pos = np.asarray(pos, dtype=np.float64).reshape(-1)
     if mode in ("mrope", "imrope"):
         streams = pos.reshape(4, x.shape[0])  # [4, S]: t, h, w, e
         which = _mrope_streams(half, sections, mode == "imrope")
@@ -382,19 +384,9 @@ def rope(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: str, freq_base: floa
         p = np.broadcast_to(pos[:, None], (pos.shape[0], half))
     else:
         raise ValueError(f"rope: unknown mode {mode!r}")
-    # Angles as ggml-cpu computes them (ggml_rope_cache_init), all in float32: pair i's is the
-    # position times theta_scale = powf(freq_base, -2/n_dims) i times over, one rounding a step.
-    step = np.float32(np.power(np.float64(np.float32(freq_base)), np.float64(np.float32(-2.0) / np.float32(n_dims))))
-    theta = np.array(p, dtype=np.float32)  # [S, half]
-    for i in range(1, half):
-        theta[:, i:] *= step
-    if freq_factors is not None:
-        theta = theta / np.asarray(freq_factors, dtype=np.float32)[:half]
-    theta = np.float32(freq_scale) * theta
-    # cosf and sinf: the float64 values rounded once (glibc's are within 0.56 ulp of these: 1 ulp
-    # apart in about one in a thousand)
-    cos = np.cos(theta.astype(np.float64)).astype(np.float32)[:, None, :]  # [S, 1, half]: broadcast over heads
-    sin = np.sin(theta.astype(np.float64)).astype(np.float32)[:, None, :]
+    theta = p * (float(freq_scale) * inv)[None, :]
+    cos = np.cos(theta).astype(np.float32)[:, None, :]  # [S, 1, half]: broadcast over heads
+    sin = np.sin(theta).astype(np.float32)[:, None, :]
     out = np.empty_like(x)
     out[..., n_dims:] = x[..., n_dims:]  # empty unless the rotary dims are partial
     if mode == "norm":
@@ -402,10 +394,11 @@ def rope(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: str, freq_base: floa
     else:
         first, second = np.s_[..., :half], np.s_[..., half:n_dims]
     x0, x1, o0, o1 = x[first], x[second], out[first], out[second]
-    # x0 cos - x1 sin and x0 sin + x1 cos as GCC contracts them in ggml's rotate_pairs: the
-    # first product fused with the rounded second.
-    o0[...] = _fma_f32(x0, cos, -(x1 * sin))
-    o1[...] = _fma_f32(x0, sin, x1 * cos)
+    # Written into `out` in place: two temporaries instead of six.
+    np.multiply(x0, cos, out=o0)
+    o0 -= x1 * sin
+    np.multiply(x0, sin, out=o1)
+    o1 += x1 * cos
     return out
 
 
