@@ -214,17 +214,23 @@ def silu(x: np.ndarray) -> np.ndarray:
 def _fma_f32(a, b, c) -> np.ndarray:
     """a * b + c rounded once to float32 (a fused multiply-add), for float32 a, b, c.
 
-    a * b is exact in float64; the float64 sum's rounding error is recovered exactly (two-sum)
-    and the sum rounded to odd, so that its rounding to float32 is the exact sum's."""
-    with np.errstate(invalid="ignore", over="ignore"):  # infinities give NaN errors, unused
-        p = np.multiply(np.asarray(a, np.float64), np.asarray(b, np.float64))
-        c = np.asarray(c, np.float64)
-        s = p + c
+    a * b is exact in float64, and so is the float64 sum's rounding to float32 unless that
+    sum lies exactly halfway between two float32 values (or among float32's subnormals). Only
+    then is the rounding error of the float64 sum recovered (two-sum) and the sum moved one
+    float64 step toward the exact value (rounding to odd), so that float32 rounds as the exact
+    sum does."""
+    p = np.multiply(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    c = np.asarray(c, np.float64)
+    s = np.add(p, c)
+    low = np.ascontiguousarray(s).view(np.int64) & 0x1FFFFFFF  # the 29 bits float32 drops
+    halfway = low == 0x10000000
+    with np.errstate(invalid="ignore"):  # infinities: NaN errors, unused
+        if not np.count_nonzero(halfway) and not np.count_nonzero((np.abs(s) < 2.0 ** -125) & (s != 0)):
+            return s.astype(np.float32)
         back = s - p
         err = (p - (s - back)) + (c - back)
-        even = (np.ascontiguousarray(s).view(np.int64) & 1) == 0
-        odd = np.nextafter(s, np.where(err > 0, np.inf, -np.inf))
-        return np.where((err != 0) & even, odd, s).astype(np.float32)
+    step = np.where((err > 0) == (s > 0), 1, -1) * ((err != 0) & ((low & 1) == 0))
+    return (np.ascontiguousarray(s).view(np.int64) + step).view(np.float64).astype(np.float32)
 
 
 def _expf_simd(x: np.ndarray) -> np.ndarray:
