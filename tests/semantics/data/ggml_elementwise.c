@@ -1,6 +1,7 @@
 /* ggml-cpu's own element-wise ops on float32 rows, for the tests of strata's numpy kernels:
  * each function builds a one-op ggml graph over the caller's arrays and computes it on one
  * thread with the llama.cpp build's libggml-cpu. Rows are ggml's ne0 (the last numpy dim). */
+#include <math.h>
 #include <string.h>
 
 #include "ggml.h"
@@ -54,4 +55,11 @@ void elementwise_rope(const float * x, const int * pos, long head_dim, long head
     memcpy(p->data, pos, seq * sizeof(int));
     compute(ctx, ggml_rope_ext(ctx, input(ctx, x, head_dim, heads, seq), p, NULL, n_dims, mode, 0, freq_base, freq_scale,
                                0.0f, 1.0f, 0.0f, 0.0f), y);
+}
+
+/* the C library's expf, which ggml-cpu calls outside its vector loops (flash attention, leftovers) */
+void libm_expf(const float * x, long n, float * y) {
+    for (long i = 0; i < n; i++) {
+        y[i] = expf(x[i]);
+    }
 }
