@@ -248,14 +248,11 @@ def record_block_formats(model: Model) -> None:
     """Stamp a GGUF's block types on the module level's model: `ggml_formats` (ggml tensor name
     -> its ggml type, for every block-quantized tensor the model reads) and `ggml_block_orders`
     (name -> the order of its blocked axis, where the store reorders it). The op level reads
-    them (`op.param`'s `format`, ggml-cpu's quantized activations). And `ggml_arithmetic`: the
-    model is llama.cpp's, so the op level computes as ggml-cpu does where that is a choice
-    (op.rope's float32 angles)."""
-    from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, StringAttr, UnitAttr, i64
+    them (`op.param`'s `format`, ggml-cpu's quantized activations)."""
+    from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, StringAttr, i64
 
     from strata.frontends.gguf import GgufWeights
 
-    model.model_op.attributes["ggml_arithmetic"] = UnitAttr()
     expected = {name: (t.shape, t.dtype) for name, t in model.params().items()}
     formats = GgufWeights(model.gguf, model.config, expected, model.centred_norms()).block_formats()
     if not formats:

@@ -39,16 +39,11 @@ def get_rows(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 def rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
-    """RMS_NORM over the last dim: x * (1 / sqrt(mean(x^2) + eps)), float32, as ggml-cpu: the
-    float32 squares summed in order in float64, the mean rounded to float32, then
-    scale = 1 / sqrtf(mean + eps) in float32 and each x times scale."""
+    """RMS_NORM over the last dim: x / sqrt(mean(x^2) + eps), float32."""
     x = np.asarray(x, dtype=np.float32)
-    squares = np.multiply(x, x, dtype=np.float32).astype(np.float64)
-    # cumsum adds in index order (np.sum would add pairwise): the last column is ggml's sum.
-    total = np.cumsum(squares, axis=-1)[..., -1:] if x.shape[-1] else np.zeros(x.shape[:-1] + (1,))
-    mean = (total / np.float64(x.shape[-1])).astype(np.float32)
-    scale = np.float32(1.0) / np.sqrt(mean + np.float32(eps))
-    return x * scale
+    # einsum computes the row sums of squares without a temporary x*x array.
+    ms = np.einsum("...i,...i->...", x, x)[..., None] / np.float32(x.shape[-1])
+    return x / np.sqrt(ms + np.float32(eps))
 
 
 def mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -197,96 +192,14 @@ def clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
 
 
 def silu(x: np.ndarray) -> np.ndarray:
-    """SILU: x / (1 + exp(-x)), float32, as ggml-cpu on x86 with AVX-512 (ggml_vec_silu_f32):
-    each row's first 16 * (n // 16) elements with ggml's vector exp (_expf_simd), the rest
-    with expf."""
+    """SILU: x / (1 + exp(-x)), float32 (exp's overflow for x < -88 gives the correct -0)."""
     x = np.asarray(x, dtype=np.float32)
-    wide = x.shape[-1] - x.shape[-1] % 16
-    out = np.empty_like(x)
-    xv = x[..., :wide]
-    out[..., :wide] = xv / (np.float32(1.0) + _expf_simd(np.float32(0.0) - xv))
-    tail = x[..., wide:]
-    with np.errstate(over="ignore"):  # exp(-x) overflows for x < -88: the quotient is the correct -0
-        out[..., wide:] = tail / (np.float32(1.0) + _expf_libm(-tail))
-    return out
-
-
-def _expf_libm(x: np.ndarray) -> np.ndarray:
-    """exp(x) as glibc's expf computes it (float32; within 0.502 ulp, so one value in about a
-    thousand is not the correctly rounded one): k = round(x * 32 / ln 2), r the rest, 2^(k/32)
-    from a table of 32 doubles, a degree-3 polynomial in r, all in float64, rounded once to
-    float32. (glibc's FMA build fuses the polynomial's steps: a float64 rounding apart, which
-    changes the float32 result about once in millions.)"""
-    x = np.asarray(x, dtype=np.float32)
-    n = 32
-    table = np.array([
-                        0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
-                        0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
-                        0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
-                        0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
-                        0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
-                        0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
-                        0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
-                        0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
-    ], dtype=np.uint64)  # glibc's __exp2f_data.tab: the bits of 2^(i/32) less i << 47
-    shift = float.fromhex("0x1.8p+52")
-    with np.errstate(invalid="ignore", over="ignore"):
-        z = (float.fromhex("0x1.71547652b82fep+0") * n) * x.astype(np.float64)
-        kd = z + shift
-        ki = np.ascontiguousarray(kd).view(np.uint64)
-        r = z - (kd - shift)
-        scale = (table[ki % np.uint64(n)] + (ki << np.uint64(47))).view(np.float64)
-        c0, c1 = float.fromhex("0x1.c6af84b912394p-5") / n / n / n, float.fromhex("0x1.ebfce50fac4f3p-3") / n / n
-        c2 = float.fromhex("0x1.62e42ff0c52d6p-1") / n
-        poly = (c0 * r + c1) * (r * r) + (c2 * r + 1.0)
-        y = (poly * scale).astype(np.float32)
-    y = np.where(x > np.float32(float.fromhex("0x1.62e42ep6")), np.float32(np.inf), y)
-    y = np.where(x < np.float32(-float.fromhex("0x1.9fe368p6")), np.float32(0.0), y)
-    return np.where(np.isnan(x), x, y)
-
-
-def _fma_f32(a, b, c) -> np.ndarray:
-    """a * b + c rounded once to float32 (a fused multiply-add), for float32 a, b, c.
-
-    a * b is exact in float64, and so is the float64 sum's rounding to float32 unless that
-    sum lies exactly halfway between two float32 values (or among float32's subnormals). Only
-    then is the rounding error of the float64 sum recovered (two-sum) and the sum moved one
-    float64 step toward the exact value (rounding to odd), so that float32 rounds as the exact
-    sum does."""
-    p = np.multiply(np.asarray(a, np.float64), np.asarray(b, np.float64))
-    c = np.asarray(c, np.float64)
-    s = np.add(p, c)
-    low = np.ascontiguousarray(s).view(np.int64) & 0x1FFFFFFF  # the 29 bits float32 drops
-    halfway = low == 0x10000000
-    with np.errstate(invalid="ignore"):  # infinities: NaN errors, unused
-        if not np.count_nonzero(halfway) and not np.count_nonzero((np.abs(s) < 2.0 ** -125) & (s != 0)):
-            return s.astype(np.float32)
-        back = s - p
-        err = (p - (s - back)) + (c - back)
-    step = np.where((err > 0) == (s > 0), 1, -1) * ((err != 0) & ((low & 1) == 0))
-    return (np.ascontiguousarray(s).view(np.int64) + step).view(np.float64).astype(np.float32)
-
-
-def _expf_simd(x: np.ndarray) -> np.ndarray:
-    """exp(x) as ggml-cpu's AVX-512 ggml_v_expf computes it (float32, within 2 ulp of exp):
-    n = round(x / ln 2) by the 1.5 * 2^23 shift, b = x - n ln 2 in two fused steps, a degree-5
-    polynomial in b by fused multiply-adds, scaled by 2^n; |n| > 192 gives inf or 0."""
-    f = np.float32
-    x = np.asarray(x, dtype=np.float32)
-    hexf = float.fromhex  # ggml's constants, spelled as its source does
-
-    shift = f(hexf("0x1.8p23"))
-    n = _fma_f32(x, f(hexf("0x1.715476p+0")), shift) - shift
-    b = _fma_f32(-n, f(hexf("0x1.7f7d1cp-20")), _fma_f32(-n, f(hexf("0x1.62e4p-1")), x))
-    with np.errstate(invalid="ignore", over="ignore"):
-        u = b * b
-    j = _fma_f32(_fma_f32(_fma_f32(f(hexf("0x1.0e4020p-7")), b, f(hexf("0x1.573e2ep-5"))), u,
-                          _fma_f32(f(hexf("0x1.555e66p-3")), b, f(hexf("0x1.fffdb6p-2")))),
-                 u, _fma_f32(f(hexf("0x1.ffffecp-1")), b, f(1.0)))
-    big = np.abs(n) > f(192)  # an ordered compare: a NaN is not big, and stays NaN
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        res = np.ldexp(j, np.where(np.abs(n) <= f(192), n, f(0)).astype(np.int32)).astype(np.float32)
-    return np.where(big & (n > f(0)), np.float32(np.inf), np.where(big, np.float32(0.0), res))
+    d = np.negative(x)
+    with np.errstate(over="ignore"):
+        np.exp(d, out=d)
+    d += np.float32(1.0)
+    np.divide(x, d, out=d)
+    return d
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -355,8 +268,18 @@ def argmax(x: np.ndarray) -> np.ndarray:
 
 
 def swiglu(g: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """SWIGLU: silu(g) * u, float32, as ggml-cpu's ggml_vec_swiglu_f32 (silu's docstring)."""
-    return silu(g) * np.asarray(u, dtype=np.float32)
+    """SWIGLU: silu(g) * u, float32."""
+    g = np.asarray(g, dtype=np.float32)
+    u = np.asarray(u, dtype=np.float32)
+    # silu(g) = g / (1 + exp(-g)); for g < -88 exp overflows to inf and the quotient is
+    # the correct -0, so the overflow warning is silenced. In place: one temporary.
+    d = np.negative(g)
+    with np.errstate(over="ignore"):
+        np.exp(d, out=d)
+    d += np.float32(1.0)
+    np.divide(g, d, out=d)
+    d *= u
+    return d
 
 
 def set_rows(dst: np.ndarray, src: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -372,30 +295,14 @@ def set_rows(dst: np.ndarray, src: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def soft_max(x: np.ndarray, mask, scale: float) -> np.ndarray:
     """SOFT_MAX: softmax(x * scale + mask) over the last dim, float32; the mask
-    (or None) broadcasts over x's leading dims.
-
-    As ggml-cpu on x86 with AVX-512 (ggml_vec_soft_max_f32): e = exp(z - max) by ggml's vector
-    exp (_expf_simd) on each row's first 16 * (n // 16) elements, expf on the rest; each group
-    of 16 summed in float32 by _mm512_reduce_add_ps's tree (halves, then quarters, ...), the
-    group sums and the rest's values added in order in float64; e times float32(1 / sum)."""
+    (or None) broadcasts over x's leading dims."""
     z = np.multiply(x, np.float32(scale), dtype=np.float32)
     if mask is not None:
         z += np.asarray(mask, dtype=np.float32)
     z -= np.max(z, axis=-1, keepdims=True)
-    n = z.shape[-1]
-    wide = n - n % 16
-    e = np.empty_like(z)
-    e[..., :wide] = _expf_simd(z[..., :wide])
-    e[..., wide:] = _expf_libm(z[..., wide:])
-    t = e[..., :wide].reshape(*e.shape[:-1], wide // 16, 16)
-    t = t[..., 8:] + t[..., :8]
-    t = t[..., 4:] + t[..., :4]
-    t = t[..., 2:] + t[..., :2]
-    groups = t[..., 0] + t[..., 1]  # [..., n // 16] float32
-    terms = np.concatenate((groups, e[..., wide:]), axis=-1).astype(np.float64)
-    total = np.cumsum(terms, axis=-1)[..., -1:] if terms.shape[-1] else np.zeros(z.shape[:-1] + (1,))
-    with np.errstate(divide="ignore"):
-        return e * (np.float64(1.0) / total).astype(np.float32)
+    np.exp(z, out=z)
+    z /= np.sum(z, axis=-1, keepdims=True)
+    return z
 
 
 def rope(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: str, freq_base: float,

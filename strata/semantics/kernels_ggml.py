@@ -1,6 +1,5 @@
 """ggml-cpu's numerics where they are not plain float32: the quantization of activation rows
-before a quantized MUL_MAT, FLASH_ATTN_EXT over a float16 KV cache, and ROPE's float32 angles
-(rope_ggml). Kernels of the op
+before a quantized MUL_MAT, and FLASH_ATTN_EXT over a float16 KV cache. Kernels of the op
 level (and the CPU target's, copied into generated modules), under `kernels.py`'s rules:
 numpy and ml_dtypes only, self-contained functions, no module constants.
 
@@ -41,7 +40,7 @@ import ml_dtypes  # noqa: F401  (as kernels.py: generated modules import it)
 import numpy as np
 
 # The float32 kernels these build on (in a generated module, the copies of both files share one namespace).
-from strata.semantics.kernels import _fma_f32, _mrope_streams, flash_attn_ext, mul_mat, mul_mat_id
+from strata.semantics.kernels import flash_attn_ext, mul_mat, mul_mat_id
 
 
 def quantize_rows_q8_0(x: np.ndarray) -> np.ndarray:
@@ -157,52 +156,3 @@ def flash_attn_ext_f16(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask, scale:
         inv = np.where(total == 0, np.float32(0), np.float32(1) / total).astype(np.float32)
     out = (acc * inv[..., None]).astype(np.float32)
     return np.ascontiguousarray(out.transpose(1, 0, 2))
-
-
-def rope_ggml(x: np.ndarray, pos: np.ndarray, n_dims: int, mode: str, freq_base: float,
-              freq_scale: float, freq_factors=None, sections=None) -> np.ndarray:
-    """ROPE as ggml-cpu computes it (rope's operands and modes), float32 throughout.
-
-    Pair i's angle (ggml_rope_cache_init): theta = float32(p), multiplied i times by
-    theta_scale = powf(freq_base, -2/n_dims), each product rounded to float32; then
-    theta / freq_factors[i], times freq_scale, cosf and sinf of it. The rotation as GCC
-    contracts ggml's rotate_pairs: out0 = fma(x0, cos, -(x1 * sin)), out1 = fma(x0, sin,
-    x1 * cos). Farther from the exact angles than `rope` at large positions (float32 steps):
-    the op level asks for it with op.rope's `angles = "ggml"`.
-    """
-    x = np.asarray(x, dtype=np.float32)
-    half = n_dims // 2
-    pos = np.asarray(pos).reshape(-1)
-    if mode in ("mrope", "imrope"):
-        streams = pos.reshape(4, x.shape[0])  # [4, S]: t, h, w, e
-        which = _mrope_streams(half, sections, mode == "imrope")
-        p = streams[which].T  # [S, half]: each pair's position
-    elif mode in ("neox", "norm"):
-        p = np.broadcast_to(pos[:, None], (pos.shape[0], half))
-    else:
-        raise ValueError(f"rope: unknown mode {mode!r}")
-    # Angles as ggml-cpu computes them (ggml_rope_cache_init), all in float32: pair i's is the
-    # position times theta_scale = powf(freq_base, -2/n_dims) i times over, one rounding a step.
-    step = np.float32(np.power(np.float64(np.float32(freq_base)), np.float64(np.float32(-2.0) / np.float32(n_dims))))
-    theta = np.array(p, dtype=np.float32)  # [S, half]
-    for i in range(1, half):
-        theta[:, i:] *= step
-    if freq_factors is not None:
-        theta = theta / np.asarray(freq_factors, dtype=np.float32)[:half]
-    theta = np.float32(freq_scale) * theta
-    # cosf and sinf: the float64 values rounded once (glibc's are within 0.56 ulp of these: 1 ulp
-    # apart in a few in a hundred)
-    cos = np.cos(theta.astype(np.float64)).astype(np.float32)[:, None, :]  # [S, 1, half]: broadcast over heads
-    sin = np.sin(theta.astype(np.float64)).astype(np.float32)[:, None, :]
-    out = np.empty_like(x)
-    out[..., n_dims:] = x[..., n_dims:]  # empty unless the rotary dims are partial
-    if mode == "norm":
-        first, second = np.s_[..., 0:n_dims:2], np.s_[..., 1:n_dims:2]
-    else:
-        first, second = np.s_[..., :half], np.s_[..., half:n_dims]
-    x0, x1, o0, o1 = x[first], x[second], out[first], out[second]
-    # x0 cos - x1 sin and x0 sin + x1 cos as GCC contracts them in ggml's rotate_pairs: the
-    # first product fused with the rounded second.
-    o0[...] = _fma_f32(x0, cos, -(x1 * sin))
-    o1[...] = _fma_f32(x0, sin, x1 * cos)
-    return out

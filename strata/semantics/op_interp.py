@@ -291,8 +291,7 @@ class OpFunctions(InterpreterFunctions):
     def run_rope(self, interpreter: Interpreter, op: O.RopeOp, a: V) -> V:
         factors = a[2] if len(a) > 2 else None
         sections = op.sections.get_values() if op.sections is not None else None
-        kernel = KG.rope_ggml if op.angles is not None else K.rope  # ggml's float32 angles (kernels_ggml)
-        return (kernel(a[0], a[1], _int(op.n_dims), op.mode.data, _float(op.freq_base), _float(op.freq_scale), factors,
+        return (K.rope(a[0], a[1], _int(op.n_dims), op.mode.data, _float(op.freq_base), _float(op.freq_scale), factors,
                        sections),)
 
     @impl(O.GatedDeltaNetOp)

@@ -80,9 +80,6 @@ class RopeOp(OpBase):
     sections = opt_attr_def(DenseArrayBase)
     freq_base = attr_def(FloatAttr)
     freq_scale = attr_def(FloatAttr)
-    #: "ggml": the angles as ggml-cpu computes them, in float32 steps (kernels_ggml.rope_ggml),
-    #: for a model read from a GGUF; absent: as exact as float32 cos and sin get.
-    angles = opt_attr_def(StringAttr)
 
     assembly_format = (
         "$src `,` $positions (`,` $freq_factors^)? attr-dict `:` type($src) `,` type($positions)"
@@ -95,8 +92,6 @@ class RopeOp(OpBase):
         require(len(a) == 3, f"op.rope: operand must be [S, Heads, D], got {fmt_shape(a)}")
         require(shapes_eq(a, r), "op.rope: result shape must equal the operand's")
         require(mode in ROPE_MODES, f"op.rope: mode must be one of {', '.join(ROPE_MODES)}, got '{mode}'")
-        require(self.angles is None or self.angles.data == "ggml",
-                f"op.rope: angles must be \"ggml\" or absent, got '{self.angles.data if self.angles else ''}'")
         multi = mode in MULTI_ROPE_MODES
         per_token = 4 if multi else 1
         want = DYNAMIC_INDEX if a[0] == DYNAMIC_INDEX else per_token * a[0]

@@ -49,8 +49,7 @@ from strata.errors import StrataError
 # The expansions register themselves with EXPANSIONS when imported.
 from strata.passes.convert_module_to_op import attention, hybrid, model, moe, nn  # noqa: F401
 from strata.passes.convert_module_to_op.entries import ENTRIES, LOOPS, lower_plan_entry
-from strata.passes.convert_module_to_op.lowering import (EXPANSIONS, Lowering, LoweringError, ggml_arithmetic,
-                                                    stored_formats)
+from strata.passes.convert_module_to_op.lowering import EXPANSIONS, Lowering, LoweringError, stored_formats
 from strata.passes.options import StrataPass
 
 __all__ = ["ConvertModuleToOpPass", "ENTRIES", "EXPANSIONS", "LOOPS", "LoweringError", "lower_entry"]
@@ -179,7 +178,7 @@ def _one_sequence(root: BlockInstance, entry: str, opts: ConvertModuleToOpPass, 
     ranks = root.dim("Shards") if "Shards" in root.env else 1
     lo = Lowering(block, entry, tokens, n_ctx, n_kv, opts.flash_attn, start=opts.start, ranks=ranks,
                   formats=stored_formats(root.block.parent_op()), act_quant=opts.act_quant,
-                  kv_type=opts.kv_type or None, ggml=ggml_arithmetic(root.block.parent_op()))
+                  kv_type=opts.kv_type or None)
     logits = lo.g.expand(lo.call(root, entry))
     lo.g.finish()
     block.add_op(func.ReturnOp(logits))

@@ -283,8 +283,6 @@ def _rope(lo: Lowering, inst: BlockInstance, head_dim: int):
         "freq_base": FloatAttr(theta, f64),
         "freq_scale": FloatAttr(1.0, f64),
     }
-    if lo.ggml:
-        attrs["angles"] = StringAttr("ggml")
     multi = mode in O.MULTI_ROPE_MODES
     if multi:
         section = inst.attr("mrope_section")

@@ -46,7 +46,6 @@ from strata.passes.convert_module_to_op.lowering import (
     Lowering,
     LoweringError,
     block_origin,
-    ggml_arithmetic,
     stored_formats,
     tensor,
 )
@@ -180,8 +179,7 @@ def lower_plan_entry(root: BlockInstance, entry: str, opts, n_ctx: int, declared
     plan, generics = make_plan(root, entry, opts, n_ctx)
     block = Block()
     lo = Lowering(block, entry, plan.tokens, n_ctx, plan.n_kv, opts.flash_attn, start=opts.start, plan=plan,
-                  formats=stored_formats(root.block.parent_op()), act_quant=opts.act_quant,
-                  ggml=ggml_arithmetic(root.block.parent_op()))
+                  formats=stored_formats(root.block.parent_op()), act_quant=opts.act_quant)
     results = lo.call(root, entry)
     results = [lo.g.expand(r) for r in (results if isinstance(results, list) else [results])]
     lo.g.finish()
@@ -203,8 +201,7 @@ def _step_function(root: BlockInstance, opts, n_ctx: int, name: str) -> func.Fun
     plan = CallPlan("decode", "cache", batch, 1, n_ctx, "slots", batch, None, batch)
     block = Block()
     lo = Lowering(block, "decode", plan.tokens, n_ctx, n_ctx, opts.flash_attn, plan=plan,
-                  formats=stored_formats(root.block.parent_op()), act_quant=opts.act_quant,
-                  ggml=ggml_arithmetic(root.block.parent_op()))
+                  formats=stored_formats(root.block.parent_op()), act_quant=opts.act_quant)
     (logits,) = lo.call(root, "decode_rows")
     if name == "greedy_step":
         ids = lo.g.expand(lo.g.unary(O.ArgmaxOp, logits, (batch,), "result_ids", elem=i32))

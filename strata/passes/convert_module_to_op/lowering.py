@@ -65,12 +65,6 @@ def stored_formats(model_op) -> dict[str, tuple[str, tuple[int, ...] | None]]:
             for name, fmt in formats.data.items()}
 
 
-def ggml_arithmetic(model_op) -> bool:
-    """Whether the model asks for ggml-cpu's arithmetic where that is a choice (a GGUF's model:
-    `ggml_arithmetic`, see strata.pipeline.model.record_block_formats)."""
-    return isinstance(model_op, M.ModelOp) and "ggml_arithmetic" in model_op.attributes
-
-
 class GraphBuilder:
     """Builds the op-level graph the way ggml does: ops are created first, then put in the
     block by `expand` (ggml_build_forward_expand), which appends a value's missing ancestors
@@ -228,10 +222,8 @@ class Lowering:
     def __init__(self, block: Block, entry: str, tokens: int, n_ctx: int, n_kv: int, flash_attn: bool,
                  start: int = -1, ranks: int = 1, plan: CallPlan | None = None,
                  formats: dict[str, tuple[str, tuple[int, ...] | None]] | None = None,
-                 act_quant: bool = True, kv_type: str | None = None, ggml: bool = False):
+                 act_quant: bool = True, kv_type: str | None = None):
         self.g = GraphBuilder(block, act_quant)
-        #: Compute as ggml-cpu does where that is a choice (`ggml_arithmetic`).
-        self.ggml = ggml
         #: The ranks of a tensor-parallel model (its `Shards`): each param may be a piece, read
         #: as the block's `tp_split` says, and the collectives join the ranks' results.
         self.ranks = ranks

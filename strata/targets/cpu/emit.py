@@ -222,7 +222,7 @@ def _rope(e: CpuEmitter, op: O.RopeOp) -> None:
         args.append(e.ref(op.freq_factors))
     if op.sections is not None:
         args.append(int_tuple(op.sections.get_values()))
-    e.assign(op, "rope_ggml" if op.angles is not None else "rope", *args)  # ggml's float32 angles (kernels_ggml)
+    e.assign(op, "rope", *args)
 
 
 @CPU_EMITTER.register(O.GetRowsOp)
