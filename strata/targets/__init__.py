@@ -59,7 +59,6 @@ def check_entry_knobs(model: Any, k: dict[str, Any]) -> dict[str, Any]:
 
 def _cpu() -> Target:
     from strata.passes.pipelines import entry_pipeline, generic_options
-    from strata.passes.cpu_native_host import module_host
     from strata.passes.cpu_native_kernels import is_native
     from strata.targets.cpu import native_stage, program
     from strata.targets.cpu.emit import emit_cpu
@@ -86,9 +85,11 @@ def _cpu() -> Target:
             raise TargetError("cpu target: the module asks for the native kernels, but no C++ compiler built them")
         name, data = found
         entries = native_stage.native_entries(module)
-        if module_host(module) == "native":  # the stage's library has one name (native_stage.ENTRY_LIBRARY)
-            built = native_stage.entry_library_file(entries) if entries else None
-            name, data, entries = (*built, entries) if built else (native_stage.ENTRY_LIBRARY, data, {})
+        built = native_stage.entry_library_file(entries) if entries else None
+        if built is not None:  # the kernels with the printed entries compiled in
+            name, data = built
+        else:
+            entries = {}
         return {"model.py": emit_cpu(module, model_name, name, entries), name: data}
 
     def check(model: Any, k: dict[str, Any]) -> dict[str, Any]:

@@ -52,13 +52,13 @@ class EntryUnsupported(CodegenError):
 @dataclass(frozen=True)
 class EntrySource:
     """A printed entry: its C++ source, the function's name, the tensor names of its weights
-    in index order (packed[i]: the i-th is bound as packed blocks), its state names in index
-    order and the shape of its logits."""
+    in index order (kinds[i]: the i-th is bound as "packed" blocks, or a "float32" or "float16"
+    array), its state names in index order and the shape of its logits."""
 
     source: str
     function: str
     weights: tuple[str, ...]
-    packed: tuple[bool, ...]
+    kinds: tuple[str, ...]
     states: tuple[str, ...]
     logits: tuple[int, ...]
 
@@ -148,7 +148,7 @@ class EntryPrinter:
         self.places: dict[SSAValue, Place] = {}
         self.packed: dict[SSAValue, Packed] = {}
         self.weights: dict[str, int] = {}
-        self.weight_packed: list[bool] = []
+        self.weight_kinds: dict[int, str] = {}
         self.states: dict[str, int] = {}
         self.inputs: dict[tuple[str, str], Place] = {}
         self.arena: dict[str, int] = {"float": 0, "int32_t": 0, "int64_t": 0, "uint16_t": 0}
@@ -174,13 +174,14 @@ class EntryPrinter:
         if p.contiguous:
             return p
         q = self.alloc(p.ctype, p.shape)
-        self.loops(p.shape, [(q, "dst"), (p, "src")], lambda refs: f"{refs[0]} = {refs[1]};")
+        self.loops(p.shape, [(q, "dst"), (p, "src")], lambda refs: f"{refs[0]} = {refs[1]};", convert=False)
         return q
 
     def loops(self, shape: tuple[int, ...], places: list[tuple[Place, str]], body: Callable[[list[str]], str],
-              tiled: tuple[bool, ...] = ()) -> None:
+              tiled: tuple[bool, ...] = (), convert: bool = True) -> None:
         """Nested loops over `shape` (size-1 dims dropped); body(refs) gets each place's element
-        reference; a place marked in `tiled` repeats over the loop shape (ggml's repeat)."""
+        reference (a float16 operand's as float32 when `convert`); a place marked in `tiled` repeats
+        over the loop shape (ggml's repeat)."""
         dims = [(i, d) for i, d in enumerate(shape) if d != 1]
         refs = []
         for n, (p, _) in enumerate(places):
@@ -192,7 +193,9 @@ class EntryPrinter:
                     continue
                 index = f"i{i}" if not (tiled and tiled[n]) or pd == d else f"(i{i} % {pd})"
                 terms.append(f"{index} * {stride}" if stride != 1 else index)
-            refs.append(f"{terms[0]}[{' + '.join(terms[1:]) or '0'}]")
+            ref = f"{terms[0]}[{' + '.join(terms[1:]) or '0'}]"
+            # a float16 operand is read as float32, exactly (numpy's astype before the op)
+            refs.append(f"strata_entry::from_f16({ref})" if convert and p.ctype == "uint16_t" and n > 0 else ref)
         indent = ""
         for i, d in dims:
             self.line(f"{indent}for (int64_t i{i} = 0; i{i} < {d}; ++i{i})")
@@ -226,8 +229,7 @@ def _param(p: EntryPrinter, op: O.ParamOp) -> None:
         raise EntryUnsupported(f"weight '{sanitize_label(name)}' is converted or cut at load")
     packed = is_native(op)
     index = p.weights.setdefault(name, len(p.weights))
-    if index == len(p.weight_packed):
-        p.weight_packed.append(packed)
+    p.weight_kinds.setdefault(index, "packed")
     shape = _shape(op.result)
     if packed:
         kind = ggml_type(native_weight_type(op))
@@ -235,9 +237,11 @@ def _param(p: EntryPrinter, op: O.ParamOp) -> None:
             raise EntryUnsupported(f"packed weight '{sanitize_label(name)}' of {len(shape)} dims")
         p.packed[op.result] = Packed(index, GGML_TYPE_IDS[kind.name], shape[0], shape[1], kind.row_bytes(shape[1]))
         return
-    if _ctype(op.result.type) != "float":
-        raise EntryUnsupported(f"weight '{sanitize_label(name)}' is not float32")
-    p.places[op.result] = Place(f"((const float*)weights[{index}])", "float", 0, shape, contiguous_strides(shape))
+    ctype = _ctype(op.result.type)
+    if ctype not in ("float", "uint16_t"):
+        raise EntryUnsupported(f"weight '{sanitize_label(name)}' is not float32 or float16")
+    p.weight_kinds[index] = "float32" if ctype == "float" else "float16"
+    p.places[op.result] = Place(f"((const {ctype}*)weights[{index}])", ctype, 0, shape, contiguous_strides(shape))
 
 
 @handles(O.StateOp)
@@ -328,7 +332,7 @@ ELEMENTWISE: dict[type[Operation], str] = {O.AddOp: "{a} + {b}", O.MulOp: "{a} *
 
 def _binary(p: EntryPrinter, op: Operation) -> None:
     a, b = p.places[op.operands[0]], p.places[op.operands[1]]
-    if a.ctype != "float" or b.ctype != "float":
+    if a.ctype not in ("float", "uint16_t") or b.ctype not in ("float", "uint16_t"):
         raise EntryUnsupported(f"'{op.name}' of {a.ctype} and {b.ctype}")
     out = p.result(op)
     if out.shape != a.shape or len(b.shape) > len(a.shape) or \
@@ -522,4 +526,5 @@ extern "C" int {name}(const void* const* weights, const int64_t* const* orders, 
 {chr(10).join(p.lines)}
 }}
 """
-    return EntrySource(source, name, tuple(p.weights), tuple(p.weight_packed), tuple(p.states), p.logits)
+    kinds = tuple(p.weight_kinds[i] for i in range(len(p.weights)))
+    return EntrySource(source, name, tuple(p.weights), kinds, tuple(p.states), p.logits)

@@ -116,20 +116,21 @@ def attention_f16(lib, q, k, v, mask, scale):
     return native_flash_attn_f16(lib, q, k, v, mask, scale)
 
 
-def bind_native_entry(lib, function, weights, packed):
+def bind_native_entry(lib, function, weights, kinds):
     """The printed entry `function` of the library with its weights' addresses bound once
     (the function, the weights' and their row orders' address arrays); None, saying why in one line on stderr, when a weight is
-    not bound as the entry reads it (`packed[i]`: the i-th as packed blocks, else as a
-    contiguous float32 array): the Python host runs that entry then."""
+    not bound as the entry reads it (`kinds[i]`: the i-th as "packed" blocks, or a contiguous
+    "float32" or "float16" array): the Python host runs that entry then."""
     import ctypes
     import os
 
     addresses, orders, why = [], [], None
-    for w, blocks in zip(weights, packed):
+    for w, kind in zip(weights, kinds):
+        blocks = kind == "packed"
         if blocks and isinstance(w, np.ndarray):
             why = "a weight is bound as an array (the weight store gives no packed blocks)"
-        elif not blocks and not (isinstance(w, np.ndarray) and w.dtype == np.float32 and w.flags.c_contiguous):
-            why = "a float weight is not a contiguous float32 array"
+        elif not blocks and not (isinstance(w, np.ndarray) and w.dtype == np.dtype(kind) and w.flags.c_contiguous):
+            why = f"a weight is not a contiguous {kind} array"
         if why is not None:
             os.write(2, f"strata: {function}: the python host runs it: {why}\n".encode())
             return None

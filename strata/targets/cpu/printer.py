@@ -302,7 +302,7 @@ class CpuEmitter:
                 for entry, src in sorted(self.native_entries.items()):  # one native call per step
                     attrs = ", ".join(f"self.{self.params[w][0]}" for w in src.weights)
                     out.line(f"self._entry_{entry} = bind_native_entry(self.native_lib, {src.function!r}, "
-                             f"({attrs},), {tuple(src.packed)!r})")
+                             f"({attrs},), {tuple(src.kinds)!r})")
                 out.line("self.reset()")
             out.line()
             out.line("def reset(self):")
