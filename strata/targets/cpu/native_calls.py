@@ -118,7 +118,7 @@ def attention_f16(lib, q, k, v, mask, scale):
 
 def bind_native_entry(lib, function, weights, kinds):
     """The printed entry `function` of the library with its weights' addresses bound once
-    (the function, the weights' and their row orders' address arrays); None, saying why in one line on stderr, when a weight is
+    ({"call": the function, "weights" and "orders": address arrays}); None, saying why in one line on stderr, when a weight is
     not bound as the entry reads it (`kinds[i]`: the i-th as "packed" blocks, or a contiguous
     "float32" or "float16" array): the Python host runs that entry then."""
     import ctypes
@@ -140,7 +140,7 @@ def bind_native_entry(lib, function, weights, kinds):
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p]
     fn.restype = ctypes.c_int
     n = max(len(addresses), 1)
-    return fn, (ctypes.c_void_p * n)(*addresses), (ctypes.c_void_p * n)(*orders)
+    return {"call": fn, "weights": (ctypes.c_void_p * n)(*addresses), "orders": (ctypes.c_void_p * n)(*orders)}
 
 
 def native_addresses(arrays):
@@ -157,10 +157,9 @@ def run_native_entry(entry, states, token, pos, shape, what):
     """One call of a printed entry: token at pos -> its logits of `shape` (float32)."""
     import ctypes
 
-    fn, weights, orders = entry
     logits = np.empty(shape, dtype=np.float32)
-    rc = fn(ctypes.addressof(weights), ctypes.addressof(orders), ctypes.addressof(states), int(token), int(pos),
-            logits.ctypes.data)
+    rc = entry["call"](ctypes.addressof(entry["weights"]), ctypes.addressof(entry["orders"]), ctypes.addressof(states),
+                       int(token), int(pos), logits.ctypes.data)
     if rc == 3:
         raise ValueError(f"{what}: token {int(token)} is outside the embedding table")
     if rc != 0:
