@@ -118,9 +118,10 @@ def attention_f16(lib, q, k, v, mask, scale):
 
 def bind_native_entry(lib, function, weights, kinds):
     """The printed entry `function` of the library with its weights' addresses bound once
-    ({"call": the function, "weights" and "orders": address arrays}); None, saying why in one line on stderr, when a weight is
-    not bound as the entry reads it (`kinds[i]`: the i-th as "packed" blocks, or a contiguous
-    "float32" or "float16" array): the Python host runs that entry then."""
+    ({"call": the function, "weights" and "orders": address arrays}); None, saying why in one
+    line on stderr, when a weight is not bound as the entry reads it (`kinds[i]`: the i-th as
+    "packed" blocks, or a contiguous "float32" or "float16" array): the Python host runs that
+    entry then."""
     import ctypes
     import os
 

@@ -139,7 +139,9 @@ def test_numpys_float32_exp_and_row_sums_are_reproduced(compiler, tmp_path) -> N
 
     source = """#include "strata_kernels.cpp"
 #include "entry_ops.h"
-extern "C" void exp_all(const float* x, float* y, long n) { for (long i = 0; i < n; ++i) y[i] = strata_entry::numpy_exp_f32(x[i]); }
+extern "C" void exp_all(const float* x, float* y, long n) {
+    for (long i = 0; i < n; ++i) y[i] = strata_entry::numpy_exp_f32(x[i]);
+}
 extern "C" void norm_rows(const float* x, float* y, long rows, long n) { strata_entry::rms_norm(x, y, rows, n, 1e-5f); }
 """
     lib = ctypes.CDLL(str(build_library(tmp_path, entry=source)))
