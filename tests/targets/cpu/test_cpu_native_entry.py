@@ -4,7 +4,8 @@ GGUF models written by the gguf package (test_cpu_native's helpers):
 - its decode logits equal the python host's bit for bit, step after step, for F32, F16, Q8_0,
   Q4_0 (repacked), Q4_1 weights over a float16 KV cache: the same native kernels on the same
   inputs, and every element-wise op the numpy kernel's float32 operations in its order;
-- an entry with an op that has no C++ handler (attention over a float32 cache) runs as Python,
+- an entry with an op that has no C++ handler (attention over a float32 cache), or weights bound
+  as arrays, runs as Python,
   and the compile says why in one line; host=python keeps every entry Python;
 - the printed source is deterministic, and names no tensor (weights and states by index);
 - numpy's float32 exp and einsum row sums, which the C++ reproduces, on random values.
@@ -176,3 +177,17 @@ def test_a_real_model_decodes_the_same_in_one_native_call(compiler, tmp_path) ->
     store = model.open_weights(quiet=True)
     for step, (g, w) in enumerate(zip(decode_logits(native, store, 4), decode_logits(python, store, 4))):
         assert np.array_equal(g, w), f"step {step}: {int((g != w).sum())} logits differ"
+
+
+def test_weights_bound_as_arrays_run_as_python_saying_why(compiler, models: Path, tmp_path, capfd) -> None:
+    model, _, native = compiled(models / "llama-Q8_0.gguf", tmp_path / "native")
+    store = model.open_weights(quiet=True)
+    arrays = {name: store.get(name) for name in native.Model.PARAMS}  # a store of arrays: no packed blocks
+    capfd.readouterr()
+    m = native.Model(arrays, threads=2)
+    said = capfd.readouterr().err.strip().splitlines()
+    assert said == ["strata: strata_entry_decode: the python host runs it: a weight is bound as an array "
+                    "(the weight store gives no packed blocks)"]
+    assert m._entry_decode is None
+    m.prefill(PROMPT, 0)
+    assert np.isfinite(m.decode(int(PROMPT[-1]), len(PROMPT))).all()
