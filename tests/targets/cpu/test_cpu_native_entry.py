@@ -4,11 +4,12 @@ GGUF models written by the gguf package (test_cpu_native's helpers):
 - its decode logits equal the python host's bit for bit, step after step, for F32, F16, Q8_0,
   Q4_0 (repacked), Q4_1 weights over a float16 KV cache: the same native kernels on the same
   inputs, and every element-wise op the numpy kernel's float32 operations in its order;
-- an entry with an op that has no C++ handler (attention over a float32 cache), or weights bound
-  as arrays, runs as Python,
-  and the compile says why in one line; host=python keeps every entry Python;
+- an entry with an op that has no C++ handler (attention over a float32 cache) runs as Python,
+  and the compile says why in one line; so do weights bound as arrays, at load; host=python
+  keeps every entry Python;
 - the printed source is deterministic, and names no tensor (weights and states by index);
-- numpy's float32 exp and einsum row sums, which the C++ reproduces, on random values.
+- numpy's float32 exp and einsum row sums, which the C++ reproduces, on random values;
+- SmolLM2-135M-Instruct's decode (skipped without its GGUF) equals the python host's.
 """
 
 from __future__ import annotations
