@@ -32,6 +32,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from xdsl.dialects import func
 from xdsl.dialects.builtin import DYNAMIC_INDEX, Float16Type, Float32Type, IntegerType, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Operation, SSAValue
@@ -129,13 +131,14 @@ def _shape(v: SSAValue) -> tuple[int, ...]:
 
 
 def float_lit(x: float) -> str:
-    """A C++ float literal that reads back as the same float32."""
-    x = float(x)
-    if math.isinf(x):
-        return "INFINITY" if x > 0 else "-INFINITY"
-    if math.isnan(x):
+    """A C++ float literal of x rounded to float32 once, as np.float32(x) and ctypes' c_float
+    round it (a decimal literal would be rounded from the decimal, not from the double)."""
+    f = float(np.float32(x))
+    if math.isinf(f):
+        return "INFINITY" if f > 0 else "-INFINITY"
+    if math.isnan(f):
         return "NAN"
-    return f"{x!r}f" if "e" in repr(x) or "." in repr(x) else f"{x!r}.0f"
+    return f"{f.hex()}f"
 
 
 class EntryPrinter:
