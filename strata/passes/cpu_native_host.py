@@ -14,9 +14,15 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
+from strata.errors import StrataError
+
 #: The module's attribute, and its values.
 HOST_ATTR = "cpu.host"
 HOSTS = ("native", "python")
+
+
+class CpuNativeHostError(StrataError):
+    """A host that is not one of HOSTS."""
 
 
 def module_host(module: ModuleOp) -> str:
@@ -34,5 +40,5 @@ class CpuNativeHostPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.host not in HOSTS:
-            raise ValueError(f"cpu-native-host: host must be one of {', '.join(HOSTS)}, got {self.host[:40]!r}")
+            raise CpuNativeHostError(f"cpu-native-host: host must be one of {', '.join(HOSTS)}, got {self.host[:40]!r}")
         op.attributes[HOST_ATTR] = StringAttr(self.host)
