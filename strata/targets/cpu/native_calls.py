@@ -20,8 +20,9 @@ import numpy as np
 
 from strata.semantics.kernels import get_rows, mul_mat, mul_mat_id
 from strata.semantics.kernels_ggml import mul_mat_id_quantized, mul_mat_quantized
-from strata.targets.cpu.native.loader import (native_flash_attn_f16, native_get_rows, native_load, native_mul_mat,
-                                              native_mul_mat_id, native_mul_mat_repacked, native_set_threads)
+from strata.targets.cpu.native.loader import (native_flash_attn_f16, native_get_rows, native_load,
+                                              native_mul_mat_ggml, native_mul_mat_id, native_mul_mat_repacked,
+                                              native_set_threads)
 
 
 def load_native_kernels(path, threads):
@@ -62,12 +63,13 @@ def bind_packed(weights, name, ggml_type, shape, row_bytes):
 
 def packed_mul_mat(lib, w, x, act=None, order=None, repacked=False):
     """MUL_MAT of weight `w` [M, K] by `x` [..., N, K] -> [..., N, M] float32: the native kernel
-    on packed blocks (`repacked`: summed in the order of ggml-cpu's repacked Q4_0 / IQ4_NL
-    kernels), the numpy one on an array (`act`, `order`: its activations' blocks)."""
+    on packed blocks, summed as ggml-cpu's MUL_MAT sums (vec_dot, or llamafile's tinyBLAS for
+    several rows of the types it takes; `repacked`: the order of ggml-cpu's repacked Q4_0 /
+    IQ4_NL kernels), the numpy one on an array (`act`, `order`: its activations' blocks)."""
     if isinstance(w, np.ndarray):
         return mul_mat(w, x) if act is None else mul_mat_quantized(w, x, act, order)
     kind, blocks, shape, row_bytes, rows_order, _ = w
-    product = native_mul_mat_repacked if repacked else native_mul_mat
+    product = native_mul_mat_repacked if repacked else native_mul_mat_ggml
     y = product(lib, kind, blocks, shape[0], shape[1], row_bytes, x)
     return y if rows_order is None else np.ascontiguousarray(y[..., rows_order])
 

@@ -137,8 +137,13 @@ def test_mul_mat_on_random_blocks(lib, kind: str) -> None:
     want, magnitude = reference_product(kind, blocks, w, x)
     bound = k * 2.0 ** -24 * magnitude + 1e-30
     assert np.all(np.abs(got - want) <= bound), (kind, float(np.max(np.abs(got - want) / bound)))
-    # one row at a time (a decode) gives the same rows
-    np.testing.assert_array_equal(packed_mul_mat(lib, packed, x[2:3]), got[2:3])
+    # one row at a time (a decode): ggml's vec_dot, the same rows but where llamafile's tinyBLAS
+    # takes several rows (F32, F16, BF16, IQ4_NL) in another order
+    one = packed_mul_mat(lib, packed, x[2:3])
+    if kind in ("F16", "BF16", "IQ4_NL"):
+        assert np.all(np.abs(one - want[2:3]) <= bound[2:3]), kind
+    else:
+        np.testing.assert_array_equal(one, got[2:3])
     if kind in ("Q4_0", "IQ4_NL"):  # llama.cpp's repacked order sums otherwise, within the same bound
         repacked = packed_mul_mat(lib, packed, x, repacked=True)
         assert np.all(np.abs(repacked - want) <= bound), kind
