@@ -435,7 +435,7 @@ def _products(p: EntryPrinter, op: Operation) -> None:
     out = p.result(op)
     stored = p.alloc("float", out.shape)  # the rows as the file stores them, put in the IR's order
     n = x.size // w.k
-    fn = "strata_mul_mat_repacked" if op.attributes.get(ORDER_ATTR) == StringAttr(REPACKED) else "strata_mul_mat"
+    fn = "strata_mul_mat_repacked" if op.attributes.get(ORDER_ATTR) == StringAttr(REPACKED) else "strata_mul_mat_ggml"
     p.line(f"if (orders[{w.index}]) {{")
     p.line(f"    if ({fn}({w.type_id}, (const uint8_t*)weights[{w.index}], {w.rows}, {w.k}, {w.row_bytes}, {x.ptr}, "
            f"{n}, {stored.ptr})) return 4;")
