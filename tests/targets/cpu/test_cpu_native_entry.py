@@ -9,6 +9,7 @@ GGUF models written by the gguf package (test_cpu_native's helpers):
   keeps every entry Python;
 - the printed source is deterministic, and names no tensor (weights and states by index);
 - numpy's float32 exp and einsum row sums, which the C++ reproduces, on random values;
+- a strided copy (a reshape of a permuted weight) and a tiled element-wise operand, on IR text;
 - SmolLM2-135M-Instruct's decode (skipped without its GGUF) equals the python host's.
 """
 
@@ -192,3 +193,43 @@ def test_weights_bound_as_arrays_run_as_python_saying_why(compiler, models: Path
     assert m._entry_decode is None
     m.prefill(PROMPT, 0)
     assert np.isfinite(m.decode(int(PROMPT[-1]), len(PROMPT))).all()
+
+
+STRIDED = '''
+builtin.module {
+  func.func @decode() -> tensor<1x8xf32> attributes {op.n_ctx = 4 : i64, op.n_kv = 4 : i64} {
+    %w = op.param "w.0" : tensor<2x4xf32>
+    %t = op.permute %w {dims = array<i64: 1, 0>} : tensor<2x4xf32> -> tensor<4x2xf32>
+    %r = op.reshape %t : tensor<4x2xf32> -> tensor<1x8xf32>
+    %b = op.param "b" : tensor<2xf32>
+    %m = op.mul %r, %b : tensor<1x8xf32>, tensor<2xf32> -> tensor<1x8xf32>
+    %s = op.add %m, %r : tensor<1x8xf32>, tensor<1x8xf32> -> tensor<1x8xf32>
+    func.return %s : tensor<1x8xf32>
+  }
+}
+'''
+
+
+def test_a_permuted_value_is_copied_and_a_short_operand_tiles(compiler, tmp_path) -> None:
+    """A reshape of a permuted weight (a strided copy) and MUL by a [2] weight that tiles [1, 8]
+    (ggml's repeat), against the numpy kernels."""
+    import ctypes
+
+    from strata.dialects import parse_ir
+    from strata.semantics.kernels import add, mul, permute, reshape
+    from strata.targets.cpu.native.build import build_library
+
+    src = print_entry(parse_ir(STRIDED), "decode")
+    assert src.weights == ("w.0", "b") and src.kinds == ("float32", "float32") and src.logits == (1, 8)
+    lib = ctypes.CDLL(str(build_library(tmp_path, entry=src.source)))
+    w = np.arange(8, dtype=np.float32).reshape(2, 4) * np.float32(0.37)
+    b = np.array([1.5, -2.25], np.float32)
+    weights = (ctypes.c_void_p * 2)(w.ctypes.data, b.ctypes.data)
+    nothing = (ctypes.c_void_p * 2)(None, None)
+    out = np.empty((1, 8), np.float32)
+    fn = lib.strata_entry_decode
+    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p]
+    assert fn(weights, nothing, nothing, 0, 0, out.ctypes.data) == 0
+    r = reshape(permute(w, (1, 0)), (1, 8))
+    np.testing.assert_array_equal(out, add(mul(r, b), r))
+    assert fn(weights, nothing, nothing, 0, 4, out.ctypes.data) == 2  # a position outside the context
