@@ -40,6 +40,7 @@ from xdsl.ir import Operation, SSAValue
 
 from strata.dialects import op as O
 from strata.ir.ggml_types import GGML_TYPE_IDS, ggml_type
+from strata.ir.impls import Implementations
 from strata.passes.cpu_native_kernels import ORDER_ATTR, REPACKED, is_native, native_weight_type
 from strata.targets.codegen import CodegenError, sanitize_label
 
@@ -213,19 +214,10 @@ class EntryPrinter:
 
 
 _ARENA = {"float": "f32", "int32_t": "i32", "int64_t": "i64", "uint16_t": "f16"}
-ENTRY_EMITTER: dict[type[Operation], Callable[[EntryPrinter, Operation], None]] = {}
+ENTRY_EMITTER: Implementations[Callable[[EntryPrinter, Operation], None]] = Implementations("cpu entry printer")
 
 
-def handles(*classes: type[Operation]):
-    def register(fn):
-        for cls in classes:
-            ENTRY_EMITTER[cls] = fn
-        return fn
-
-    return register
-
-
-@handles(O.ParamOp)
+@ENTRY_EMITTER.register(O.ParamOp)
 def _param(p: EntryPrinter, op: O.ParamOp) -> None:
     name = op.tensor_name.data
     if op.conversion is not None or op.piece is not None or op.stored_name != name:
@@ -247,7 +239,7 @@ def _param(p: EntryPrinter, op: O.ParamOp) -> None:
     p.places[op.result] = Place(f"((const {ctype}*)weights[{index}])", ctype, 0, shape, contiguous_strides(shape))
 
 
-@handles(O.StateOp)
+@ENTRY_EMITTER.register(O.StateOp)
 def _state(p: EntryPrinter, op: O.StateOp) -> None:
     if op.recurrent is not None:
         raise EntryUnsupported("a recurrent state")
@@ -267,7 +259,7 @@ HOST_INPUTS = {
 }
 
 
-@handles(O.InputOp)
+@ENTRY_EMITTER.register(O.InputOp)
 def _input(p: EntryPrinter, op: O.InputOp) -> None:
     kind = op.kind.data
     ctype = _ctype(op.result.type)
@@ -285,7 +277,7 @@ def _input(p: EntryPrinter, op: O.InputOp) -> None:
     p.inputs[key] = place
 
 
-@handles(O.GetRowsOp)
+@ENTRY_EMITTER.register(O.GetRowsOp)
 def _get_rows(p: EntryPrinter, op: O.GetRowsOp) -> None:
     w = p.packed.get(op.lhs)
     ids = p.places[op.rhs]
@@ -321,7 +313,7 @@ def _get_rows_float(p: EntryPrinter, op: O.GetRowsOp, ids: Place) -> None:
     p.line("}")
 
 
-@handles(O.RmsNormOp)
+@ENTRY_EMITTER.register(O.RmsNormOp)
 def _rms_norm(p: EntryPrinter, op: O.RmsNormOp) -> None:
     x = p.contiguous(op.src)
     out = p.result(op)
@@ -349,10 +341,10 @@ def _binary(p: EntryPrinter, op: Operation) -> None:
 
 
 for _cls in ELEMENTWISE:
-    ENTRY_EMITTER[_cls] = _binary
+    ENTRY_EMITTER.add(_cls, _binary)
 
 
-@handles(O.SwigluOp)
+@ENTRY_EMITTER.register(O.SwigluOp)
 def _swiglu(p: EntryPrinter, op: Operation) -> None:
     g, u = p.contiguous(op.operands[0]), p.contiguous(op.operands[1])
     out = p.result(op)
@@ -361,14 +353,14 @@ def _swiglu(p: EntryPrinter, op: Operation) -> None:
     p.line(f"strata_entry::swiglu({g.ptr}, {u.ptr}, {out.ptr}, {out.size});")
 
 
-@handles(O.ReshapeOp, O.ContOp)
+@ENTRY_EMITTER.register(O.ReshapeOp, O.ContOp)
 def _reshape(p: EntryPrinter, op: Operation) -> None:
     src = p.contiguous(op.operands[0])
     shape = _shape(op.results[0])
     p.places[op.results[0]] = Place(src.base, src.ctype, src.offset, shape, contiguous_strides(shape))
 
 
-@handles(O.ViewOp)
+@ENTRY_EMITTER.register(O.ViewOp)
 def _view(p: EntryPrinter, op: O.ViewOp) -> None:
     src = p.contiguous(op.src)
     per = list(op.per_token.get_values()) if op.per_token is not None else []
@@ -384,7 +376,7 @@ def _view(p: EntryPrinter, op: O.ViewOp) -> None:
     p.places[op.result] = Place(src.base, src.ctype, src.offset + offset, shape, strides)
 
 
-@handles(O.PermuteOp)
+@ENTRY_EMITTER.register(O.PermuteOp)
 def _permute(p: EntryPrinter, op: O.PermuteOp) -> None:
     src = p.places[op.src]
     dims = [int(d) for d in op.dims.get_values()]
@@ -392,7 +384,7 @@ def _permute(p: EntryPrinter, op: O.PermuteOp) -> None:
                                 tuple(src.strides[d] for d in dims))
 
 
-@handles(O.SetRowsOp)
+@ENTRY_EMITTER.register(O.SetRowsOp)
 def _set_rows(p: EntryPrinter, op: O.SetRowsOp) -> None:
     dst, src, rows = p.places[op.dst], p.contiguous(op.src), p.places[op.rows]
     if not dst.contiguous or len(dst.shape) != 2 or src.size % dst.shape[1] or rows.ctype != "int64_t":
@@ -410,7 +402,7 @@ def _set_rows(p: EntryPrinter, op: O.SetRowsOp) -> None:
     p.places[op.result] = dst
 
 
-@handles(O.RopeOp)
+@ENTRY_EMITTER.register(O.RopeOp)
 def _rope(p: EntryPrinter, op: O.RopeOp) -> None:
     mode = op.mode.data
     if mode not in ("neox", "norm") or op.freq_factors is not None or op.sections is not None:
@@ -446,10 +438,10 @@ def _products(p: EntryPrinter, op: Operation) -> None:
            f"{x.ptr}, {n}, {out.ptr})) return 4;")
 
 
-ENTRY_EMITTER[O.MulMatOp] = _products
+ENTRY_EMITTER.add(O.MulMatOp, _products)
 
 
-@handles(O.FlashAttnExtOp)
+@ENTRY_EMITTER.register(O.FlashAttnExtOp)
 def _flash_attn_ext(p: EntryPrinter, op: O.FlashAttnExtOp) -> None:
     k, v = p.places[op.k], p.places[op.v]
     if not is_native(op) or k.ctype != "uint16_t" or v.ctype != "uint16_t" or op.mask is None:
@@ -479,7 +471,7 @@ def _flash_attn_ext(p: EntryPrinter, op: O.FlashAttnExtOp) -> None:
     p.line("}")
 
 
-@handles(func.ReturnOp)
+@ENTRY_EMITTER.register(func.ReturnOp)
 def _return(p: EntryPrinter, op: func.ReturnOp) -> None:
     if len(op.arguments) != 1:
         raise EntryUnsupported("an entry of more than one result")
