@@ -157,6 +157,7 @@ class EntryPrinter:
         self.inputs: dict[tuple[str, str], Place] = {}
         self.arena: dict[str, int] = {"float": 0, "int32_t": 0, "int64_t": 0, "uint16_t": 0}
         self.logits: tuple[int, ...] = ()
+        self.constants: list[str] = []
 
     def line(self, text: str) -> None:
         self.lines.append("    " + text)
@@ -247,6 +248,20 @@ def _state(p: EntryPrinter, op: O.StateOp) -> None:
     ctype = _ctype(op.result.type)
     shape = _shape(op.result)
     p.places[op.result] = Place(f"(({ctype}*)states[{index}])", ctype, 0, shape, contiguous_strides(shape))
+
+
+@ENTRY_EMITTER.register(O.ConstantOp)
+def _constant(p: EntryPrinter, op: O.ConstantOp) -> None:
+    """A constant of the IR (llama 3's rope factors): a static array of the printed source."""
+    ctype = _ctype(op.result.type)
+    if ctype not in ("float", "int32_t", "int64_t"):
+        raise EntryUnsupported(f"a constant of {ctype}")
+    values = list(op.value.get_values())
+    items = [float_lit(v) for v in values] if ctype == "float" else [str(int(v)) for v in values]
+    name = f"constant_{len(p.constants)}"
+    p.constants.append(f"const {ctype} {name}[{max(len(items), 1)}] = {{{', '.join(items) or '0'}}};")
+    shape = _shape(op.result)
+    p.places[op.result] = Place(name, ctype, 0, shape, contiguous_strides(shape))
 
 
 #: Host inputs of one token at `pos`: kind -> the C++ statement filling its slot `x` of n elements.
@@ -405,8 +420,14 @@ def _set_rows(p: EntryPrinter, op: O.SetRowsOp) -> None:
 @ENTRY_EMITTER.register(O.RopeOp)
 def _rope(p: EntryPrinter, op: O.RopeOp) -> None:
     mode = op.mode.data
-    if mode not in ("neox", "norm") or op.freq_factors is not None or op.sections is not None:
-        raise EntryUnsupported(f"rope mode '{sanitize_label(mode)}' with frequency factors or sections")
+    if mode not in ("neox", "norm") or op.sections is not None:
+        raise EntryUnsupported(f"rope mode '{sanitize_label(mode)}' (or sections)")
+    factors = ""
+    if op.freq_factors is not None:
+        ff = p.contiguous(op.freq_factors)
+        if ff.ctype != "float" or ff.size < int(op.n_dims.value.data) // 2:
+            raise EntryUnsupported("rope frequency factors that are not float32 [n_dims / 2]")
+        factors = f", {ff.ptr}"
     x, pos = p.contiguous(op.src), p.places[op.positions]
     if len(x.shape) != 3 or pos.ctype != "int32_t" or not pos.contiguous:
         raise EntryUnsupported("rope of a value not [S, heads, D]")
@@ -414,7 +435,7 @@ def _rope(p: EntryPrinter, op: O.RopeOp) -> None:
     s, h, d = x.shape
     p.line(f"strata_entry::rope({x.ptr}, {pos.ptr}, {out.ptr}, {s}, {h}, {d}, {int(op.n_dims.value.data)}, "
            f"{'true' if mode == 'neox' else 'false'}, {float(op.freq_base.value.data)!r}, "
-           f"{float(op.freq_scale.value.data)!r});")
+           f"{float(op.freq_scale.value.data)!r}{factors});")
 
 
 def _products(p: EntryPrinter, op: Operation) -> None:
@@ -510,6 +531,7 @@ def print_entry(module: ModuleOp, entry: str, model_name: str | None = None) -> 
 
 namespace {{
 {arenas}
+{chr(10).join(p.constants)}
 }}  // namespace
 
 extern "C" int {name}(const void* const* weights, const int64_t* const* orders, void* const* states,

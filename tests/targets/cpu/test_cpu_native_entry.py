@@ -10,6 +10,7 @@ GGUF models written by the gguf package (test_cpu_native's helpers):
 - the printed source is deterministic, and names no tensor (weights and states by index);
 - numpy's float32 exp and einsum row sums, which the C++ reproduces, on random values;
 - a strided copy (a reshape of a permuted weight) and a tiled element-wise operand, on IR text;
+- Qwen2, Qwen3 and llama 3's rope factors equal the python host too;
 - SmolLM2-135M-Instruct's decode (skipped without its GGUF) equals the python host's.
 """
 
@@ -233,3 +234,15 @@ def test_a_permuted_value_is_copied_and_a_short_operand_tiles(compiler, tmp_path
     r = reshape(permute(w, (1, 0)), (1, 8))
     np.testing.assert_array_equal(out, add(mul(r, b), r))
     assert fn(weights, nothing, nothing, 0, 4, out.ctypes.data) == 2  # a position outside the context
+
+
+@pytest.mark.parametrize("fixture", ["qwen2-q8_0", "qwen3-q8_0", "llama3rope-q8_0", "llama3rope-f32"])
+def test_other_llama_like_families_equal_the_python_host(compiler, tmp_path, fixture: str) -> None:
+    """Qwen2 (biases), Qwen3 (q / k norms) and llama 3's rope factors (a constant of the IR)."""
+    path = F32_FIXTURE.parent / f"{fixture}.gguf"
+    model, stage, native = compiled(path, tmp_path / "native")
+    _, _, python = compiled(path, tmp_path / "python", host="python")
+    store = model.open_weights(quiet=True)
+    assert native.Model(store, threads=2)._entry_decode is not None
+    for step, (g, w) in enumerate(zip(decode_logits(native, store), decode_logits(python, store))):
+        assert np.array_equal(g, w), f"step {step}: {int((g != w).sum())} logits differ"

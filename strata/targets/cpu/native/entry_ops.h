@@ -72,14 +72,17 @@ static inline void swiglu(const float* g, const float* u, float* y, int64_t n) {
 }
 
 // ROPE of x [S, H, D] (contiguous) at positions pos [S], the rotated pairs (i, i + n_dims/2)
-// ("neox") or (2i, 2i+1) ("norm"): the angles in double, cos / sin rounded to float32, then
+// ("neox") or (2i, 2i+1) ("norm"), pair i's frequency divided by freq_factors[i] if given: the
+// angles in double, cos / sin rounded to float32, then
 // o0 = x0 cos - x1 sin and o1 = x0 sin + x1 cos, each a product rounded before the sum.
 static inline void rope(const float* x, const int32_t* pos, float* y, int64_t s, int64_t h, int64_t d,
-                        int64_t n_dims, bool neox, double freq_base, double freq_scale) {
+                        int64_t n_dims, bool neox, double freq_base, double freq_scale,
+                        const float* freq_factors = nullptr) {
     const int64_t half = n_dims / 2;
     for (int64_t t = 0; t < s; ++t)
         for (int64_t i = 0; i < half; ++i) {
-            const double inv = std::pow(freq_base, -(double)i * 2.0 / (double)n_dims);
+            double inv = std::pow(freq_base, -(double)i * 2.0 / (double)n_dims);
+            if (freq_factors) inv = inv / (double)freq_factors[i];  // llama 3's rope scaling
             const double theta = (double)pos[t] * (freq_scale * inv);
             const float c = (float)std::cos(theta), sn = (float)std::sin(theta);
             const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
