@@ -163,7 +163,8 @@ class EntryPrinter:
         self.lines.append("    " + text)
 
     def alloc(self, ctype: str, shape: tuple[int, ...]) -> Place:
-        """A fresh slot of the `ctype` arena (64-byte aligned) for a value of `shape`."""
+        """A fresh slot of the `ctype` arena for a value of `shape` (slots start at multiples of 32
+        elements; no slot is reused, so no value is overwritten before its last use)."""
         off = self.arena[ctype]
         self.arena[ctype] = off + -(-max(math.prod(shape), 1) // 32) * 32
         return Place(_ARENA[ctype], ctype, off, shape, contiguous_strides(shape))
