@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DYNAMIC_INDEX, Float16Type, Float32Type, IntegerType, ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import DYNAMIC_INDEX, BFloat16Type, Float16Type, Float32Type, IntegerType, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from strata.dialects import op as O
@@ -55,8 +55,8 @@ class EntryUnsupported(CodegenError):
 @dataclass(frozen=True)
 class EntrySource:
     """A printed entry: its C++ source, the function's name, the tensor names of its weights
-    in index order (kinds[i]: the i-th is bound as "packed" blocks, or a "float32" or "float16"
-    array), its state names in index order and the shape of its logits."""
+    in index order (kinds[i]: the i-th is bound as "packed" blocks, or a "float32", "float16" or
+    "bfloat16" array), its state names in index order and the shape of its logits."""
 
     source: str
     function: str
@@ -109,7 +109,10 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-_CTYPES = {Float32Type: "float", Float16Type: "uint16_t"}
+#: Element types -> the C type a place holds ("bf16": bfloat16 bits in a uint16_t, weights only).
+_CTYPES = {Float32Type: "float", Float16Type: "uint16_t", BFloat16Type: "bf16"}
+#: How a float16 / bfloat16 operand is read as float32 (exactly, as numpy's astype).
+_TO_FLOAT = {"uint16_t": "strata_entry::from_f16", "bf16": "bf16_to_f32"}
 
 
 def _ctype(typ) -> str:
@@ -179,6 +182,8 @@ class EntryPrinter:
         p = self.places[v]
         if p.contiguous:
             return p
+        if p.ctype not in self.arena:
+            raise EntryUnsupported(f"a strided {p.ctype} value")
         q = self.alloc(p.ctype, p.shape)
         self.loops(p.shape, [(q, "dst"), (p, "src")], lambda refs: f"{refs[0]} = {refs[1]};", convert=False)
         return q
@@ -200,8 +205,8 @@ class EntryPrinter:
                 index = f"i{i}" if not (tiled and tiled[n]) or pd == d else f"(i{i} % {pd})"
                 terms.append(f"{index} * {stride}" if stride != 1 else index)
             ref = f"{terms[0]}[{' + '.join(terms[1:]) or '0'}]"
-            # a float16 operand is read as float32, exactly (numpy's astype before the op)
-            refs.append(f"strata_entry::from_f16({ref})" if convert and p.ctype == "uint16_t" and n > 0 else ref)
+            # a float16 / bfloat16 operand is read as float32, exactly (numpy's astype before the op)
+            refs.append(f"{_TO_FLOAT[p.ctype]}({ref})" if convert and p.ctype in _TO_FLOAT and n > 0 else ref)
         indent = ""
         for i, d in dims:
             self.line(f"{indent}for (int64_t i{i} = 0; i{i} < {d}; ++i{i})")
@@ -235,18 +240,22 @@ def _param(p: EntryPrinter, op: O.ParamOp) -> None:
         p.packed[op.result] = Packed(index, GGML_TYPE_IDS[kind.name], shape[0], shape[1], kind.row_bytes(shape[1]))
         return
     ctype = _ctype(op.result.type)
-    if ctype not in ("float", "uint16_t"):
-        raise EntryUnsupported(f"weight '{sanitize_label(name)}' is not float32 or float16")
-    p.weight_kinds[index] = "float32" if ctype == "float" else "float16"
-    p.places[op.result] = Place(f"((const {ctype}*)weights[{index}])", ctype, 0, shape, contiguous_strides(shape))
+    kind = {"float": "float32", "uint16_t": "float16", "bf16": "bfloat16"}.get(ctype)
+    if kind is None:
+        raise EntryUnsupported(f"weight '{sanitize_label(name)}' is not float32, float16 or bfloat16")
+    p.weight_kinds[index] = kind
+    ptr = f"((const {'uint16_t' if ctype == 'bf16' else ctype}*)weights[{index}])"
+    p.places[op.result] = Place(ptr, ctype, 0, shape, contiguous_strides(shape))
 
 
 @ENTRY_EMITTER.register(O.StateOp)
 def _state(p: EntryPrinter, op: O.StateOp) -> None:
     if op.recurrent is not None:
         raise EntryUnsupported("a recurrent state")
-    index = p.states.setdefault(op.state_name.data, len(p.states))
     ctype = _ctype(op.result.type)
+    if ctype not in ("float", "uint16_t"):
+        raise EntryUnsupported(f"a state of {ctype}")
+    index = p.states.setdefault(op.state_name.data, len(p.states))
     shape = _shape(op.result)
     p.places[op.result] = Place(f"(({ctype}*)states[{index}])", ctype, 0, shape, contiguous_strides(shape))
 
@@ -343,7 +352,7 @@ ELEMENTWISE: dict[type[Operation], str] = {O.AddOp: "{a} + {b}", O.MulOp: "{a} *
 
 def _binary(p: EntryPrinter, op: Operation) -> None:
     a, b = p.places[op.operands[0]], p.places[op.operands[1]]
-    if a.ctype not in ("float", "uint16_t") or b.ctype not in ("float", "uint16_t"):
+    if a.ctype not in ("float", *_TO_FLOAT) or b.ctype not in ("float", *_TO_FLOAT):
         raise EntryUnsupported(f"'{op.name}' of {a.ctype} and {b.ctype}")
     out = p.result(op)
     if out.shape != a.shape or len(b.shape) > len(a.shape) or \

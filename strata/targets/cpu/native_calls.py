@@ -122,7 +122,7 @@ def bind_native_entry(lib, function, weights, kinds):
     """The printed entry `function` of the library with its weights' addresses bound once
     ({"call": the function, "weights" and "orders": address arrays}); None, saying why in one
     line on stderr, when a weight is not bound as the entry reads it (`kinds[i]`: the i-th as
-    "packed" blocks, or a contiguous "float32" or "float16" array): the Python host runs that
+    "packed" blocks, or a contiguous "float32", "float16" or "bfloat16" array): the Python host runs that
     entry then."""
     import ctypes
     import os
@@ -132,7 +132,7 @@ def bind_native_entry(lib, function, weights, kinds):
         blocks = kind == "packed"
         if blocks and isinstance(w, np.ndarray):
             why = "a weight is bound as an array (the weight store gives no packed blocks)"
-        elif not blocks and not (isinstance(w, np.ndarray) and w.dtype == np.dtype(kind) and w.flags.c_contiguous):
+        elif not blocks and not (isinstance(w, np.ndarray) and w.dtype.name == kind and w.flags.c_contiguous):
             why = f"a weight is not a contiguous {kind} array"
         if why is not None:
             os.write(2, f"strata: {function}: the python host runs it: {why}\n".encode())

@@ -10,7 +10,7 @@ GGUF models written by the gguf package (test_cpu_native's helpers):
 - the printed source is deterministic, and names no tensor (weights and states by index);
 - numpy's float32 exp and einsum row sums, which the C++ reproduces, on random values;
 - a strided copy (a reshape of a permuted weight) and a tiled element-wise operand, on IR text;
-- Qwen2, Qwen3 and llama 3's rope factors equal the python host too;
+- Qwen2, Qwen3, llama 3's rope factors and a BF16 file equal the python host too;
 - SmolLM2-135M-Instruct's decode (skipped without its GGUF) equals the python host's.
 """
 
@@ -236,9 +236,10 @@ def test_a_permuted_value_is_copied_and_a_short_operand_tiles(compiler, tmp_path
     assert fn(weights, nothing, nothing, 0, 4, out.ctypes.data) == 2  # a position outside the context
 
 
-@pytest.mark.parametrize("fixture", ["qwen2-q8_0", "qwen3-q8_0", "llama3rope-q8_0", "llama3rope-f32"])
+@pytest.mark.parametrize("fixture", ["qwen2-q8_0", "qwen3-q8_0", "llama3rope-q8_0", "llama3rope-f32", "llama-bf16"])
 def test_other_llama_like_families_equal_the_python_host(compiler, tmp_path, fixture: str) -> None:
-    """Qwen2 (biases), Qwen3 (q / k norms) and llama 3's rope factors (a constant of the IR)."""
+    """Qwen2 (biases), Qwen3 (q / k norms), llama 3's rope factors (a constant of the IR) and
+    bfloat16 norm weights."""
     path = F32_FIXTURE.parent / f"{fixture}.gguf"
     model, stage, native = compiled(path, tmp_path / "native")
     _, _, python = compiled(path, tmp_path / "python", host="python")
