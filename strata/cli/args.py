@@ -146,7 +146,8 @@ def add_target(p: argparse.ArgumentParser, run: bool) -> None:
                         "(default: min(max_position_embeddings, 4096); epu: 256)")
     p.add_argument("--no-flash-attn", action="store_true", help="--target cpu: unfused MUL_MAT/SOFT_MAX attention")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="a knob of the target (cpu: kv_pad, kv_type (f16: llama.cpp's KV cache), entries "
+                   help="a knob of the target (cpu: kv_pad, kv_type (f16: llama.cpp's KV cache), kernels (native or "
+                        "numpy), host (native: decode in one C++ call, or python), entries "
                         "(comma-separated or all) and the module level's generics Batch, MaxSeq, PageSize, Rows, Pages, M, "
                         "S, P, Steps, MaxNew; cuda: kv, sample (device or host); epu: alpha, headroom, block, "
                         "calib_prompts, calib_len, calib_seed; all: ctx)")

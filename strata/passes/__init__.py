@@ -26,6 +26,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "epu-pack-projections": ("strata.passes.epu_pack_projections", "EpuPackProjectionsPass"),
     "add-sampler": ("strata.passes.add_sampler", "AddSamplerPass"),
     "cpu-native-kernels": ("strata.passes.cpu_native_kernels", "CpuNativeKernelsPass"),
+    "cpu-native-host": ("strata.passes.cpu_native_host", "CpuNativeHostPass"),
     "shard-tensor-parallel": ("strata.passes.shard_tensor_parallel", "ShardTensorParallelPass"),
 }
 

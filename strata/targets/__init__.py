@@ -74,7 +74,8 @@ def _cpu() -> Target:
         return shard + entry_pipeline(entries, tokens=k.get("S") or 0, start=-1, ctx=k["ctx"], kv_pad=k["kv_pad"],
                                       flash_attn=k["flash_attn"], kv_type=k.get("kv_type", ""),
                                       **generic_options(dict(k))) + sampler + \
-            (",cpu-native-kernels" if k.get("kernels") == "native" else "")
+            (",cpu-native-kernels" if k.get("kernels") == "native" else "") + \
+            (",cpu-native-host{host=python}" if k.get("kernels") == "native" and k.get("host") == "python" else "")
 
     def emit(module: ModuleOp, model_name: str | None, weights: Any = None) -> dict[str, str | bytes]:
         if not is_native(module):
@@ -83,7 +84,13 @@ def _cpu() -> Target:
         if found is None:
             raise TargetError("cpu target: the module asks for the native kernels, but no C++ compiler built them")
         name, data = found
-        return {"model.py": emit_cpu(module, model_name, name), name: data}
+        entries = native_stage.native_entries(module)
+        built = native_stage.entry_library_file(entries) if entries else None
+        if built is not None:  # the kernels with the printed entries compiled in
+            name, data = built
+        else:
+            entries = {}
+        return {"model.py": emit_cpu(module, model_name, name, entries), name: data}
 
     def check(model: Any, k: dict[str, Any]) -> dict[str, Any]:
         return native_stage.check_kernels(model, check_entry_knobs(model, k))
@@ -93,7 +100,9 @@ def _cpu() -> Target:
     # ep: 1, or tp for whole experts per rank (expert parallelism).
     # kernels: native (the compiled library on the GGUF's packed weights, where a compiler is
     # found) or numpy (the portable reference).
+    # host: native (each entry the C++ printer takes is one native call per step) or python.
     knobs = {"ctx": None, "flash_attn": True, "kv_pad": 256, "kv_type": "", "tp": 1, "ep": 1, "kernels": "native",
+             "host": "native",
              **ENTRY_KNOBS}
     return Target("cpu", pipeline, emit, knobs, ("model.py",), load=program.load, check=check,
                   extra_outputs=native_stage.library_outputs, compiles_entries=True, ranks="gloo")

@@ -323,10 +323,13 @@ CPU_EMITTER.add(O.GenerateSampledOp, _loop)
 CPU_EMITTER.include(TP_PRINTERS)
 
 
-def emit_cpu(module: ModuleOp, model_name: str | None = None, native_library: str | None = None) -> str:
+def emit_cpu(module: ModuleOp, model_name: str | None = None, native_library: str | None = None,
+             native_entries: dict | None = None) -> str:
     """The generated numpy module for an op-level ``module`` (deterministic); ops marked
-    `kernel = "native"` call the library `native_library` (a file name beside model.py)."""
-    emitter = CpuEmitter(module, model_name, native_library)
+    `kernel = "native"` call the library `native_library` (a file name beside model.py), and
+    the entries of `native_entries` (name -> EntrySource, printed into that library) are one
+    native call per step."""
+    emitter = CpuEmitter(module, model_name, native_library, native_entries)
     source = emitter.emit()
     check_generated(source, emitter.kernels_used, torch=emitter.ranks > 1, native=emitter.native)
     return source

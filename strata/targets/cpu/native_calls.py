@@ -116,3 +116,55 @@ def attention_f16(lib, q, k, v, mask, scale):
         if mask.shape != (s, n):
             raise ValueError(f"flash_attn_ext_f16: mask {list(mask.shape)} for {s} rows over {n} positions")
     return native_flash_attn_f16(lib, q, k, v, mask, scale)
+
+
+def bind_native_entry(lib, function, weights, kinds):
+    """The printed entry `function` of the library with its weights' addresses bound once
+    ({"call": the function, "weights" and "orders": address arrays}); None, saying why in one
+    line on stderr, when a weight is not bound as the entry reads it (`kinds[i]`: the i-th as
+    "packed" blocks, or a contiguous "float32", "float16" or "bfloat16" array): the Python host runs that
+    entry then."""
+    import ctypes
+    import os
+
+    addresses, orders, why = [], [], None
+    for w, kind in zip(weights, kinds):
+        blocks = kind == "packed"
+        if blocks and isinstance(w, np.ndarray):
+            why = "a weight is bound as an array (the weight store gives no packed blocks)"
+        elif not blocks and not (isinstance(w, np.ndarray) and w.dtype.name == kind and w.flags.c_contiguous):
+            why = f"a weight is not a contiguous {kind} array"
+        if why is not None:
+            os.write(2, f"strata: {function}: the python host runs it: {why}\n".encode())
+            return None
+        addresses.append(w[5] if blocks else w.ctypes.data)
+        orders.append(w[4].ctypes.data if blocks and w[4] is not None else None)  # w[4]: int64, kept by w
+    fn = getattr(lib, function)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    n = max(len(addresses), 1)
+    return {"call": fn, "weights": (ctypes.c_void_p * n)(*addresses), "orders": (ctypes.c_void_p * n)(*orders)}
+
+
+def native_addresses(arrays):
+    """A ctypes array of the data addresses of C-contiguous numpy arrays (the state buffers)."""
+    import ctypes
+
+    for a in arrays:
+        if not a.flags.c_contiguous:
+            raise ValueError("native entry: a state buffer is not C-contiguous")
+    return (ctypes.c_void_p * max(len(arrays), 1))(*(a.ctypes.data for a in arrays))
+
+
+def run_native_entry(entry, states, token, pos, shape, what):
+    """One call of a printed entry: token at pos -> its logits of `shape` (float32)."""
+    import ctypes
+
+    logits = np.empty(shape, dtype=np.float32)
+    rc = entry["call"](ctypes.addressof(entry["weights"]), ctypes.addressof(entry["orders"]), ctypes.addressof(states),
+                       int(token), int(pos), logits.ctypes.data)
+    if rc == 3:
+        raise ValueError(f"{what}: token {int(token)} is outside the embedding table")
+    if rc != 0:
+        raise ValueError(f"{what}: the native entry failed (code {rc})")
+    return logits

@@ -79,8 +79,12 @@ _MODEL_ATTRS = {"reset", "weights", "PARAMS", "STATE", "OUTPUTS", "ENTRIES", "N_
 class CpuEmitter:
     """Prints an op-level module (one func.func per entry) as a numpy Python module."""
 
-    def __init__(self, module: ModuleOp, model_name: str | None = None, native_library: str | None = None):
+    def __init__(self, module: ModuleOp, model_name: str | None = None, native_library: str | None = None,
+                 native_entries: dict | None = None):
         self.module = module
+        #: Entries printed as C++ into the native library (entry name -> its EntrySource): each
+        #: runs as one native call, or as Python when the weights are not bound as it reads them.
+        self.native_entries = dict(native_entries or {})
         #: The file name of the native kernels' library beside model.py (ops marked
         #: `kernel = "native"` call it), and the params bound as packed blocks: name -> ggml type.
         self.native_library = native_library
@@ -120,6 +124,8 @@ class CpuEmitter:
         self.native = is_native(self.module) or any(is_native(o) for o in self.module.walk())
         if self.native:
             self.kernels_used.add("load_native_kernels")
+        if self.native_entries:
+            self.kernels_used |= {"bind_native_entry", "native_addresses", "run_native_entry"}
         if self.native and self.native_library is None:
             raise CpuTargetError("cpu target: the module has ops marked kernel = \"native\" but no native library "
                                  "was built for it")
@@ -299,6 +305,10 @@ class CpuEmitter:
                              f".reshape({int_tuple(typ.get_shape())})")
                 if not (self.params or self.constants):
                     out.line("del weights")
+                for entry, src in sorted(self.native_entries.items()):  # one native call per step
+                    attrs = ", ".join(f"self.{self.params[w][0]}" for w in src.weights)
+                    out.line(f"self._entry_{entry} = bind_native_entry(self.native_lib, {src.function!r}, "
+                             f"({attrs},), {tuple(src.kinds)!r})")
                 out.line("self.reset()")
             out.line()
             out.line("def reset(self):")
@@ -307,7 +317,10 @@ class CpuEmitter:
                 for name, (attr, typ) in self.states.items():
                     out.line(f"self.{attr} = np.zeros({int_tuple(typ.get_shape())}, "
                              f"dtype={dtype_expr(typ.get_element_type())})")
-                if not self.states:
+                for entry, src in sorted(self.native_entries.items()):
+                    attrs = ", ".join(f"self.{self.states[n][0]}" for n in src.states)
+                    out.line(f"self._entry_{entry}_states = native_addresses(({attrs},))")
+                if not self.states and not self.native_entries:
                     out.line("pass")
             self.print_slot_methods(out)
         out.lines.extend(methods.lines)
@@ -363,6 +376,12 @@ class CpuEmitter:
         with out.indented():
             for text in body:
                 out.line(text)
+            native = self.native_entries.get(fn.sym_name.data)
+            if native is not None:
+                entry = fn.sym_name.data
+                out.line(f"if self._entry_{entry} is not None:  # the whole step in one native call")
+                out.line(f"    return run_native_entry(self._entry_{entry}, self._entry_{entry}_states, token, start, "
+                         f"{int_tuple(native.logits)}, {entry!r})")
             for op in ops:
                 if op is not fn:
                     self.print_op(op)

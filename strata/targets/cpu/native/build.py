@@ -29,6 +29,7 @@ COMMON_FLAGS = ("-std=c++17", "-shared", "-fPIC", "-pthread", "-ffp-contract=off
 NATIVE_FLAGS = ("-O3", "-march=native")
 PORTABLE_FLAGS = ("-O2", "-DSTRATA_PORTABLE")
 LIBRARY_STEM = "libstrata_kernels"
+ENTRY_STEM = "libstrata_entry"
 
 
 def sources() -> list[Path]:
@@ -81,23 +82,28 @@ def library_flags(portable: bool) -> list[str]:
     return [*COMMON_FLAGS, *(PORTABLE_FLAGS if portable else NATIVE_FLAGS)]
 
 
-def library_name(flags: list[str], version: str) -> str:
-    """`libstrata_kernels-<hash>.so`, the hash of the sources, the flags and the compiler version."""
+def library_name(flags: list[str], version: str, entry: str | None = None) -> str:
+    """`libstrata_kernels-<hash>.so`, the hash of the sources, the flags and the compiler version
+    (`libstrata_entry-<hash>.so` with a printed entry's source, which the hash covers too)."""
     h = hashlib.sha256()
     for path in sources():
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     h.update("\0".join(flags).encode() + b"\0" + version.encode())
-    return f"{LIBRARY_STEM}-{h.hexdigest()[:20]}.so"
+    if entry is not None:
+        h.update(b"\0entry\0" + entry.encode())
+    return f"{ENTRY_STEM if entry is not None else LIBRARY_STEM}-{h.hexdigest()[:20]}.so"
 
 
 def _warn(message: str) -> None:
     print(f"strata: {message}", file=sys.stderr)
 
 
-def build_library(out_dir: str | os.PathLike, portable: bool = False, extra_flags: tuple[str, ...] = ()) -> Path | None:
+def build_library(out_dir: str | os.PathLike, portable: bool = False, extra_flags: tuple[str, ...] = (),
+                  entry: str | None = None) -> Path | None:
     """Compile the kernels into `out_dir` (created if missing) -> the library's path, reused when
     one with the same name is there; None, with one line on stderr saying why, when no compiler is
-    found or it fails."""
+    found or it fails. `entry`: the C++ source of a printed entry (it includes the kernels), compiled
+    instead of the kernels alone."""
     found = find_compiler()
     if found is None:
         _warn("no C++ compiler found (set CXX, or install g++, clang++ or the ziglang package): "
@@ -108,13 +114,19 @@ def build_library(out_dir: str | os.PathLike, portable: bool = False, extra_flag
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     version = compiler_version(cmd) if portable else f"{compiler_version(cmd)} for {native_target(cmd)}"
-    target = out / library_name(flags, version)
+    target = out / library_name(flags, version, entry)
     if target.is_file():
         return target
     fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{target.stem}-", suffix=".so.tmp")
     os.close(fd)
+    source = SOURCE_DIR / MAIN_SOURCE
+    if entry is not None:
+        fd, source = tempfile.mkstemp(dir=out, prefix=f".{target.stem}-", suffix=".cpp")
+        with os.fdopen(fd, "w") as f:
+            f.write(entry)
+        flags = [*flags, "-I", str(SOURCE_DIR)]
     try:
-        done = subprocess.run([*cmd, *flags, "-o", tmp, str(SOURCE_DIR / MAIN_SOURCE)],
+        done = subprocess.run([*cmd, *flags, "-o", tmp, str(source)],
                               capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             errors = [ln for ln in done.stderr.splitlines() if "error" in ln] or done.stderr.splitlines() or ["?"]
@@ -126,6 +138,7 @@ def build_library(out_dir: str | os.PathLike, portable: bool = False, extra_flag
         _warn(f"the native kernels did not compile with {origin}: {err}")
         return None
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for path in (tmp, source) if entry is not None else (tmp,):
+            if os.path.exists(path):
+                os.unlink(path)
     return target
