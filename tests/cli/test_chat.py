@@ -6,6 +6,7 @@ one line."""
 from __future__ import annotations
 
 import json
+import signal
 import sys
 
 import pexpect
@@ -18,9 +19,11 @@ TIMEOUT = 120
 
 def _spawn(model, tmp_path, *flags, **env):
     args = ["-m", "strata.cli", "chat", str(model), "--ctx", "128", "--cache-dir", str(tmp_path / "cache"), *flags]
+    # As from a shell: Ctrl-C's default disposition, whatever this test process inherited (a
+    # signal ignored here stays ignored across exec, and Python then installs no handler for it).
     child = pexpect.spawn(sys.executable, args, cwd=str(ROOT), encoding="utf-8", timeout=TIMEOUT,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "TERM": "dumb", **env},
-                          dimensions=(40, 200))
+                          dimensions=(40, 200), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     child.expect_exact("/reset starts over")
     child.expect_exact("> ")
     return child
