@@ -209,13 +209,15 @@ def test_vllms_router_gauges_during_load(server, serve_model):
         idle = _gauges(server)
     assert all(idle[n] == 0 for n in names), idle
     results: list[int] = []
+    together = threading.Barrier(6)  # all at once: 6 requests on 2 rows, so some must wait
 
     def request():
+        together.wait(30)
         r = httpx2.post(server.url + "/v1/completions", json={"prompt": "Once upon a time", "max_tokens": 60,
                                                               "temperature": 0}, timeout=60)
         results.append(r.status_code)
 
-    clients = [threading.Thread(target=request) for _ in range(4)]
+    clients = [threading.Thread(target=request) for _ in range(6)]
     for t in clients:
         t.start()
     seen: list[dict[str, float]] = []
@@ -225,11 +227,11 @@ def test_vllms_router_gauges_during_load(server, serve_model):
         time.sleep(0.02)
     for t in clients:
         t.join(60)
-    assert results == [200] * 4
+    assert results == [200] * 6
     busy = [g for g in seen if g[names[0]] > 0]
     assert busy, seen[:3]
     assert max(g[names[0]] for g in busy) <= 2  # the server's rows
-    assert any(g[names[1]] > 0 for g in seen)  # 4 clients, 2 rows: some wait
+    assert any(g[names[1]] > 0 for g in seen)  # 6 clients, 2 rows: some wait
     assert all(0 < g[names[2]] <= 1 and g[names[2]] == g[names[3]] for g in busy)
     after = _gauges(server)
     for _ in range(100):
