@@ -1,5 +1,5 @@
 """`strata serve MODEL`: an OpenAI-compatible server (/v1/completions, /v1/chat/completions,
-/v1/models, /health, /metrics) with continuous batching over the paged KV cache."""
+/v1/embeddings, /v1/models, /tokenize, /detokenize, /health, /metrics) with continuous batching over the paged KV cache."""
 
 from __future__ import annotations
 
@@ -37,8 +37,12 @@ def add(sub) -> None:
                    help="a stream whose client falls N events behind is cancelled (default 256)")
     p.add_argument("--stall-timeout", type=float, default=None, metavar="S",
                    help="/health answers 503 once a step has run S seconds with requests in flight (default 60)")
+    p.add_argument("--pooling", choices=("last", "mean"), default="last",
+                   help="/v1/embeddings: an input's vector is its last token's hidden state or the mean of all its "
+                        "tokens' (default last); L2-normalised")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
-                   help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET-serve)")
+                   help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET-serve); "
+                        "/v1/embeddings' entry beside it, in DIR-embeddings")
     add_allow_nonfinite(p)
     p.set_defaults(func=run)
 
@@ -54,5 +58,5 @@ def run(args: argparse.Namespace) -> int:
                 max_batched_tokens=args.max_num_batched_tokens, kv_pages=args.kv_pages,
                 prefix_state_snapshots=args.prefix_state_snapshots,
                 max_waiting=args.max_waiting, cache_dir=args.cache_dir, interpret=getattr(args, "interpret", False),
-                allow_nonfinite=args.allow_nonfinite)
+                allow_nonfinite=args.allow_nonfinite, pooling=args.pooling)
     return 0

@@ -5,6 +5,8 @@
 The model is compiled (or its cached program reused, `MODEL/.strata-cache/cpu-serve`) with one
 entry, `step_paged`, for `max_num_seqs` rows over `kv_pages` pages of the KV cache, and its
 sampler; the flags are checked and the model's tokenizer loaded before anything is compiled.
+/v1/embeddings runs the `hidden_packed` entry, a program of its own compiled the first time an
+embedding is asked for (`open_embedder`: the serving cache's sibling, `...-serve-embeddings`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from strata.errors import say
 from strata.runtime.serve.batch_engine import ServeEngine, ServeError
+from strata.runtime.serve.embeddings import POOLINGS, Embedder
 from strata.targets.target import KV_PAGE_SIZE
 
 #: The KV page size of a served program unless --set PageSize says otherwise.
@@ -54,11 +57,27 @@ def check_bind(host: str, port: int) -> None:
         raise ServeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
-def open_engine(model_path: str | Path, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,
-                max_num_seqs: int = 8, max_batched_tokens: int = 256, kv_pages: int | None = None,
-                prefix_state_snapshots: int = 64, max_waiting: int = 256, cache_dir: str | Path | None = None, interpret: bool = False,
-                allow_nonfinite: bool = False) -> ServeEngine:
+def open_engine(model_path: str | Path, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None,
+                **options: Any) -> ServeEngine:
     """The model's serving engine (not started), its program compiled or reused."""
+    return open_serving(model_path, target_name, knobs, **options)[0]
+
+
+def open_embedder(opened: Any, knobs: Mapping[str, Any], pooling: str, cache_dir: Path) -> Embedder:
+    """/v1/embeddings' `Embedder`: the `hidden_packed` entry of the model with the server's
+    resolved `knobs` (its context), compiled into `cache_dir` when first used."""
+    embedding = opened.for_program({**knobs, "entries": "hidden_packed", "Batch": None, "Rows": None,
+                                    "PageSize": None, "Pages": None}, cache_dir)
+    return Embedder(lambda: embedding.program(), hidden_size=int(opened.model.config.hidden_size),
+                    n_ctx=int(knobs["ctx"]), pooling=pooling)
+
+
+def open_serving(model_path: str | Path, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,
+                 max_num_seqs: int = 8, max_batched_tokens: int = 256, kv_pages: int | None = None,
+                 prefix_state_snapshots: int = 64, max_waiting: int = 256, cache_dir: str | Path | None = None,
+                 interpret: bool = False, allow_nonfinite: bool = False,
+                 pooling: str = "last") -> tuple[ServeEngine, Embedder]:
+    """The model's serving engine (not started) and its embedder (nothing compiled for it yet)."""
     from strata.runtime.opener import open_model, target_of
 
     for name, value in (("--max-num-seqs", max_num_seqs), ("--max-num-batched-tokens", max_batched_tokens),
@@ -74,9 +93,14 @@ def open_engine(model_path: str | Path, target_name: str = "cpu", knobs: Mapping
                         allow_nonfinite=allow_nonfinite)
     model = opened.model
     tokenizer = opened.tokenizer()
+    if pooling not in POOLINGS:
+        raise ServeError(f"--pooling {pooling}: choose one of {', '.join(POOLINGS)}")
+    served_knobs = dict(opened.knobs)
     page_size, num_pages = serving_knobs(model, opened.knobs, kv_pages=kv_pages, max_num_seqs=max_num_seqs)
     if cache_dir is None:
         opened.cache_dir = model.cache_root / f"{target_name}-serve"
+    serve_cache = opened.cache_dir
+    embedder = open_embedder(opened, served_knobs, pooling, serve_cache.with_name(serve_cache.name + "-embeddings"))
     program = opened.program()
     # A page holds attention KV only: a hybrid family's prefix cache also needs its recurrent
     # state at page ends, which the scheduler keeps through the program's read_slot / write_slot.
@@ -87,9 +111,10 @@ def open_engine(model_path: str | Path, target_name: str = "cpu", knobs: Mapping
             say("prefix caching is off: the model keeps recurrent state a KV page does not hold"
                 + (" (--prefix-state-snapshots 0)" if prefix_state_snapshots == 0 else
                    ", and its program cannot save it"))
-    return ServeEngine(program, tokenizer, page_size=page_size, num_pages=num_pages, max_num_seqs=max_num_seqs,
-                       max_batched_tokens=max_batched_tokens, prefix_cache=prefix_cache,
-                       state_snapshots=prefix_state_snapshots, max_waiting=max_waiting)
+    engine = ServeEngine(program, tokenizer, page_size=page_size, num_pages=num_pages, max_num_seqs=max_num_seqs,
+                         max_batched_tokens=max_batched_tokens, prefix_cache=prefix_cache,
+                         state_snapshots=prefix_state_snapshots, max_waiting=max_waiting)
+    return engine, embedder
 
 
 def serve_model(model_path: str | Path, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,
@@ -109,9 +134,12 @@ def serve_model(model_path: str | Path, target_name: str = "cpu", knobs: Mapping
             raise ServeError(f"--{name.replace('_', '-')} must be above 0, got {value}")
     limits = server.HttpLimits(**{k: v for k, v in (http_limits or {}).items() if v is not None})
     check_bind(host, port)
-    engine = open_engine(model_path, target_name, knobs, **engine_options)
+    engine, embedder = open_serving(model_path, target_name, knobs, **engine_options)
     name = Path(model_path).name or str(model_path)
-    app = server.create_app(engine, name, api_key, limits)
+    app = server.create_app(engine, name, api_key, limits, embedder)
     say(f"serving {name} on http://{host}:{port}/v1 ({engine.describe()})")
-    server.serve_forever(app, engine, host=host, port=port, shutdown_timeout=shutdown_timeout, limits=limits)
+    try:
+        server.serve_forever(app, engine, host=host, port=port, shutdown_timeout=shutdown_timeout, limits=limits)
+    finally:
+        embedder.close()
     say("stopped")

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from strata.runtime.serve.embeddings import ENCODINGS, MAX_INPUTS
 from strata.runtime.serve.requests import MAX_LOGPROBS, MAX_N, MAX_STOPS
+from strata.runtime.serve.tokenize_api import MAX_DETOKENIZE_IDS
 
 _OPTIONAL_INT = {"type": ["integer", "null"]}
 
@@ -76,3 +78,50 @@ def _common(model_name: str, n_ctx: int, max_tokens_field: str) -> dict[str, Any
 def json_body(schema: dict[str, Any]) -> dict[str, Any]:
     """A route's `openapi_extra`: its JSON request body."""
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+# -- the tokenizer and embedding routes (`tokenize_api.py`, `embeddings.py`) --------------------
+
+_FLAG = {"type": ["boolean", "null"]}
+
+
+def tokenize_body(model_name: str) -> dict[str, Any]:
+    """POST /tokenize: llama-server's body (`content`) or vLLM's (`prompt`, or `messages`)."""
+    model = {"enum": [model_name, None]}
+    llama = {"type": "object", "required": ["content"], "properties": {
+        "content": {"type": "string"}, "add_special": _FLAG, "parse_special": _FLAG, "with_pieces": _FLAG}}
+    prompt = {"type": "object", "required": ["prompt"], "properties": {
+        "model": model, "prompt": {"type": "string"}, "add_special_tokens": _FLAG, "return_token_strs": _FLAG}}
+    messages = {"type": "array", "minItems": 1,
+                "items": {"type": "object", "required": ["role"],
+                          "properties": {"role": {"enum": ["system", "user", "assistant"]}, "content": _CONTENT}}}
+    chat = {"type": "object", "required": ["messages"], "properties": {
+        "model": model, "messages": messages, "add_generation_prompt": _FLAG, "continue_final_message": _FLAG,
+        "add_special_tokens": _FLAG, "return_token_strs": _FLAG,
+        "chat_template_kwargs": {"type": ["object", "null"]}}}
+    return {"oneOf": [llama, prompt, chat]}
+
+
+def detokenize_body(model_name: str, vocab: int) -> dict[str, Any]:
+    """POST /detokenize: token ids of the tokenizer's vocabulary."""
+    return {"type": "object", "required": ["tokens"], "properties": {
+        "model": {"enum": [model_name, None]},
+        "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": vocab - 1},
+                   "maxItems": MAX_DETOKENIZE_IDS}}}
+
+
+def embeddings_body(model_name: str, vocab: int, n_ctx: int, hidden_size: int) -> dict[str, Any]:
+    """POST /v1/embeddings: OpenAI's body (texts or token ids, each within the context)."""
+    text = {"type": "string", "minLength": 1}
+    ids = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": vocab - 1}, "minItems": 1,
+           "maxItems": n_ctx}
+    return {"type": "object", "required": ["input"], "properties": {
+        "model": {"enum": [model_name, None]},
+        "input": {"oneOf": [text, ids, {"type": "array", "items": {"oneOf": [text, ids]}, "minItems": 1,
+                                        "maxItems": MAX_INPUTS}]},
+        "encoding_format": {"enum": [*ENCODINGS, None]},
+        "dimensions": {"enum": [hidden_size, None]},
+        "user": {"type": ["string", "null"]},
+        "add_special_tokens": _FLAG,
+        "normalize": _FLAG,
+    }}

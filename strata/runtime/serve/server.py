@@ -6,7 +6,8 @@
 
 Endpoints: GET /v1/models, POST /v1/completions and /v1/chat/completions (streamed as
 server-sent events or not; `requests.py` reads their bodies), GET /health, GET /metrics
-(Prometheus text), GET /openapi.json (the bodies' schemas: `openapi.py`). Errors are OpenAI's
+(Prometheus text), GET /openapi.json (the bodies' schemas: `openapi.py`); POST /tokenize,
+/detokenize and /v1/embeddings (`text_routes.py`; embeddings when an `Embedder` is given). Errors are OpenAI's
 shape, `{"error": {"message", "type", "param", "code"}}`.
 SIGTERM stops admission (new requests: 503), lets the requests in flight finish for up to
 `shutdown_timeout` seconds, cancels the rest, and exits 0.
@@ -58,6 +59,7 @@ from strata.runtime.serve.batch_engine import (
 from strata.runtime.serve.openapi import chat_body, completion_body, json_body
 from strata.runtime.serve.requests import ApiError, ApiRequest, parse_chat, parse_completion
 from strata.runtime.serve.scheduler import SchedulerError
+from strata.runtime.serve.text_routes import add_text_routes
 
 #: Seconds a client is told to wait when the queue is full or the server is going away.
 RETRY_AFTER = "1"
@@ -189,7 +191,7 @@ class Metrics(Observer):
 
 
 def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None,
-               limits: HttpLimits = HttpLimits()) -> FastAPI:
+               limits: HttpLimits = HttpLimits(), embedder: Any = None) -> FastAPI:
     app = FastAPI(title="strata serve", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     metrics = Metrics(engine, model_name)
     engine.observer = metrics
@@ -238,6 +240,18 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None,
     @app.post("/v1/chat/completions", openapi_extra=json_body(chat_body(model_name, engine.limits.n_ctx)))
     async def chat_completions(request: Request):
         return await _serve(request, chat=True)
+
+    async def read_json(request: Request) -> Any:
+        """The request's JSON body, or the error Response that answers it."""
+        raw = await _read_body(request, limits)
+        if isinstance(raw, Response):
+            return raw
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            return error_response(400, f"the request body is not valid JSON: {e}", code="invalid_json")
+
+    add_text_routes(app, engine, model_name, embedder, read_json, error_response)
 
     async def _serve(request: Request, chat: bool):
         raw = await _read_body(request, limits)
