@@ -4,8 +4,10 @@ POST /v1/embeddings (`embeddings.py`), added to the app by `create_app`.
     add_text_routes(app, engine, model_name, embedder, read_json, error_response)
 
 `read_json(request)` is the server's body reader (its size and time limits), giving the parsed
-body or the Response that answers it; `error_response` its OpenAI-shaped error. The tokenizer runs
-on the server's loop (it is quick); an embedding on a worker thread, so the loop keeps serving.
+body or the Response that answers it; `error_response` its OpenAI-shaped error. The tokenizer and
+the embeddings run on worker threads, so the loop keeps serving while a long text is tokenized
+(a body may hold 8 MiB of it) or a batch embedded. These paths are not under /v1, so `--api-key`
+does not guard /tokenize and /detokenize, as vLLM's does not.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def add_text_routes(app: FastAPI, engine: Any, model_name: str, embedder: Embedd
         if isinstance(body, Response):
             return body
         try:
-            return tokenize_reply(body, limits, model_name)
+            return await asyncio.to_thread(tokenize_reply, body, limits, model_name)
         except ApiError as e:
             return refused(e)
 
@@ -47,7 +49,7 @@ def add_text_routes(app: FastAPI, engine: Any, model_name: str, embedder: Embedd
         if isinstance(body, Response):
             return body
         try:
-            return detokenize_reply(body, limits, model_name)
+            return await asyncio.to_thread(detokenize_reply, body, limits, model_name)
         except ApiError as e:
             return refused(e)
 
