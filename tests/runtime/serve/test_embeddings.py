@@ -1,6 +1,7 @@
 """/v1/embeddings' vectors without a server: the `hidden_packed` entry compiled for the cpu target
 as `strata serve` opens it, pooled (last token, mean) and L2-normalised, against HF transformers'
-fp32 `last_hidden_state` (after the final norm) of each input run alone, on two families; inputs
+fp32 `last_hidden_state` (after the final norm) of each input run alone, on three families (the
+llama family's llama and qwen3, and the hybrid Qwen3.5's Gated DeltaNet layers); inputs
 packed into several calls; and every bad body one ApiError naming its field.
 
 The max differences are printed (`-s` shows them)."""
@@ -21,7 +22,7 @@ from strata.runtime.serve.batch_engine import RequestLimits
 from strata.runtime.serve.embeddings import EmbeddingRequest, embeddings_reply, parse_embeddings
 from strata.runtime.serve.requests import ApiError
 from strata.runtime.text import load_tokenizer
-from support import TINY, write_checkpoint
+from support import HYBRID_FAMILIES, TINY, write_checkpoint
 
 CTX = 32
 #: Normalised vectors: a max abs difference this small is relative to their length, 1.
@@ -37,9 +38,12 @@ def hf_pooled(hf, ids: list[int], pooling: str, normalize: bool = True) -> np.nd
     return v / np.linalg.norm(v) if normalize else v
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen3"])
+FAMILIES = {"llama": TINY["llama"], "qwen3": TINY["qwen3"], "qwen3_5": HYBRID_FAMILIES["qwen3_5"]}
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
 def family(request, tmp_path_factory):
-    cfg = dataclasses.replace(TINY[request.param], max_position_embeddings=64)
+    cfg = dataclasses.replace(FAMILIES[request.param], max_position_embeddings=64)
     d = write_checkpoint(cfg, tmp_path_factory.mktemp(request.param), seed=11, std=0.3)
     hf = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
     opened = open_model(d, "cpu", {"ctx": CTX}, quiet=True)
@@ -54,18 +58,18 @@ def test_vectors_are_hf_s_pooled_hidden_states(family, pooling):
     calls = []
     embedder._run = (lambda run: lambda seqs: calls.append(len(seqs)) or run(seqs))(embedder._run)
     got = embedder.embed(INPUTS)
-    assert embedder.opened and got.shape == (len(INPUTS), 32) and got.dtype == np.float32
+    assert embedder.opened and got.shape == (len(INPUTS), FAMILIES[name].hidden_size) and got.dtype == np.float32
     assert sum(calls) == len(INPUTS) and len(calls) > 1  # packed into calls of at most CTX tokens
     want = np.stack([hf_pooled(hf, ids, pooling) for ids in INPUTS])
     diff = float(np.abs(got - want).max())
-    print(f"[embeddings] {name:6s} {pooling:4s} normalised: max|diff| vs HF = {diff:.2e}")
+    print(f"[embeddings] {name:7s} {pooling:4s} normalised: max|diff| vs HF = {diff:.2e}")
     assert diff < TOL
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
     raw = embedder.embed(INPUTS[:2], normalize=False)
     for v, ids in zip(raw, INPUTS[:2]):
         ref = hf_pooled(hf, ids, pooling, normalize=False)
         rel = float(np.linalg.norm(v - ref) / np.linalg.norm(ref))
-        print(f"[embeddings] {name:6s} {pooling:4s} unnormalised: relative L2 diff vs HF = {rel:.2e}")
+        print(f"[embeddings] {name:7s} {pooling:4s} unnormalised: relative L2 diff vs HF = {rel:.2e}")
         assert rel < TOL
     embedder.close()
 
