@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_allow_nonfinite, add_model, add_target, bounded_int, knobs_of
+from strata.cli.args import add_allow_nonfinite, add_chat_template, add_model, add_target, bounded_int, knobs_of
 
 
 def add(sub) -> None:
@@ -39,6 +39,7 @@ def add(sub) -> None:
                    help="/health answers 503 once a step has run S seconds with requests in flight (default 60)")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET-serve)")
+    add_chat_template(p)
     add_allow_nonfinite(p)
     p.set_defaults(func=run)
 
@@ -54,5 +55,5 @@ def run(args: argparse.Namespace) -> int:
                 max_batched_tokens=args.max_num_batched_tokens, kv_pages=args.kv_pages,
                 prefix_state_snapshots=args.prefix_state_snapshots,
                 max_waiting=args.max_waiting, cache_dir=args.cache_dir, interpret=getattr(args, "interpret", False),
-                allow_nonfinite=args.allow_nonfinite)
+                allow_nonfinite=args.allow_nonfinite, chat_template=args.chat_template)
     return 0

@@ -57,9 +57,11 @@ def check_bind(host: str, port: int) -> None:
 def open_engine(model_path: str | Path, target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, *,
                 max_num_seqs: int = 8, max_batched_tokens: int = 256, kv_pages: int | None = None,
                 prefix_state_snapshots: int = 64, max_waiting: int = 256, cache_dir: str | Path | None = None, interpret: bool = False,
-                allow_nonfinite: bool = False) -> ServeEngine:
-    """The model's serving engine (not started), its program compiled or reused."""
+                allow_nonfinite: bool = False, chat_template: str | Path | None = None) -> ServeEngine:
+    """The model's serving engine (not started), its program compiled or reused; `chat_template`: a
+    Jinja file rendering its chats in place of the model's own template."""
     from strata.runtime.opener import open_model, target_of
+    from strata.runtime.text import ChatTemplate
 
     for name, value in (("--max-num-seqs", max_num_seqs), ("--max-num-batched-tokens", max_batched_tokens),
                         ("--kv-pages", kv_pages or 1), ("--max-waiting", max_waiting)):
@@ -70,10 +72,13 @@ def open_engine(model_path: str | Path, target_name: str = "cpu", knobs: Mapping
     if not target_of(target_name).compiles_entries:  # the scheduler steps the step_paged entry
         raise ServeError(f"strata serve runs on --target cpu: the {target_name} target does not compile the "
                          "step_paged entry the scheduler batches with")
+    template = ChatTemplate.from_option(chat_template)  # a bad file is refused before the model is read
     opened = open_model(model_path, target_name, knobs, interpret=interpret, cache_dir=cache_dir,
                         allow_nonfinite=allow_nonfinite)
     model = opened.model
     tokenizer = opened.tokenizer()
+    if template is not None:
+        tokenizer.use_chat_template(template)
     page_size, num_pages = serving_knobs(model, opened.knobs, kv_pages=kv_pages, max_num_seqs=max_num_seqs)
     if cache_dir is None:
         opened.cache_dir = model.cache_root / f"{target_name}-serve"
