@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from strata.errors import StrataError
 from strata.runtime.serve.requests import ApiError
 from strata.runtime.text.reasoning import ThinkMarkers, opens_thinking, think_markers
 from strata.runtime.text.tool_calls import ToolCallFormat, tool_call_format
@@ -204,11 +205,18 @@ def tool_constraint(plan: ChatPlan, tools: list[dict[str, Any]] | None) -> Any:
     if plan.tool_format is None or plan.tool_choice not in ("required", "function"):
         return None
     try:
-        from strata.runtime.constrain import tool_call_constraint
+        import strata.runtime.constrain as constrain
     except ModuleNotFoundError as e:
         if e.name != "strata.runtime.constrain":
             raise
         return None  # not enforced
     fmt = plan.tool_format
     choice = {"type": "function", "function": {"name": plan.forced_name}} if plan.forced_name else "required"
-    return tool_call_constraint(tools, choice, open=fmt.open, close=fmt.close, args_key=fmt.args_key)
+    try:
+        spec = constrain.tool_call_constraint(tools, choice, open=fmt.open, close=fmt.close, args_key=fmt.args_key)
+        check = getattr(constrain, "grammar_of", None)  # the library's own check: a bad schema is a 400 here
+        if check is not None:
+            check(spec)
+    except StrataError as e:
+        raise ApiError(f"'tools': {e}", "tools") from None
+    return spec

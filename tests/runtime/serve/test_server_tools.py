@@ -9,6 +9,7 @@ server goes on serving.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 import time
@@ -28,6 +29,7 @@ uvicorn = pytest.importorskip("uvicorn")
 from strata.runtime.serve.server import create_app  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
+ENFORCED = importlib.util.find_spec("strata.runtime.constrain") is not None
 TOOLS_TEMPLATE = ROOT / "examples" / "templates" / "chatml-tools.jinja"
 #: ChatML whose generation prompt closes the thinking when enable_thinking is false (as Qwen3's).
 THINKING_TEMPLATE = (
@@ -57,13 +59,14 @@ class ScriptedEngine:
                                          ChatTemplate(template, origin="the thinking template"))
         self.limits = RequestLimits(self.tokenizer, self.tokenizer.vocab_size, 4096, 4096)
         self.observer, self.draining, self.in_flight = None, False, 0
-        self.reply, self.prompts = "", []
+        self.reply, self.prompts, self.constraints = "", [], []
 
     def stalled(self, timeout):
         return None
 
-    def submit(self, prompt, max_tokens, *, sampling, stop, emit, logprobs, request_id):
+    def submit(self, prompt, max_tokens, *, sampling, stop, emit, logprobs, request_id, constraint=None):
         self.prompts.append(self.tokenizer.decode(prompt))
+        self.constraints.append(constraint)
         handle = SimpleNamespace(prompt=prompt, finish_reason=None, completion_tokens=0, request_id=request_id)
         for at in range(0, len(self.reply), 3):
             emit(TextEvent(self.reply[at:at + 3], [0]))
@@ -144,6 +147,8 @@ def test_a_call_comes_back_as_tool_calls_streamed_or_not(served, choice):
                                                      tool_choice=choice))
     assert (content, reasoning, reason) == (message.content, "", "tool_calls")
     assert [(name, args) for _, name, args in calls] == [("book_table", call.function.arguments)]
+    if choice != "auto" and ENFORCED:  # the grammar that forces the call reaches the engine
+        assert engines["tools"].constraints[-1] is not None
     # the tools reached the template, in its system message
     assert '"name": "book_table"' in engines["tools"].prompts[-1] and "<tools>" in engines["tools"].prompts[-1]
 
