@@ -30,9 +30,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from strata.errors import StrataError
-from strata.runtime.serve.requests import ApiError
 from strata.runtime.text.reasoning import ThinkMarkers, opens_thinking, think_markers
 from strata.runtime.text.tool_calls import ToolCallFormat, tool_call_format
+
+class ChatFieldError(StrataError):
+    """A chat field that cannot be used (`param`: which); `requests.parse_chat` answers it 400."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.message, self.param = message, param
+
 
 _FUNCTION_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 #: The template's own variables, which `chat_template_kwargs` cannot set.
@@ -75,12 +82,12 @@ def read_tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, st
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
-            raise ApiError(f"'tools' must be a list of tools, got {_shown(tools)}", "tools")
+            raise ChatFieldError(f"'tools' must be a list of tools, got {_shown(tools)}", "tools")
         seen = set()
         for i, tool in enumerate(tools):
             name = _check_tool(tool, f"tools[{i}]")
             if name in seen:
-                raise ApiError(f"tools[{i}]: the function '{name}' is given twice", f"tools[{i}]")
+                raise ChatFieldError(f"tools[{i}]: the function '{name}' is given twice", f"tools[{i}]")
             seen.add(name)
         tools = tools or None
     choice = body.get("tool_choice")
@@ -89,18 +96,18 @@ def read_tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, st
         return tools, ("auto" if tools else "none"), None
     if isinstance(choice, str):
         if choice not in TOOL_CHOICES:
-            raise ApiError(f"'tool_choice' must be one of {', '.join(TOOL_CHOICES)} or a named function, got "
+            raise ChatFieldError(f"'tool_choice' must be one of {', '.join(TOOL_CHOICES)} or a named function, got "
                            f"{_shown(choice)}", "tool_choice")
         if choice != "none" and not tools:
-            raise ApiError(f"'tool_choice' '{choice}' needs 'tools'", "tool_choice")
+            raise ChatFieldError(f"'tool_choice' '{choice}' needs 'tools'", "tool_choice")
         return tools, choice, None
     function = choice.get("function") if isinstance(choice, dict) else None
     if not (isinstance(choice, dict) and choice.get("type") == "function" and isinstance(function, dict)
             and isinstance(function.get("name"), str)):
-        raise ApiError("'tool_choice' must be one of auto, none, required or "
+        raise ChatFieldError("'tool_choice' must be one of auto, none, required or "
                        "{\"type\": \"function\", \"function\": {\"name\": ...}}, got " + _shown(choice), "tool_choice")
     if function["name"] not in names:
-        raise ApiError(f"'tool_choice' names the function '{function['name'][:64]}', which is not in 'tools'",
+        raise ChatFieldError(f"'tool_choice' names the function '{function['name'][:64]}', which is not in 'tools'",
                        "tool_choice")
     return tools, "function", function["name"]
 
@@ -108,26 +115,26 @@ def read_tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, st
 def _check_tool(tool: Any, where: str) -> str:
     function = tool.get("function") if isinstance(tool, dict) else None
     if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
-        raise ApiError(f"{where} must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got {_shown(tool)}",
+        raise ChatFieldError(f"{where} must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got {_shown(tool)}",
                        where)
     name = function.get("name")
     if not isinstance(name, str) or not _FUNCTION_NAME.fullmatch(name):
-        raise ApiError(f"{where}.function.name must be 1 to 64 letters, digits, '_', '.' or '-', got {_shown(name)}",
+        raise ChatFieldError(f"{where}.function.name must be 1 to 64 letters, digits, '_', '.' or '-', got {_shown(name)}",
                        f"{where}.function.name")
     if not isinstance(function.get("description", ""), str):
-        raise ApiError(f"{where}.function.description must be a string", f"{where}.function.description")
+        raise ChatFieldError(f"{where}.function.description must be a string", f"{where}.function.description")
     params = function.get("parameters")
     if params is not None:
         what = f"{where}.function.parameters"
         if not isinstance(params, dict):
-            raise ApiError(f"{what} must be a JSON schema object, got {_shown(params)}", what)
+            raise ChatFieldError(f"{what} must be a JSON schema object, got {_shown(params)}", what)
         if params.get("type", "object") != "object":
-            raise ApiError(f"{what}: the arguments' schema must have type 'object', got {_shown(params['type'])}", what)
+            raise ChatFieldError(f"{what}: the arguments' schema must have type 'object', got {_shown(params['type'])}", what)
         if not isinstance(params.get("properties", {}), dict):
-            raise ApiError(f"{what}.properties must be an object", what)
+            raise ChatFieldError(f"{what}.properties must be an object", what)
         required = params.get("required", [])
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-            raise ApiError(f"{what}.required must be a list of property names", what)
+            raise ChatFieldError(f"{what}.required must be a list of property names", what)
     return name
 
 
@@ -136,10 +143,10 @@ def read_template_kwargs(body: Mapping[str, Any]) -> dict[str, Any]:
     if kwargs is None:
         return {}
     if not isinstance(kwargs, dict):
-        raise ApiError(f"'chat_template_kwargs' must be an object, got {_shown(kwargs)}", "chat_template_kwargs")
+        raise ChatFieldError(f"'chat_template_kwargs' must be an object, got {_shown(kwargs)}", "chat_template_kwargs")
     bad = sorted(k for k in kwargs if k in _RESERVED or not k.isidentifier())
     if bad:
-        raise ApiError(f"'chat_template_kwargs' cannot set '{bad[0][:40]}'", "chat_template_kwargs")
+        raise ChatFieldError(f"'chat_template_kwargs' cannot set '{bad[0][:40]}'", "chat_template_kwargs")
     return dict(kwargs)
 
 
@@ -154,19 +161,19 @@ def messages_for_template(messages: Sequence[dict[str, Any]]) -> list[dict[str, 
             continue
         where = f"messages[{i}].tool_calls"
         if m.get("role") != "assistant" or not isinstance(calls, list):
-            raise ApiError(f"{where}: only an assistant message has tool_calls, a list", where)
+            raise ChatFieldError(f"{where}: only an assistant message has tool_calls, a list", where)
         shown = []
         for j, call in enumerate(calls):
             function = call.get("function") if isinstance(call, dict) else None
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-                raise ApiError(f"{where}[{j}] must be {{\"type\": \"function\", \"function\": {{\"name\", "
+                raise ChatFieldError(f"{where}[{j}] must be {{\"type\": \"function\", \"function\": {{\"name\", "
                                f"\"arguments\"}}}}", f"{where}[{j}]")
             args = function.get("arguments", {})
             if isinstance(args, str):
                 try:
                     args = json.loads(args)
                 except ValueError:
-                    raise ApiError(f"{where}[{j}].function.arguments is not valid JSON", f"{where}[{j}]") from None
+                    raise ChatFieldError(f"{where}[{j}].function.arguments is not valid JSON", f"{where}[{j}]") from None
             shown.append({**call, "function": {**function, "arguments": args}})
         out.append({**m, "tool_calls": shown})
     return out
@@ -180,12 +187,12 @@ def chat_prompt(body: Mapping[str, Any], tokenizer: Any, messages: list[dict[str
     kwargs = read_template_kwargs(body)
     reasoning_format = body.get("reasoning_format")
     if reasoning_format not in (None, "none", "auto", "deepseek"):
-        raise ApiError(f"'reasoning_format' must be none, auto or deepseek, got {_shown(reasoning_format)}",
+        raise ChatFieldError(f"'reasoning_format' must be none, auto or deepseek, got {_shown(reasoning_format)}",
                        "reasoning_format")
     template = tokenizer.select_chat_template(tools=tools)
     fmt = tool_call_format(template.source) if tools else None
     if tools and fmt is None:
-        raise ApiError(f"the chat template ({template.origin}) has no tool-call format (neither <tool_call> JSON nor "
+        raise ChatFieldError(f"the chat template ({template.origin}) has no tool-call format (neither <tool_call> JSON nor "
                        "Llama 3's JSON): start the server with --chat-template FILE, e.g. "
                        "examples/templates/chatml-tools.jinja", "tools")
     text = tokenizer.render_chat(messages_for_template(messages), add_generation_prompt=True, template=template,
@@ -218,5 +225,5 @@ def tool_constraint(plan: ChatPlan, tools: list[dict[str, Any]] | None) -> Any:
         if check is not None:
             check(spec)
     except StrataError as e:
-        raise ApiError(f"'tools': {e}", "tools") from None
+        raise ChatFieldError(f"'tools': {e}", "tools") from None
     return spec

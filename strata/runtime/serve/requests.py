@@ -225,7 +225,7 @@ def parse_completion(body: Any, limits: Any, model_name: str) -> ApiRequest:
 
 def parse_chat(body: Any, limits: Any, model_name: str) -> ApiRequest:
     """POST /v1/chat/completions: `messages` (and `tools`, see `chat_tools`) through the model's chat template."""
-    from strata.runtime.serve.chat_tools import chat_prompt
+    from strata.runtime.serve.chat_tools import ChatFieldError, chat_prompt
 
     body = _body(body)
     messages = body.get("messages")
@@ -246,6 +246,9 @@ def parse_chat(body: Any, limits: Any, model_name: str) -> ApiRequest:
         if content is not None and not isinstance(content, str):
             raise ApiError(f"messages[{i}].content must be a string, got {_shown(content)}", f"messages[{i}].content")
         plain.append({**m, "content": content or ""})
-    prompt = chat_prompt(body, limits.tokenizer, plain)
+    try:
+        prompt = chat_prompt(body, limits.tokenizer, plain)
+    except ChatFieldError as e:
+        raise ApiError(e.message, e.param) from None
     parsed = _common(body, limits, model_name, prompt.ids, "max_completion_tokens")
     return replace(parsed, chat_plan=prompt.plan if prompt.plan.reads_reply else None, constraint=prompt.constraint)
