@@ -56,7 +56,7 @@ class ScriptedEngine:
     def __init__(self, template: str | ChatTemplate):
         self.tokenizer = load_tokenizer(DATA_DIR)
         self.tokenizer.use_chat_template(template if isinstance(template, ChatTemplate) else
-                                         ChatTemplate(template, origin="the thinking template"))
+                                         ChatTemplate(template, origin="the test's template"))
         self.limits = RequestLimits(self.tokenizer, self.tokenizer.vocab_size, 4096, 4096)
         self.observer, self.draining, self.in_flight = None, False, 0
         self.reply, self.prompts, self.constraints = "", [], []
@@ -79,30 +79,38 @@ class ScriptedEngine:
         pass
 
 
+def _served_with(template: Path | str):
+    """(engine, client, server, thread): a server on a free port over a scripted engine with `template`
+    (a file, or a template's text)."""
+    engine = ScriptedEngine(ChatTemplate.from_file(template) if isinstance(template, Path) else template)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(engine, "scripted"), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=30)
+    return engine, client, server, thread
+
+
 @pytest.fixture(scope="module")
 def served():
-    """(the engine, the openai client) of a server over a scripted engine with the ChatML tools template."""
-    engines = {"tools": ScriptedEngine(ChatTemplate.from_file(TOOLS_TEMPLATE)),
-               "thinking": ScriptedEngine(THINKING_TEMPLATE), "plain": ScriptedEngine(
-                   "{% for m in messages %}{{ m.role + ': ' + m.content + '\\n' }}{% endfor %}")}
-    servers, clients = [], {}
+    """({name: engine}, {name: openai client}) of servers over scripted engines: the ChatML tools
+    template, a thinking template, and a plain one with neither tools nor thinking."""
+    templates = {"tools": TOOLS_TEMPLATE, "thinking": THINKING_TEMPLATE,
+                 "plain": "{% for m in messages %}{{ m.role + ': ' + m.content + '\\n' }}{% endfor %}"}
+    engines, clients, running = {}, {}, []
     try:
-        for name, engine in engines.items():
-            port = free_port()
-            server = uvicorn.Server(uvicorn.Config(create_app(engine, "scripted"), host="127.0.0.1", port=port,
-                                                   log_level="warning"))
-            thread = threading.Thread(target=server.run, daemon=True)
-            thread.start()
-            servers.append((server, thread))
-            deadline = time.monotonic() + 30
-            while not server.started:
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.02)
-            clients[name] = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0,
-                                          timeout=30)
+        for name, template in templates.items():
+            engine, client, server, thread = _served_with(template)
+            engines[name], clients[name] = engine, client
+            running.append((server, thread))
         yield engines, clients
     finally:
-        for server, thread in servers:
+        for server, thread in running:
             server.should_exit = True
             thread.join(timeout=10)
 
@@ -251,3 +259,45 @@ def test_tools_on_a_template_without_a_tool_format_name_the_flag(served):
     _, clients = served
     with pytest.raises(openai.BadRequestError, match="--chat-template"):
         _ask(clients["plain"], tools=[BOOK])
+
+
+REFS = ROOT.parent / "shared" / "refs" / "tokenizers" / "templates"
+needs_refs = pytest.mark.skipif(not REFS.is_dir(), reason="no ../shared/refs/tokenizers/templates beside the checkout")
+
+
+@needs_refs
+def test_qwen3_thinks_then_calls():
+    engine, client, server, thread = _served_with(REFS / "Qwen-Qwen3-0.6B.jinja")
+    try:
+        engine.reply = "<think>\nThey want a table; book_table fits.\n</think>\n\n" + CALL
+        message = _ask(client, tools=[WEATHER, BOOK]).choices[0].message
+        assert message.model_extra["reasoning_content"] == "They want a table; book_table fits."
+        assert message.content is None and json.loads(message.tool_calls[0].function.arguments) == ARGS
+        content, reasoning, calls, reason = _joined(_ask(client, stream=True, tools=[WEATHER, BOOK]))
+        assert (content, reasoning, reason) == ("", message.model_extra["reasoning_content"], "tool_calls")
+        assert [args for _, _, args in calls] == [message.tool_calls[0].function.arguments]
+        _ask(client, tools=[BOOK], extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        assert engine.prompts[-1].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@needs_refs
+def test_llama31_json_calls():
+    engine, client, server, thread = _served_with(REFS / "meta-llama-Llama-3.1-8B-Instruct.jinja")
+    try:
+        engine.reply = '{"name": "book_table", "parameters": ' + json.dumps(ARGS) + "}"
+        message = _ask(client, tools=[WEATHER, BOOK]).choices[0].message
+        assert message.content is None and message.tool_calls[0].function.name == "book_table"
+        assert json.loads(message.tool_calls[0].function.arguments) == ARGS
+        _, _, calls, reason = _joined(_ask(client, stream=True, tools=[WEATHER, BOOK]))
+        assert reason == "tool_calls" and [a for _, _, a in calls] == [message.tool_calls[0].function.arguments]
+        assert '"name": "book_table"' in engine.prompts[-1]  # the tools, in the first user message
+        engine.reply = "Sure, which day?"
+        assert _ask(client, tools=[BOOK]).choices[0].message.content == "Sure, which day?"
+        engine.reply = '{"name": "book_table", "parameters": {"day": '  # cut off: text
+        assert _ask(client, tools=[BOOK]).choices[0].message.content == engine.reply
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
