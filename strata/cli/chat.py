@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_allow_nonfinite, add_chat_template, add_model, add_sampling, add_target, bounded_int, knobs_of, sampling_of
+from strata.cli.args import (
+    add_allow_nonfinite,
+    add_chat_template,
+    add_model,
+    add_sampling,
+    add_target,
+    bounded_int,
+    knobs_of,
+    sampling_of,
+)
 
 
 def add(sub) -> None:

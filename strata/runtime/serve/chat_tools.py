@@ -97,7 +97,7 @@ def read_tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, st
     if isinstance(choice, str):
         if choice not in TOOL_CHOICES:
             raise ChatFieldError(f"'tool_choice' must be one of {', '.join(TOOL_CHOICES)} or a named function, got "
-                           f"{_shown(choice)}", "tool_choice")
+                                 f"{_shown(choice)}", "tool_choice")
         if choice != "none" and not tools:
             raise ChatFieldError(f"'tool_choice' '{choice}' needs 'tools'", "tool_choice")
         return tools, choice, None
@@ -105,22 +105,23 @@ def read_tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, st
     if not (isinstance(choice, dict) and choice.get("type") == "function" and isinstance(function, dict)
             and isinstance(function.get("name"), str)):
         raise ChatFieldError("'tool_choice' must be one of auto, none, required or "
-                       "{\"type\": \"function\", \"function\": {\"name\": ...}}, got " + _shown(choice), "tool_choice")
+                             "{\"type\": \"function\", \"function\": {\"name\": ...}}, got " + _shown(choice),
+                             "tool_choice")
     if function["name"] not in names:
         raise ChatFieldError(f"'tool_choice' names the function '{function['name'][:64]}', which is not in 'tools'",
-                       "tool_choice")
+                             "tool_choice")
     return tools, "function", function["name"]
 
 
 def _check_tool(tool: Any, where: str) -> str:
     function = tool.get("function") if isinstance(tool, dict) else None
     if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
-        raise ChatFieldError(f"{where} must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, got {_shown(tool)}",
-                       where)
+        raise ChatFieldError(f"{where} must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}, "
+                             f"got {_shown(tool)}", where)
     name = function.get("name")
     if not isinstance(name, str) or not _FUNCTION_NAME.fullmatch(name):
-        raise ChatFieldError(f"{where}.function.name must be 1 to 64 letters, digits, '_', '.' or '-', got {_shown(name)}",
-                       f"{where}.function.name")
+        raise ChatFieldError(f"{where}.function.name must be 1 to 64 letters, digits, '_', '.' or '-', "
+                             f"got {_shown(name)}", f"{where}.function.name")
     if not isinstance(function.get("description", ""), str):
         raise ChatFieldError(f"{where}.function.description must be a string", f"{where}.function.description")
     params = function.get("parameters")
@@ -129,7 +130,8 @@ def _check_tool(tool: Any, where: str) -> str:
         if not isinstance(params, dict):
             raise ChatFieldError(f"{what} must be a JSON schema object, got {_shown(params)}", what)
         if params.get("type", "object") != "object":
-            raise ChatFieldError(f"{what}: the arguments' schema must have type 'object', got {_shown(params['type'])}", what)
+            raise ChatFieldError(f"{what}: the arguments' schema must have type 'object', "
+                                 f"got {_shown(params['type'])}", what)
         if not isinstance(params.get("properties", {}), dict):
             raise ChatFieldError(f"{what}.properties must be an object", what)
         required = params.get("required", [])
@@ -167,13 +169,14 @@ def messages_for_template(messages: Sequence[dict[str, Any]]) -> list[dict[str, 
             function = call.get("function") if isinstance(call, dict) else None
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
                 raise ChatFieldError(f"{where}[{j}] must be {{\"type\": \"function\", \"function\": {{\"name\", "
-                               f"\"arguments\"}}}}", f"{where}[{j}]")
+                                     f"\"arguments\"}}}}", f"{where}[{j}]")
             args = function.get("arguments", {})
             if isinstance(args, str):
                 try:
                     args = json.loads(args)
                 except ValueError:
-                    raise ChatFieldError(f"{where}[{j}].function.arguments is not valid JSON", f"{where}[{j}]") from None
+                    raise ChatFieldError(f"{where}[{j}].function.arguments is not valid JSON",
+                                         f"{where}[{j}]") from None
             shown.append({**call, "function": {**function, "arguments": args}})
         out.append({**m, "tool_calls": shown})
     return out
@@ -188,13 +191,13 @@ def chat_prompt(body: Mapping[str, Any], tokenizer: Any, messages: list[dict[str
     reasoning_format = body.get("reasoning_format")
     if reasoning_format not in (None, "none", "auto", "deepseek"):
         raise ChatFieldError(f"'reasoning_format' must be none, auto or deepseek, got {_shown(reasoning_format)}",
-                       "reasoning_format")
+                             "reasoning_format")
     template = tokenizer.select_chat_template(tools=tools)
     fmt = tool_call_format(template.source) if tools else None
     if tools and fmt is None:
-        raise ChatFieldError(f"the chat template ({template.origin}) has no tool-call format (neither <tool_call> JSON nor "
-                       "Llama 3's JSON): start the server with --chat-template FILE, e.g. "
-                       "examples/templates/chatml-tools.jinja", "tools")
+        raise ChatFieldError(f"the chat template ({template.origin}) has no tool-call format (neither <tool_call> "
+                             "JSON nor Llama 3's JSON): start the server with --chat-template FILE, e.g. "
+                             "examples/templates/chatml-tools.jinja", "tools")
     text = tokenizer.render_chat(messages_for_template(messages), add_generation_prompt=True, template=template,
                                  tools=tools, **kwargs)
     ids = tokenizer.encode(check_utf8(text, "the rendered prompt"), add_special=False)

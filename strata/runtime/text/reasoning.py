@@ -44,7 +44,10 @@ def think_markers(template_source: str) -> ThinkMarkers | None:
 def opens_thinking(prompt_text: str, markers: ThinkMarkers) -> bool:
     """Whether the rendered prompt ends inside an open think block (the reply starts thinking)."""
     start = prompt_text.rfind(markers.start)
-    return start >= 0 and prompt_text.find(markers.end, start) < 0 and not prompt_text[start + len(markers.start):].strip()
+    if start < 0:
+        return False
+    after = prompt_text[start + len(markers.start):]
+    return markers.end not in after and not after.strip()
 
 
 class ReasoningSplitter:
