@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from strata.runtime.text.tool_calls import marker_prefix_length
 
@@ -32,6 +33,7 @@ class ThinkMarkers:
 _TAG = re.compile(r"<(\w*(?:think|reason)\w*)>", re.IGNORECASE)
 
 
+@lru_cache(maxsize=32)  # read once per template, not per request
 def think_markers(template_source: str) -> ThinkMarkers | None:
     """The template's think markers, or None when it has none."""
     for m in _TAG.finditer(template_source):

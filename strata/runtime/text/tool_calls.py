@@ -33,6 +33,7 @@ import json
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 
@@ -56,6 +57,7 @@ _ARGS_KEY = re.compile(r'\\?"(arguments|parameters)\\?"\s*:')
 _NAME_THEN_PARAMETERS = re.compile(r'\\?"name\\?"\s*:.{0,200}?\\?"parameters\\?"\s*:', re.DOTALL)
 
 
+@lru_cache(maxsize=32)  # read once per template, not per request
 def tool_call_format(template_source: str) -> ToolCallFormat | None:
     """The tool-call format the template teaches (see the module's doc), or None if it teaches none."""
     if "<tool_call>" in template_source and "</tool_call>" in template_source:
