@@ -301,3 +301,18 @@ def test_llama31_json_calls():
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_each_choice_of_n_reads_its_own_calls(served):
+    engines, clients = served
+    engines["tools"].reply = "Sure.\n" + CALL
+    whole = _ask(clients["tools"], tools=[BOOK], n=2)
+    assert [json.loads(c.message.tool_calls[0].function.arguments) for c in whole.choices] == [ARGS, ARGS]
+    per_choice: dict[int, list] = {0: [], 1: []}
+    for chunk in _ask(clients["tools"], stream=True, tools=[BOOK], n=2):
+        for choice in chunk.choices:
+            per_choice[choice.index].append(SimpleNamespace(choices=[choice]))
+    for chunks in per_choice.values():
+        content, _, calls, reason = _joined(chunks)
+        assert (content, reason) == ("Sure.\n", "tool_calls")
+        assert [json.loads(args) for _, _, args in calls] == [ARGS]
