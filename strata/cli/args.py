@@ -204,6 +204,14 @@ def add_prompt(p: argparse.ArgumentParser) -> None:
 def add_chat_prompt(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat", action="store_true", help="send the prompt as a user message through the chat template")
     p.add_argument("--system", metavar="TEXT", default=None, help="with --chat: a system message before it")
+    add_chat_template(p)
+
+
+def add_chat_template(p: argparse.ArgumentParser) -> None:
+    """--chat-template FILE (vLLM's spelling; llama-server's --chat-template-file too)."""
+    p.add_argument("--chat-template", "--chat-template-file", metavar="FILE", default=None, dest="chat_template",
+                   help="a Jinja chat template used in place of the model's own, e.g. "
+                        "examples/templates/chatml-tools.jinja (tool calls for a ChatML model)")
 
 
 def prompt_of(args: argparse.Namespace):
@@ -213,13 +221,16 @@ def prompt_of(args: argparse.Namespace):
     from strata.runtime.commands.textgen import TextPrompt
 
     chat, system = getattr(args, "chat", False), getattr(args, "system", None)
+    template_file = getattr(args, "chat_template", None)
     if args.prompt_ids is not None:
-        if chat or system is not None:
-            raise StrataError("--chat and --system apply to a text --prompt, not to --prompt-ids")
+        if chat or system is not None or template_file is not None:
+            raise StrataError("--chat, --system and --chat-template apply to a text --prompt, not to --prompt-ids")
         return parse_prompt_ids(args.prompt_ids)
     if system is not None and not chat:
         raise StrataError("--system needs --chat (the system message goes through the chat template)")
-    return TextPrompt(args.prompt, chat=chat, system=system)
+    if template_file is not None and not chat:
+        raise StrataError("--chat-template needs --chat (the prompt goes through the template as a user message)")
+    return TextPrompt(args.prompt, chat=chat, system=system, template_file=template_file)
 
 
 def add_sampling(p: argparse.ArgumentParser) -> None:

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_allow_nonfinite, add_model, add_sampling, add_target, bounded_int, knobs_of, sampling_of
+from strata.cli.args import (
+    add_allow_nonfinite,
+    add_chat_template,
+    add_model,
+    add_sampling,
+    add_target,
+    bounded_int,
+    knobs_of,
+    sampling_of,
+)
 
 
 def add(sub) -> None:
@@ -20,6 +29,7 @@ def add(sub) -> None:
     add_target(p, run=True)
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
+    add_chat_template(p)
     add_allow_nonfinite(p)
     p.set_defaults(func=run)
 
@@ -32,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     chat_session(args.model, sampling_of(args), system=args.system, max_new_tokens=args.max_new_tokens,
                  template_kwargs=template_kwargs_of(args.template_kwargs), target_name=args.target,
                  knobs=knobs_of(args), interpret=getattr(args, "interpret", False), cache_dir=args.cache_dir,
-                 allow_nonfinite=args.allow_nonfinite)
+                 allow_nonfinite=args.allow_nonfinite, chat_template=args.chat_template)
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_allow_nonfinite, add_model, add_target, bounded_int, knobs_of
+from strata.cli.args import add_allow_nonfinite, add_chat_template, add_model, add_target, bounded_int, knobs_of
 
 
 def add(sub) -> None:
@@ -43,6 +43,7 @@ def add(sub) -> None:
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET-serve); "
                         "/v1/embeddings' entry beside it, in DIR-embeddings")
+    add_chat_template(p)
     add_allow_nonfinite(p)
     p.set_defaults(func=run)
 
@@ -58,5 +59,5 @@ def run(args: argparse.Namespace) -> int:
                 max_batched_tokens=args.max_num_batched_tokens, kv_pages=args.kv_pages,
                 prefix_state_snapshots=args.prefix_state_snapshots,
                 max_waiting=args.max_waiting, cache_dir=args.cache_dir, interpret=getattr(args, "interpret", False),
-                allow_nonfinite=args.allow_nonfinite, pooling=args.pooling)
+                allow_nonfinite=args.allow_nonfinite, pooling=args.pooling, chat_template=args.chat_template)
     return 0

@@ -76,18 +76,22 @@ def chat_session(model_path: str | Path, params: SamplingParams | None = None, *
                  max_new_tokens: int = 256, template_kwargs: Mapping[str, Any] | None = None,
                  target_name: str = "cpu", knobs: Mapping[str, Any] | None = None, interpret: bool = False,
                  cache_dir: str | Path | None = None, allow_nonfinite: bool = False,
-                 read: Callable[[str], str] = input, out: TextIO | None = None) -> None:
+                 read: Callable[[str], str] = input, out: TextIO | None = None,
+                 chat_template: str | Path | None = None) -> None:
     """`strata chat`: check the model's tokenizer and chat template, open the program, then
     read a message and stream its reply until `/exit` or the end of input (`read` raises EOFError)."""
-    from strata.runtime.text import check_utf8
+    from strata.runtime.text import ChatTemplate, check_utf8
 
     out = out or sys.stdout
+    template = ChatTemplate.from_option(chat_template)  # a bad file is refused before the model is read
     if params is not None and not params.greedy:
         params = params.resolved()  # one seed for the session: each turn draws at its own positions
     opened = open_model(model_path, target_name, knobs, interpret=interpret, cache_dir=cache_dir,
                         allow_nonfinite=allow_nonfinite)
     opened.check_sampling(params)
     tokenizer = opened.tokenizer()
+    if template is not None:
+        tokenizer.use_chat_template(template)
     tokenizer.select_chat_template()  # a model without a template is refused before the compile
     if system is not None:
         check_utf8(system, "--system")

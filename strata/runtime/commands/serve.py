@@ -76,9 +76,11 @@ def open_serving(model_path: str | Path, target_name: str = "cpu", knobs: Mappin
                  max_num_seqs: int = 8, max_batched_tokens: int = 256, kv_pages: int | None = None,
                  prefix_state_snapshots: int = 64, max_waiting: int = 256, cache_dir: str | Path | None = None,
                  interpret: bool = False, allow_nonfinite: bool = False,
-                 pooling: str = "last") -> tuple[ServeEngine, Embedder]:
-    """The model's serving engine (not started) and its embedder (nothing compiled for it yet)."""
+                 pooling: str = "last", chat_template: str | Path | None = None) -> tuple[ServeEngine, Embedder]:
+    """The model's serving engine (not started) and its embedder (nothing compiled for it yet);
+    `chat_template`: a Jinja file rendering its chats in place of the model's own template."""
     from strata.runtime.opener import open_model, target_of
+    from strata.runtime.text import ChatTemplate
 
     for name, value in (("--max-num-seqs", max_num_seqs), ("--max-num-batched-tokens", max_batched_tokens),
                         ("--kv-pages", kv_pages or 1), ("--max-waiting", max_waiting)):
@@ -89,10 +91,13 @@ def open_serving(model_path: str | Path, target_name: str = "cpu", knobs: Mappin
     if not target_of(target_name).compiles_entries:  # the scheduler steps the step_paged entry
         raise ServeError(f"strata serve runs on --target cpu: the {target_name} target does not compile the "
                          "step_paged entry the scheduler batches with")
+    template = ChatTemplate.from_option(chat_template)  # a bad file is refused before the model is read
     opened = open_model(model_path, target_name, knobs, interpret=interpret, cache_dir=cache_dir,
                         allow_nonfinite=allow_nonfinite)
     model = opened.model
     tokenizer = opened.tokenizer()
+    if template is not None:
+        tokenizer.use_chat_template(template)
     if pooling not in POOLINGS:
         raise ServeError(f"--pooling {pooling}: choose one of {', '.join(POOLINGS)}")
     served_knobs = dict(opened.knobs)

@@ -37,6 +37,8 @@ class TextPrompt:
     system: str | None = None
     template: str | None = None
     template_kwargs: Mapping[str, Any] | None = None
+    #: A Jinja file used in place of the model's chat template (--chat-template).
+    template_file: str | Path | None = None
 
 
 @dataclass
@@ -60,9 +62,10 @@ def prepare_request(model_path: str | Path, prompt: TextPrompt | Sequence[int], 
     docstring's list). `text_out`: the tokenizer is loaded for the reply too, when the prompt
     is ids (None if the model has none)."""
     if isinstance(prompt, TextPrompt):  # the text is checked before anything is read
-        from strata.runtime.text import check_utf8
+        from strata.runtime.text import ChatTemplate, check_utf8
 
         check_utf8(prompt.text, "--prompt")
+        template = ChatTemplate.from_option(prompt.template_file)
     if (knobs or {}).get("tp", 1) > 1 and (via is not None or interpret or target_of(target_name).opens is not None):
         raise OpenError("--tp runs the compiled cpu program on several ranks: it takes no --via or --interpret")
     opened = open_model(model_path, target_name, knobs, via=via, interpret=interpret, cache_dir=cache_dir,
@@ -71,6 +74,8 @@ def prepare_request(model_path: str | Path, prompt: TextPrompt | Sequence[int], 
     tokenizer = None
     if isinstance(prompt, TextPrompt):
         tokenizer = opened.tokenizer()
+        if template is not None:
+            tokenizer.use_chat_template(template)
         ids = encode_prompt(tokenizer, prompt.text, chat=prompt.chat, system=prompt.system, template=prompt.template,
                             template_kwargs=prompt.template_kwargs)
     else:

@@ -41,6 +41,23 @@ _CONTENT = {"oneOf": [{"type": "string"}, {"type": "null"},
                                                                  "text": {"type": "string"}}}}]}
 
 
+#: A chat's tools, tool choice, template variables and reasoning (`chat_tools.py`).
+_FUNCTION = {"type": "object", "required": ["name"], "properties": {
+    "name": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"}, "description": {"type": "string"},
+    "parameters": {"type": "object"}, "strict": {"type": ["boolean", "null"]}}}
+_TOOLS: dict[str, Any] = {
+    "tools": {"type": ["array", "null"], "items": {"type": "object", "required": ["type", "function"], "properties": {
+        "type": {"enum": ["function"]}, "function": _FUNCTION}}},
+    "tool_choice": {"oneOf": [{"type": "null"}, {"enum": ["auto", "none", "required"]},
+                              {"type": "object", "required": ["type", "function"], "properties": {
+                                  "type": {"enum": ["function"]},
+                                  "function": {"type": "object", "required": ["name"],
+                                               "properties": {"name": {"type": "string"}}}}}]},
+    "chat_template_kwargs": {"type": ["object", "null"]},
+    "reasoning_format": {"enum": ["none", "auto", "deepseek", None]},
+}
+
+
 def completion_body(model_name: str, vocab: int, n_ctx: int) -> dict[str, Any]:
     """POST /v1/completions: a prompt (a text, or token ids of the vocabulary that fit the context)."""
     ids = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": vocab - 1}, "minItems": 1,
@@ -63,8 +80,9 @@ def chat_body(model_name: str, n_ctx: int) -> dict[str, Any]:
         **_common(model_name, n_ctx, "max_completion_tokens"),
         "messages": {"type": "array", "minItems": 1,
                      "items": {"type": "object", "required": ["role"],
-                               "properties": {"role": {"enum": ["system", "user", "assistant"]},
+                               "properties": {"role": {"enum": ["system", "user", "assistant", "tool"]},
                                               "content": _CONTENT}}},
+        **_TOOLS,
         "logprobs": {"type": ["boolean", "null"]},
         "top_logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_LOGPROBS},
     }}

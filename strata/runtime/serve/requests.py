@@ -46,6 +46,10 @@ class ApiRequest:
     include_usage: bool
     #: None: no log-probabilities; k: each token's, and the k most likely.
     logprobs: int | None = None
+    #: A chat's `chat_tools.ChatPlan` (how its reply is read for reasoning and tool calls), or None.
+    chat_plan: Any = None
+    #: What forces the reply's form (`strata.runtime.constrain.ConstraintSpec`), or None.
+    constraint: Any = None
 
     def choice_sampling(self, i: int) -> SamplingParams:
         if self.sampling.seed is None or i == 0:
@@ -220,8 +224,8 @@ def parse_completion(body: Any, limits: Any, model_name: str) -> ApiRequest:
 
 
 def parse_chat(body: Any, limits: Any, model_name: str) -> ApiRequest:
-    """POST /v1/chat/completions: `messages` through the model's chat template."""
-    from strata.runtime.engine import encode_prompt
+    """POST /v1/chat/completions: `messages` (and `tools`, see `chat_tools`) through the model's chat template."""
+    from strata.runtime.serve.chat_tools import ChatFieldError, chat_prompt
 
     body = _body(body)
     messages = body.get("messages")
@@ -242,5 +246,9 @@ def parse_chat(body: Any, limits: Any, model_name: str) -> ApiRequest:
         if content is not None and not isinstance(content, str):
             raise ApiError(f"messages[{i}].content must be a string, got {_shown(content)}", f"messages[{i}].content")
         plain.append({**m, "content": content or ""})
-    ids = encode_prompt(limits.tokenizer, plain)
-    return _common(body, limits, model_name, ids, "max_completion_tokens")
+    try:
+        prompt = chat_prompt(body, limits.tokenizer, plain)
+    except ChatFieldError as e:
+        raise ApiError(e.message, e.param) from None
+    parsed = _common(body, limits, model_name, prompt.ids, "max_completion_tokens")
+    return replace(parsed, chat_plan=prompt.plan if prompt.plan.reads_reply else None, constraint=prompt.constraint)

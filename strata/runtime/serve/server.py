@@ -56,6 +56,7 @@ from strata.runtime.serve.batch_engine import (
     ServeEngine,
     TextEvent,
 )
+from strata.runtime.serve.chat_output import ChatOutput
 from strata.runtime.serve.openapi import chat_body, completion_body, json_body
 from strata.runtime.serve.requests import ApiError, ApiRequest, parse_chat, parse_completion
 from strata.runtime.serve.scheduler import SchedulerError
@@ -413,12 +414,28 @@ class _Reply:
             lps = [x for _, lp in pieces[i] for x in lp]
             logprobs = self._logprobs(ids, lps, 0)
             if self.chat:
-                choices.append({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
-                                "finish_reason": reason})
+                message, reason = self._message(text, reason)
+                choices.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": reason})
             else:
                 choices.append({"index": i, "text": text, "logprobs": logprobs, "finish_reason": reason})
         return {"id": self.rid, "object": self.object, "created": self.created, "model": self.model,
                 "choices": choices, "usage": self.usage()}
+
+    def _message(self, text: str, reason: str | None) -> tuple[dict[str, Any], str | None]:
+        """The assistant message of a whole reply and its finish reason (read for reasoning and tool calls)."""
+        if self.parsed.chat_plan is None:
+            return {"role": "assistant", "content": text}, reason
+        out = ChatOutput(self.parsed.chat_plan)
+        out.feed(text)
+        out.finish()
+        return out.message(), out.finish_reason(reason)
+
+    def _chat_deltas(self, i: int, outputs: list[ChatOutput | None], text: str | None) -> list[dict[str, Any]]:
+        """The deltas of choice i for the next piece of its text (None: its end)."""
+        out = outputs[i]
+        if out is None:
+            return [{"content": text}] if text else []
+        return out.feed(text) if text is not None else out.finish()
 
     def _chunk(self, choices: list[dict], usage: dict | None = None) -> str:
         body: dict[str, Any] = {"id": self.rid, "object": self.object + (".chunk" if self.chat else ""),
@@ -458,16 +475,31 @@ class _Reply:
                 for i in range(n):
                     yield self._chunk([self._choice(i, None, None, first=True)])
             offsets = [0] * n
+            plan = self.parsed.chat_plan if self.chat else None
+            outputs = [ChatOutput(plan) if plan is not None else None for _ in range(n)]
             while open_choices:
                 i, event = await self.queue.get()
-                if isinstance(event, TextEvent):
+                if isinstance(event, TextEvent) and not self.chat:
                     if event.text or (event.ids and self.parsed.logprobs is not None):
                         logprobs = self._logprobs(event.ids, event.logprobs, offsets[i])
                         offsets[i] += len(event.text)
                         yield self._chunk([self._choice(i, event.text, None, logprobs=logprobs)])
+                elif isinstance(event, TextEvent):
+                    deltas = self._chat_deltas(i, outputs, event.text)
+                    if event.ids and self.parsed.logprobs is not None:
+                        logprobs = self._logprobs(event.ids, event.logprobs, offsets[i])
+                        deltas = [{**(deltas[0] if deltas else {}), "logprobs": logprobs}] + deltas[1:]
+                    for delta in deltas:
+                        logprobs = delta.pop("logprobs", None)
+                        yield self._chunk([{"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
                 elif isinstance(event, DoneEvent):
                     open_choices -= 1
-                    yield self._chunk([self._choice(i, None, FINISH.get(event.finish_reason, event.finish_reason))])
+                    for delta in self._chat_deltas(i, outputs, None) if self.chat else ():
+                        yield self._chunk([{"index": i, "delta": delta, "logprobs": None, "finish_reason": None}])
+                    reason = FINISH.get(event.finish_reason, event.finish_reason)
+                    if outputs[i] is not None:
+                        reason = outputs[i].finish_reason(reason)
+                    yield self._chunk([self._choice(i, None, reason)])
                 else:
                     payload = {"error": {"message": event.message, "type": "server_error", "param": None,
                                          "code": None}}

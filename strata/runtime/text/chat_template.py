@@ -55,6 +55,15 @@ class ChatTemplate:
         except UnicodeDecodeError as e:
             raise ChatTemplateError(f"{p}: not valid UTF-8 (byte {e.start})") from None
 
+    @classmethod
+    def from_option(cls, path: str | Path | None) -> ChatTemplate | None:
+        """The template of a --chat-template FILE option, parsed (None when not given)."""
+        if path is None:
+            return None
+        template = cls.from_file(path)
+        template.check()
+        return template
+
     def __repr__(self) -> str:
         return f"ChatTemplate(origin={self.origin!r})"
 

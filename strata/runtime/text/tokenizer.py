@@ -125,6 +125,11 @@ class Tokenizer:
         """The model's chat template ('default' of `chat_templates`), or None."""
         return self.chat_templates.get("default")
 
+    def use_chat_template(self, template: ChatTemplate) -> None:
+        """Render every chat with `template` from now on, in place of the model's own (--chat-template)."""
+        template.check()
+        self.chat_templates = {"default": template}
+
     def select_chat_template(self, template: str | ChatTemplate | None = None, *,
                              tools: Sequence[Any] | None = None) -> ChatTemplate:
         """The template to render: `template` itself, or the one of that name, or the model's
