@@ -1,5 +1,5 @@
-"""Tensor-parallel programs: one process per rank on torch.distributed (gloo on CPUs, NCCL on
-GPUs), behind the one runtime protocol (`strata.runtime.program`).
+"""Tensor-parallel programs: one process per rank on torch.distributed (gloo on CPUs and under
+an interpreter, NCCL on GPUs: `backend_of`), behind the one runtime protocol (`strata.runtime.program`).
 
     program = open_model("models/tiny", "cpu", {"tp": 2}).program()   # rank 0 here; ranks 1.. spawned
     program = launch("models/tiny", tp=2)             # the same, from a path
@@ -56,15 +56,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-#: The backend of ranks started on this machine by `launch` (processes on its CPUs).
+#: The backend of ranks on CPUs: the cpu target's, and any target's run in its interpreter.
 LOCAL_BACKEND = "gloo"
 
 
-def backend_of(tgt: Any) -> str:
-    """The torch.distributed backend the target's ranks meet on (a one-line error if it takes none)."""
+def backend_of(tgt: Any, interpret: bool = False) -> str:
+    """The torch.distributed backend the target's ranks meet on (a one-line error if it takes
+    none): the target's own (`Target.ranks`: gloo for cpu, NCCL for cuda), except that a program
+    run in an interpreter (`--interpret`: Triton's, on CPU tensors) meets on gloo, which is
+    where that choice is made."""
     if tgt.ranks is None:
         raise TensorParallelError(f"--target {tgt.name} takes no tensor-parallel ranks (--tp)")
-    return tgt.ranks
+    return LOCAL_BACKEND if interpret else tgt.ranks
+
+
+def _device_of_rank(backend: str, rank: int) -> None:
+    """NCCL's ranks each on a GPU of their own (torchrun's LOCAL_RANK, else the rank), made the
+    process's current device before the group is joined."""
+    if backend != "nccl":
+        return
+    import torch
+
+    count = torch.cuda.device_count()
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    if local >= count:
+        raise TensorParallelError(f"rank {rank} (local rank {local}) has no GPU of its own: this machine has {count}; "
+                                  "NCCL's ranks each take one")
+    torch.cuda.set_device(local)
 
 
 def open_rank(opened: Any, rank: int, init_method: str, *, timeout_s: float = TIMEOUT_S) -> Program:
@@ -75,7 +93,9 @@ def open_rank(opened: Any, rank: int, init_method: str, *, timeout_s: float = TI
     from strata.pipeline import cached_compile
 
     tp = opened.ranks
-    dist.init_process_group(backend_of(opened.target), init_method=init_method, rank=rank, world_size=tp,
+    backend = backend_of(opened.target, opened.interpret)
+    _device_of_rank(backend, rank)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=tp,
                             timeout=timedelta(seconds=timeout_s))
     cache = opened.cache()
     if rank == 0:
@@ -253,9 +273,17 @@ def launch_opened(opened: Any, *, threads: int | None = None, timeout_s: float =
     tp, tgt = opened.ranks, opened.target
     if tp < 2:
         raise TensorParallelError(f"--tp takes 2 or more ranks, got {tp}")
-    if backend_of(tgt) != LOCAL_BACKEND:
-        raise TensorParallelError(f"--tp starts ranks on this machine's CPUs ({LOCAL_BACKEND}); --target {tgt.name}'s "
-                                  f"ranks meet on {tgt.ranks} and are started by torchrun -m strata.runtime.worker")
+    backend = backend_of(tgt, opened.interpret)
+    if backend == "nccl":  # one GPU a rank, on this machine
+        import torch
+
+        if torch.cuda.device_count() < tp:
+            raise TensorParallelError(f"--tp {tp} on --target {tgt.name}: NCCL's ranks each take a GPU and this machine "
+                                      f"has {torch.cuda.device_count()} (--interpret runs them on gloo, on the CPU)")
+    elif backend != LOCAL_BACKEND:
+        raise TensorParallelError(f"--tp starts ranks on this machine's CPUs ({LOCAL_BACKEND}) or GPUs (nccl); "
+                                  f"--target {tgt.name}'s ranks meet on {backend} and are started by torchrun "
+                                  "-m strata.runtime.worker")
     model_path, target_name, knobs, cache_dir = opened.model.source, tgt.name, opened.knobs, opened.cache_dir
     init = f"tcp://127.0.0.1:{free_port()}"
     env = dict(os.environ)
@@ -264,7 +292,8 @@ def launch_opened(opened: Any, *, threads: int | None = None, timeout_s: float =
     followers = [subprocess.Popen(
         [sys.executable, "-m", "strata.runtime.tp", str(model_path), "--tp", str(tp), "--rank", str(r),
          "--init-method", init, "--target", target_name, "--knobs", json.dumps(dict(knobs or {})),
-         "--timeout", str(timeout_s), *(["--cache-dir", str(cache_dir)] if cache_dir is not None else [])],
+         "--timeout", str(timeout_s), *(["--cache-dir", str(cache_dir)] if cache_dir is not None else []),
+         *(["--interpret"] if opened.interpret else [])],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) for r in range(1, tp)]
     try:
         program = open_rank(opened, 0, init, timeout_s=timeout_s)
@@ -293,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--knobs", default="{}", help="the target's knobs, as JSON")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--timeout", type=float, default=None, help="seconds a rank waits for the others")
+    p.add_argument("--interpret", action="store_true", help="run the target's kernels in its interpreter (gloo)")
     p.add_argument("--prompt-ids", default=None, help="rank 0: the request's ids, e.g. 1,2,3")
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--dump-logits", default=None)
@@ -315,7 +345,7 @@ def _run(args: argparse.Namespace) -> int:
         raise StrataError(f"strata.runtime.worker: --knobs is not JSON ({e})") from None
     # Every rank opens the model itself; rank 0 of torchrun checks the weights, the others trust it.
     opened = open_model(args.model, args.target, {**knobs, "tp": tp}, cache_dir=args.cache_dir,
-                        check_weights=rank == 0, quiet=rank != 0)
+                        interpret=args.interpret, check_weights=rank == 0, quiet=rank != 0)
     program = open_rank(opened, rank, args.init_method or "env://", timeout_s=args.timeout or TIMEOUT_S)
     if rank != 0:
         follow(program)

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from xdsl.dialects import func
 
 from strata.dialects import blueprint as B
+from strata.ir.shapes import parse_expr
 from strata.targets.codegen import CodegenError, literal_name, sanitize_label
+from strata.targets.cuda.host_collectives import CollectivePrinter
 from strata.targets.cuda.kernel_table import NoKernel, lookup
 
 
@@ -100,7 +102,7 @@ def checked(name: str, what: str) -> str:
     return name
 
 
-class _Printer:
+class _Printer(CollectivePrinter):
     def __init__(self, fn: func.FuncOp, tables: Tables):
         self.fn, self.t = fn, tables
         self.dims = B.function_dims(fn)
@@ -115,6 +117,8 @@ class _Printer:
         return self.names[v]
 
     def cols(self, v) -> int:
+        if "/" in v.type.dim.data:  # a rank's piece of a dim (`vocab / ranks`): `ranks` is a dim symbol too
+            return int(parse_expr(v.type.dim.data).evaluate(self.dims))
         total = 0
         for term in v.type.dim.data.split("+"):
             prod = 1
@@ -189,7 +193,8 @@ class _Printer:
     def g_embed(self, op, snap=False):
         w = self.t.weight("raw", (op.param.data,))
         r = op.results[0]
-        self.emit(f"{self.name(r)} = K.launch_embed({self.x(op.operands[0])}, {w}, out={self.new(r)})", "launch_embed")
+        self.emit(f"{self.name(r)} = {self.embed_call(op)}({self.x(op.operands[0])}, {w}, out={self.new(r)})",
+                  "launch_embed")
 
     def _norm(self, op, snap=False):
         w = self.t.weight("raw", (op.param.data,))
