@@ -305,8 +305,10 @@ class _Printer(CollectivePrinter):
                 raise CodegenError("moe gate-up: the shared expert reads another input")
         r = egu.results[0]
         outs = f"{self.name(r)}, {self.name(lin.results[0]) if lin is not None else '_'}"
-        self.emit(f"{outs} = K.launch_moe_gate_up({self.x(egu.operands[0])}, {self.x(egu.operands[1])}, {we}{shared}, "
+        ids, mine = self.expert_ids(egu, self.x(egu.operands[1]), we)
+        self.emit(f"{outs} = K.launch_moe_gate_up({self.x(egu.operands[0])}, {ids}, {we}{shared}, "
                   f"out_dtype={self.dt(r)})", "launch_moe_gate_up")
+        self.zero_foreign(self.name(r), mine)
 
     g_expert_gate_up_linear = g_expert_gate_up
 
@@ -323,8 +325,10 @@ class _Printer(CollectivePrinter):
             shared = f", {self.x(act2.operands[0])}, {self.t.weight('linear', _parts(lin), fmt, block)}"
         r = down.results[0]
         outs = f"{self.name(r)}, {self.name(lin.results[0]) if lin is not None else '_'}"
-        self.emit(f"{outs} = K.launch_moe_silu_down({self.x(act.operands[0])}, {self.x(down.operands[1])}, {wd}"
+        ids, mine = self.expert_ids(down, self.x(down.operands[1]), wd)
+        self.emit(f"{outs} = K.launch_moe_silu_down({self.x(act.operands[0])}, {ids}, {wd}"
                   f"{shared}, out_dtype={self.dt(r)})", "launch_moe_silu_down")
+        self.zero_foreign(self.name(r), mine)
 
     g_silu_mul_expert_down_silu_mul_linear = g_silu_mul_expert_down
 

@@ -23,6 +23,21 @@ class CollectivePrinter:
         r = op.results[0]
         self.emit(f"{self.name(r)} = self.all_gather({self.x(op.src)}, out={self.new(r)})")
 
+    def expert_ids(self, node, ids: str, weight: str) -> tuple[str, str | None]:
+        """The ids an expert node's launch reads, and the mask of the slots it computes (None:
+        every slot): with whole experts per rank (a node with `ranks`), the rank's own experts'
+        slots (`expert_slots`), the others zeroed after the launch (`zero_foreign`)."""
+        if B.rank_sharded(node) is None:
+            return ids, None
+        local, mask = f"{self.name(node)}_ids", f"{self.name(node)}_mine"
+        self.emit(f"{local}, {mask} = self.expert_slots({ids}, {weight})")
+        return local, mask
+
+    def zero_foreign(self, rows: str, mask: str | None) -> None:
+        """Zero the rows of the slots routed to another rank (a slot's result there is zeros)."""
+        if mask is not None:
+            self.emit(f"{rows}.masked_fill_(~{mask}, 0.0)")
+
     def embed_call(self, op) -> str:
         """The function an embed node's lookup calls: the rank's rows of a vocabulary-split
         table (a node with `ranks`), or the kernel's launcher."""

@@ -107,3 +107,12 @@ class RankRuntime(Runtime):
         mine = (local >= 0) & (local < rows)
         out = self.kernels.launch_embed(torch.where(mine, local, 0).to(ids.dtype), table, out=out)
         return out.masked_fill_(~mine.reshape(-1, 1), 0.0)
+
+    def expert_slots(self, ids: torch.Tensor, w):
+        """Whole experts per rank: this rank's weight `w` holds experts rank*E .. rank*E + E-1 of
+        the whole set. (each routed id as an index of `w`, a slot routed elsewhere at expert 0;
+        the mask of this rank's slots, [n*k, 1]): the caller zeroes the other slots' rows."""
+        experts = int(w.data.shape[0])
+        local = ids.to(torch.int64) - self.rank * experts
+        mine = (local >= 0) & (local < experts)
+        return torch.where(mine, local, 0).to(ids.dtype), mine.reshape(-1, 1)
