@@ -103,7 +103,8 @@ def add_ranks(p: argparse.ArgumentParser) -> None:
     """--tp and --ep of the commands that run a model (`ranks_of` reads them)."""
     p.add_argument("--tp", type=bounded_int(1), default=1,
                    help="run on this many ranks, one process each, tensor-parallel on torch.distributed "
-                        "(--target cpu: gloo on this machine; default 1)")
+                        "(--target cpu, and cuda with --interpret: gloo on this machine; --target cuda: NCCL, a GPU "
+                        "a rank; default 1)")
     p.add_argument("--ep", type=bounded_int(1), default=1,
                    help="expert parallelism: 1 (each expert split over the --tp ranks, the default) or the ranks "
                         "(whole experts per rank)")
