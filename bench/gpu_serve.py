@@ -8,7 +8,7 @@ client count) and, for each count N, runs bench/serve_load.py's load client (N t
 streamed greedy /v1/completions of --prompt random ids, up to --new tokens each; max(N, 4)
 requests in all) and records output tokens/s and time to first token. The server is stopped
 at the end (SIGTERM, then killed). A server that exits before it is healthy, a client that
-fails or a run past --timeout is recorded as that count's one-line error: the table says it.
+fails or a run past its timeout is recorded as that count's one-line error: the table says it.
 
 On the cuda target this needs the paged entries the server steps (`step_paged` and the
 scheduler's), which the cuda target gains with its paged and batched entries; before that,
@@ -80,7 +80,7 @@ def _load(url: str, clients: int, prompt: int, new: int, vocab: int, timeout: fl
 
 
 def serve_bench(model: Path, target: str, interpret: bool, counts: list[int], prompt: int, new: int,
-                timeout: float, extra: list[str]) -> dict:
+                start_timeout: float, timeout: float, extra: list[str]) -> dict:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     ctx = 1 << max(8, (prompt + new).bit_length())
@@ -95,7 +95,7 @@ def serve_bench(model: Path, target: str, interpret: bool, counts: list[int], pr
         report: dict = {"target": target, "command": " ".join(cmd[2:]), "runs": []}
         try:
             t0 = time.monotonic()
-            problem = _wait_healthy(server, url, tail, t0 + timeout)
+            problem = _wait_healthy(server, url, tail, t0 + start_timeout)
             report["startup_s"] = time.monotonic() - t0
             if problem is not None:
                 report["error"] = problem
@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", default="1,64")
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--new", type=int, default=64)
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds for the start and for each count's load")
+    p.add_argument("--start-timeout", type=float, default=300.0, help="seconds for the server to answer /health")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds for each count's load (and the warm-up's)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a knob passed to strata serve")
     args = p.parse_args(argv)
@@ -131,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     if not counts or min(counts) < 1:
         p.error("--clients: comma-separated counts >= 1")
     extra = [a for kv in args.set for a in ("--set", kv)]
-    report = serve_bench(args.model, args.target, args.interpret, counts, args.prompt, args.new, args.timeout, extra)
+    report = serve_bench(args.model, args.target, args.interpret, counts, args.prompt, args.new, args.start_timeout,
+                         args.timeout, extra)
     if "error" in report:
         print(f"serve --target {args.target}: {report['error']}")
     for r in report["runs"]:
