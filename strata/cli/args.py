@@ -150,7 +150,7 @@ def add_target(p: argparse.ArgumentParser, run: bool) -> None:
                    help="a knob of the target (cpu: kv_pad, kv_type (f16: llama.cpp's KV cache), kernels (native or "
                         "numpy), host (native: decode in one C++ call, or python), entries "
                         "(comma-separated or all) and the module level's generics Batch, MaxSeq, PageSize, Rows, Pages, M, "
-                        "S, P, Steps, MaxNew; cuda: kv, sample (device or host); epu: alpha, headroom, block, "
+                        "S, P, Steps, MaxNew; cuda: kv, sample (device or host), tp, ep; epu: alpha, headroom, block, "
                         "calib_prompts, calib_len, calib_seed; all: ctx)")
     p.add_argument("--recipe", choices=recipe_names(), default=None,
                    help="--target cuda: the precision recipe (default bf16; f32 with --interpret)")
