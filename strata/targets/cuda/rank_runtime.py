@@ -58,10 +58,10 @@ class RankRuntime(Runtime):
     def __init__(self, weights, *, group=None, **options):
         if group is None:
             raise ModelError(f"this model runs on {self.RANKS} ranks: give Model a torch.distributed process group")
-        size = dist.get_world_size(group)
+        size = group.size()  # a torch.distributed ProcessGroup's size and this process's rank in it
         if size != self.RANKS:
             raise ModelError(f"this model runs on {self.RANKS} ranks, the process group has {size}")
-        self.group, self.rank = group, dist.get_rank(group)
+        self.group, self.rank = group, group.rank()
         #: a store that reads one piece of a tensor (strata's: only the piece's bytes), if it has that
         self._pieces = getattr(weights, "piece", None)
         super().__init__(weights, **options)

@@ -2,10 +2,15 @@
 processes on this machine meeting on gloo, the kernels in Triton's interpreter, the f32 recipe)
 gives tp=1's greedy ids and logits (1e-5) for a dense llama, a MoE with each expert split over
 the ranks and with whole experts per rank (ep=2); the printed rank program carries the
-collectives and the pieces' table, deterministically; the backend is NCCL on GPUs, gloo in the
-interpreter."""
+collectives and the pieces' table, deterministically, and compiles for sm_90a ahead of time; the
+backend is NCCL on GPUs, gloo in the interpreter."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,7 +18,7 @@ import pytest
 pytest.importorskip("triton", reason="the CUDA target tests need triton (the `test` extra)")
 torch = pytest.importorskip("torch", reason="the CUDA target tests need torch (the `test` extra)")
 
-from support import HYBRID_FAMILIES, TINY, run_tool, write_checkpoint  # noqa: E402
+from support import EXAMPLES, HYBRID_FAMILIES, ROOT, TINY, run_tool, write_checkpoint  # noqa: E402
 from strata.ir.split import split_piece as reference_piece  # noqa: E402
 from strata.pipeline import compile_model, load_model  # noqa: E402
 from strata.runtime.tp import backend_of  # noqa: E402
@@ -90,3 +95,19 @@ def test_split_piece_is_the_weight_stores(axis, pieces, parts, shape):
         want = reference_piece(w, axis, pieces, parts, index)
         assert np.array_equal(split_piece(w, axis, pieces, parts, index), want)
         assert np.array_equal(split_piece(torch.from_numpy(w), axis, pieces, parts, index).numpy(), want)
+
+
+def test_aot_of_one_rank_of_qwen3_8b(tmp_path):
+    """Every kernel launch of one rank of Qwen3-8B on 2 ranks (bf16; config only) compiles for
+    sm_90a within the H200's limits: the rank program is recorded with a stand-in group, its
+    collectives launching no kernel of kernels.py."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-m", "strata.cli", "compile", str(EXAMPLES / "qwen3-8b"), "--target", "cuda",
+                           "--set", "tp=2", "--aot", "sm_90a", "-o", str(tmp_path / "o")], capture_output=True,
+                          text=True, env=env, timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "o" / "aot" / "report.json").read_text())
+    assert len(report) >= 10 and all(r["ok"] and r["target"] == "sm_90a" for r in report)
+    assert {"gemv_kernel", "gemm_kernel", "attention_kernel", "embed_kernel"} <= {r["kernel"] for r in report}
+    assert "class Model(RankRuntime):" in (tmp_path / "o" / "model.py").read_text()
