@@ -54,9 +54,9 @@ if [ "$DRY" = 1 ]; then
     BUILD=(--tiny); BENCH=(--interpret --prompt 8 --new 4 --reps 1); SERVE=(--interpret --clients 1,4 --prompt 8 --new 4)
     TEST_LIMIT=300; BUILD_LIMIT=120; BENCH_LIMIT=300; SERVE_START=120; SERVE_LOAD=60
 else
-    # worst case 70 + 70 + 180 + (80 + 3 * 25) s = 475 s: under 8 minutes with every step at its limit
+    # worst case 100 + 60 + 170 + (75 + 3 * 20 + 10) s = 475 s: under 8 minutes with every step at its limit
     BUILD=(); BENCH=(--prompt 512 --new 128 --reps 2); SERVE=(--clients 1,64 --prompt 128 --new 64)
-    TEST_LIMIT=70; BUILD_LIMIT=70; BENCH_LIMIT=180; SERVE_START=80; SERVE_LOAD=25
+    TEST_LIMIT=100; BUILD_LIMIT=60; BENCH_LIMIT=170; SERVE_START=75; SERVE_LOAD=20
 fi
 
 step tests "$TEST_LIMIT" "$PY" -m pytest -q -p no:cacheprovider tests/targets/cuda/test_gpu.py \
