@@ -29,7 +29,7 @@ class CollectivePrinter:
         slots (`expert_slots`), the others zeroed after the launch (`zero_foreign`)."""
         if B.rank_sharded(node) is None:
             return ids, None
-        local, mask = f"{self.name(node)}_ids", f"{self.name(node)}_mine"
+        local, mask = (f"{self.name(node.results[0])}_{what}" for what in ("ids", "mine"))
         self.emit(f"{local}, {mask} = self.expert_slots({ids}, {weight})")
         return local, mask
 
