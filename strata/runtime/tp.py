@@ -43,6 +43,8 @@ from strata.runtime.program import Program, Step
 TIMEOUT_S = 300
 #: The commands rank 0 broadcasts: a header [command, position, tokens], then the tokens.
 CLOSE, PREFILL, DECODE, RESET, MEMORY = 0, 1, 2, 3, 4
+#: The gloo group rank 0's commands travel on (CPU tensors), beside the program's own group.
+_CONTROL: Any = None
 
 
 class TensorParallelError(StrataError):
@@ -88,6 +90,7 @@ def _device_of_rank(backend: str, rank: int) -> None:
 def open_rank(opened: Any, rank: int, init_method: str, *, timeout_s: float = TIMEOUT_S) -> Program:
     """Join the group as `rank` of the opened model's `tp` ranks and open this rank's program:
     rank 0 compiles (or reuses) it first, the others wait and load what it wrote."""
+    global _CONTROL
     import torch.distributed as dist
 
     from strata.pipeline import cached_compile
@@ -97,6 +100,9 @@ def open_rank(opened: Any, rank: int, init_method: str, *, timeout_s: float = TI
     _device_of_rank(backend, rank)
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=tp,
                             timeout=timedelta(seconds=timeout_s))
+    # rank 0's commands travel as CPU tensors, on a gloo group of their own (NCCL carries only
+    # device tensors); every rank makes it, in the same order
+    _CONTROL = dist.new_group(backend=LOCAL_BACKEND, timeout=timedelta(seconds=timeout_s))
     cache = opened.cache()
     if rank == 0:
         from strata.errors import say
@@ -104,7 +110,7 @@ def open_rank(opened: Any, rank: int, init_method: str, *, timeout_s: float = TI
         out, rebuilt = cached_compile(opened.model, opened.target.name, cache, opened.knobs, opened.store)
         if rebuilt is not None:
             say(f"compiled {opened.model.source} for {opened.target.name} on {tp} ranks into {out}")
-    dist.barrier()
+    dist.barrier(group=_CONTROL)
     program = opened.program(group=dist.group.WORLD, quiet=rank != 0)
     program.weights_dir = opened.model.root  # type: ignore[attr-defined]  (what resident_weight_bytes reads)
     return program
@@ -130,9 +136,9 @@ class Leader:
         import torch.distributed as dist
 
         self._check_followers()
-        dist.broadcast(torch.tensor([command, position, len(tokens)], dtype=torch.int64), src=0)
+        dist.broadcast(torch.tensor([command, position, len(tokens)], dtype=torch.int64), src=0, group=_CONTROL)
         if tokens:
-            dist.broadcast(torch.tensor(list(tokens), dtype=torch.int64), src=0)
+            dist.broadcast(torch.tensor(list(tokens), dtype=torch.int64), src=0, group=_CONTROL)
 
     def _check_followers(self) -> None:
         for p in self.followers:
@@ -164,7 +170,7 @@ class Leader:
         self._send(MEMORY)
         mine = torch.tensor([resident_weight_bytes(self.program, self.program.weights_dir)], dtype=torch.int64)
         out = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size)]
-        dist.all_gather(out, mine)
+        dist.all_gather(out, mine, group=_CONTROL)
         return [int(t[0]) for t in out]
 
     def close(self) -> None:
@@ -188,11 +194,11 @@ def follow(program: Program) -> None:
     try:
         while True:
             header = torch.zeros(3, dtype=torch.int64)
-            dist.broadcast(header, src=0)
+            dist.broadcast(header, src=0, group=_CONTROL)
             command, position, n = (int(v) for v in header)
             tokens = torch.zeros(n, dtype=torch.int64)
             if n:
-                dist.broadcast(tokens, src=0)
+                dist.broadcast(tokens, src=0, group=_CONTROL)
             ids = np.asarray(tokens.numpy(), dtype=np.int32)
             if command == CLOSE:
                 return
@@ -205,7 +211,7 @@ def follow(program: Program) -> None:
             elif command == MEMORY:
                 out = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
                 mine = resident_weight_bytes(program, program.weights_dir)  # type: ignore[attr-defined]
-                dist.all_gather(out, torch.tensor([mine], dtype=torch.int64))
+                dist.all_gather(out, torch.tensor([mine], dtype=torch.int64), group=_CONTROL)
             else:
                 raise TensorParallelError(f"rank {dist.get_rank()}: unknown command {command} from rank 0")
     finally:
@@ -241,6 +247,8 @@ def resident_weight_bytes(program: Any, weights: str | Path) -> int:
 def _leave() -> None:
     import torch.distributed as dist
 
+    global _CONTROL
+    _CONTROL = None
     if dist.is_initialized():
         dist.destroy_process_group()
 
