@@ -66,9 +66,9 @@ cp "$OUT/tests.log" "$OUT/tests.txt"
 
 MODEL="$OUT/qwen3-8b"
 [ "$DRY" = 1 ] && MODEL="$OUT/qwen3-tiny"
-if step build "$BUILD_LIMIT" "$PY" bench/gpu_qwen3_8b.py build "$MODEL" "${BUILD[@]}"; then
-    step qwen3 "$BENCH_LIMIT" "$PY" bench/gpu_qwen3_8b.py bench "$MODEL" "${BENCH[@]}" --json "$OUT/qwen3.json"
-    step serve "$((SERVE_START + 3 * SERVE_LOAD + 10))" "$PY" bench/gpu_serve.py "$MODEL" --target cuda "${SERVE[@]}" \
+if step build "$BUILD_LIMIT" "$PY" bench/gpu_qwen3_8b.py build "$MODEL" ${BUILD[@]+"${BUILD[@]}"}; then
+    step qwen3 "$BENCH_LIMIT" "$PY" bench/gpu_qwen3_8b.py bench "$MODEL" ${BENCH[@]+"${BENCH[@]}"} --json "$OUT/qwen3.json"
+    step serve "$((SERVE_START + 3 * SERVE_LOAD + 10))" "$PY" bench/gpu_serve.py "$MODEL" --target cuda ${SERVE[@]+"${SERVE[@]}"} \
         --start-timeout "$SERVE_START" --timeout "$SERVE_LOAD" --json "$OUT/serve.json"
 fi
 

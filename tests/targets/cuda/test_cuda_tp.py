@@ -1,7 +1,8 @@
 """Tensor parallelism on the cuda target: `strata run --target cuda --interpret --set tp=2` (two
 processes on this machine meeting on gloo, the kernels in Triton's interpreter, the f32 recipe)
 gives tp=1's greedy ids and logits (1e-5) for a dense llama, a MoE with each expert split over
-the ranks and with whole experts per rank (ep=2); the printed rank program carries the
+the ranks and with whole experts per rank (ep=2), and a hybrid (Gated DeltaNet and attention,
+experts); the printed rank program carries the
 collectives and the pieces' table, deterministically, and compiles for sm_90a ahead of time; the
 backend is NCCL on GPUs, gloo in the interpreter."""
 
@@ -29,7 +30,7 @@ from strata.targets.cuda.rank_runtime import split_piece  # noqa: E402
 #: Each run starts two processes that import strata, torch and triton on a shared machine: bounded, not timed.
 RUN_TIMEOUT_S = 600
 PROMPT, STEPS = "3,7,1,5", 5
-FAMILIES = {"dense": TINY["llama"], "moe": HYBRID_FAMILIES["qwen3_moe"]}
+FAMILIES = {"dense": TINY["llama"], "moe": HYBRID_FAMILIES["qwen3_moe"], "hybrid": HYBRID_FAMILIES["qwen3_next"]}
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +47,8 @@ def _run(model, out, *extra):
     return r.stdout.strip().splitlines()[-1], np.load(out), r.stderr
 
 
-@pytest.mark.parametrize("kind,flags", [("dense", ()), ("moe", ()), ("moe", ("--set", "ep=2"))],
-                         ids=["dense", "moe", "moe-ep2"])
+@pytest.mark.parametrize("kind,flags", [("dense", ()), ("moe", ()), ("moe", ("--set", "ep=2")), ("hybrid", ())],
+                         ids=["dense", "moe", "moe-ep2", "hybrid"])
 def test_tp2_gives_tp1s_ids_and_logits(ckpts, tmp_path, kind, flags):
     ids1, logits1, _ = _run(ckpts[kind], tmp_path / "tp1.npy")
     ids2, logits2, err = _run(ckpts[kind], tmp_path / "tp2.npy", "--set", "tp=2", *flags)
