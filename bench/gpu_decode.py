@@ -244,7 +244,7 @@ def bench_model(name: str, args, tmp: Path) -> dict:
 
     import torch
 
-    from strata.cli_cuda import _ConfigOnly
+    from strata.pipeline.compile import ConfigOnly
     from strata.pipeline import compile_model, load_model
     from strata.targets.cuda.program import load_model_py
 
@@ -253,7 +253,7 @@ def bench_model(name: str, args, tmp: Path) -> dict:
     ctx = 1 << math.ceil(math.log2(args.prompt + args.new + 1))
     t0 = time.perf_counter()
     model = load_model(directory)
-    out = compile_model(model, "cuda", tmp / f"{name}-cuda", {"ctx": ctx, "recipe": recipe}, store=_ConfigOnly())
+    out = compile_model(model, "cuda", tmp / f"{name}-cuda", {"ctx": ctx, "recipe": recipe}, store=ConfigOnly())
     print(f"{name}: compiled for cuda ({recipe}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     t0 = time.perf_counter()
     hf = hf_model(directory)

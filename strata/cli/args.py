@@ -103,7 +103,8 @@ def add_ranks(p: argparse.ArgumentParser) -> None:
     """--tp and --ep of the commands that run a model (`ranks_of` reads them)."""
     p.add_argument("--tp", type=bounded_int(1), default=1,
                    help="run on this many ranks, one process each, tensor-parallel on torch.distributed "
-                        "(--target cpu: gloo on this machine; default 1)")
+                        "(--target cpu, and cuda with --interpret: gloo on this machine; --target cuda: NCCL, a GPU "
+                        "a rank; default 1)")
     p.add_argument("--ep", type=bounded_int(1), default=1,
                    help="expert parallelism: 1 (each expert split over the --tp ranks, the default) or the ranks "
                         "(whole experts per rank)")
@@ -149,7 +150,7 @@ def add_target(p: argparse.ArgumentParser, run: bool) -> None:
                    help="a knob of the target (cpu: kv_pad, kv_type (f16: llama.cpp's KV cache), kernels (native or "
                         "numpy), host (native: decode in one C++ call, or python), entries "
                         "(comma-separated or all) and the module level's generics Batch, MaxSeq, PageSize, Rows, Pages, M, "
-                        "S, P, Steps, MaxNew; cuda: kv, sample (device or host); epu: alpha, headroom, block, "
+                        "S, P, Steps, MaxNew; cuda: kv, sample (device or host), tp, ep; epu: alpha, headroom, block, "
                         "calib_prompts, calib_len, calib_seed; all: ctx)")
     p.add_argument("--recipe", choices=recipe_names(), default=None,
                    help="--target cuda: the precision recipe (default bf16; f32 with --interpret)")

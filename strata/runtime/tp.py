@@ -1,5 +1,5 @@
-"""Tensor-parallel programs: one process per rank on torch.distributed (gloo on CPUs, NCCL on
-GPUs), behind the one runtime protocol (`strata.runtime.program`).
+"""Tensor-parallel programs: one process per rank on torch.distributed (gloo on CPUs and under
+an interpreter, NCCL on GPUs: `backend_of`), behind the one runtime protocol (`strata.runtime.program`).
 
     program = open_model("models/tiny", "cpu", {"tp": 2}).program()   # rank 0 here; ranks 1.. spawned
     program = launch("models/tiny", tp=2)             # the same, from a path
@@ -43,6 +43,8 @@ from strata.runtime.program import Program, Step
 TIMEOUT_S = 300
 #: The commands rank 0 broadcasts: a header [command, position, tokens], then the tokens.
 CLOSE, PREFILL, DECODE, RESET, MEMORY = 0, 1, 2, 3, 4
+#: The gloo group rank 0's commands travel on (CPU tensors), beside the program's own group.
+_CONTROL: Any = None
 
 
 class TensorParallelError(StrataError):
@@ -56,27 +58,51 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-#: The backend of ranks started on this machine by `launch` (processes on its CPUs).
+#: The backend of ranks on CPUs: the cpu target's, and any target's run in its interpreter.
 LOCAL_BACKEND = "gloo"
 
 
-def backend_of(tgt: Any) -> str:
-    """The torch.distributed backend the target's ranks meet on (a one-line error if it takes none)."""
+def backend_of(tgt: Any, interpret: bool = False) -> str:
+    """The torch.distributed backend the target's ranks meet on (a one-line error if it takes
+    none): the target's own (`Target.ranks`: gloo for cpu, NCCL for cuda), except that a program
+    run in an interpreter (`--interpret`: Triton's, on CPU tensors) meets on gloo, which is
+    where that choice is made."""
     if tgt.ranks is None:
         raise TensorParallelError(f"--target {tgt.name} takes no tensor-parallel ranks (--tp)")
-    return tgt.ranks
+    return LOCAL_BACKEND if interpret else tgt.ranks
+
+
+def _device_of_rank(backend: str, rank: int) -> None:
+    """NCCL's ranks each on a GPU of their own (torchrun's LOCAL_RANK, else the rank), made the
+    process's current device before the group is joined."""
+    if backend != "nccl":
+        return
+    import torch
+
+    count = torch.cuda.device_count()
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    if local >= count:
+        raise TensorParallelError(f"rank {rank} (local rank {local}) has no GPU of its own: this machine has {count}; "
+                                  "NCCL's ranks each take one")
+    torch.cuda.set_device(local)
 
 
 def open_rank(opened: Any, rank: int, init_method: str, *, timeout_s: float = TIMEOUT_S) -> Program:
     """Join the group as `rank` of the opened model's `tp` ranks and open this rank's program:
     rank 0 compiles (or reuses) it first, the others wait and load what it wrote."""
+    global _CONTROL
     import torch.distributed as dist
 
     from strata.pipeline import cached_compile
 
     tp = opened.ranks
-    dist.init_process_group(backend_of(opened.target), init_method=init_method, rank=rank, world_size=tp,
+    backend = backend_of(opened.target, opened.interpret)
+    _device_of_rank(backend, rank)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=tp,
                             timeout=timedelta(seconds=timeout_s))
+    # rank 0's commands travel as CPU tensors, on a gloo group of their own (NCCL carries only
+    # device tensors); every rank makes it, in the same order
+    _CONTROL = dist.new_group(backend=LOCAL_BACKEND, timeout=timedelta(seconds=timeout_s))
     cache = opened.cache()
     if rank == 0:
         from strata.errors import say
@@ -84,7 +110,7 @@ def open_rank(opened: Any, rank: int, init_method: str, *, timeout_s: float = TI
         out, rebuilt = cached_compile(opened.model, opened.target.name, cache, opened.knobs, opened.store)
         if rebuilt is not None:
             say(f"compiled {opened.model.source} for {opened.target.name} on {tp} ranks into {out}")
-    dist.barrier()
+    dist.barrier(group=_CONTROL)
     program = opened.program(group=dist.group.WORLD, quiet=rank != 0)
     program.weights_dir = opened.model.root  # type: ignore[attr-defined]  (what resident_weight_bytes reads)
     return program
@@ -110,9 +136,9 @@ class Leader:
         import torch.distributed as dist
 
         self._check_followers()
-        dist.broadcast(torch.tensor([command, position, len(tokens)], dtype=torch.int64), src=0)
+        dist.broadcast(torch.tensor([command, position, len(tokens)], dtype=torch.int64), src=0, group=_CONTROL)
         if tokens:
-            dist.broadcast(torch.tensor(list(tokens), dtype=torch.int64), src=0)
+            dist.broadcast(torch.tensor(list(tokens), dtype=torch.int64), src=0, group=_CONTROL)
 
     def _check_followers(self) -> None:
         for p in self.followers:
@@ -144,7 +170,7 @@ class Leader:
         self._send(MEMORY)
         mine = torch.tensor([resident_weight_bytes(self.program, self.program.weights_dir)], dtype=torch.int64)
         out = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size)]
-        dist.all_gather(out, mine)
+        dist.all_gather(out, mine, group=_CONTROL)
         return [int(t[0]) for t in out]
 
     def close(self) -> None:
@@ -168,11 +194,11 @@ def follow(program: Program) -> None:
     try:
         while True:
             header = torch.zeros(3, dtype=torch.int64)
-            dist.broadcast(header, src=0)
+            dist.broadcast(header, src=0, group=_CONTROL)
             command, position, n = (int(v) for v in header)
             tokens = torch.zeros(n, dtype=torch.int64)
             if n:
-                dist.broadcast(tokens, src=0)
+                dist.broadcast(tokens, src=0, group=_CONTROL)
             ids = np.asarray(tokens.numpy(), dtype=np.int32)
             if command == CLOSE:
                 return
@@ -185,7 +211,7 @@ def follow(program: Program) -> None:
             elif command == MEMORY:
                 out = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
                 mine = resident_weight_bytes(program, program.weights_dir)  # type: ignore[attr-defined]
-                dist.all_gather(out, torch.tensor([mine], dtype=torch.int64))
+                dist.all_gather(out, torch.tensor([mine], dtype=torch.int64), group=_CONTROL)
             else:
                 raise TensorParallelError(f"rank {dist.get_rank()}: unknown command {command} from rank 0")
     finally:
@@ -221,6 +247,8 @@ def resident_weight_bytes(program: Any, weights: str | Path) -> int:
 def _leave() -> None:
     import torch.distributed as dist
 
+    global _CONTROL
+    _CONTROL = None
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -253,9 +281,17 @@ def launch_opened(opened: Any, *, threads: int | None = None, timeout_s: float =
     tp, tgt = opened.ranks, opened.target
     if tp < 2:
         raise TensorParallelError(f"--tp takes 2 or more ranks, got {tp}")
-    if backend_of(tgt) != LOCAL_BACKEND:
-        raise TensorParallelError(f"--tp starts ranks on this machine's CPUs ({LOCAL_BACKEND}); --target {tgt.name}'s "
-                                  f"ranks meet on {tgt.ranks} and are started by torchrun -m strata.runtime.worker")
+    backend = backend_of(tgt, opened.interpret)
+    if backend == "nccl":  # one GPU a rank, on this machine
+        import torch
+
+        if torch.cuda.device_count() < tp:
+            raise TensorParallelError(f"--tp {tp} on --target {tgt.name}: NCCL's ranks each take a GPU and this machine "
+                                      f"has {torch.cuda.device_count()} (--interpret runs them on gloo, on the CPU)")
+    elif backend != LOCAL_BACKEND:
+        raise TensorParallelError(f"--tp starts ranks on this machine's CPUs ({LOCAL_BACKEND}) or GPUs (nccl); "
+                                  f"--target {tgt.name}'s ranks meet on {backend} and are started by torchrun "
+                                  "-m strata.runtime.worker")
     model_path, target_name, knobs, cache_dir = opened.model.source, tgt.name, opened.knobs, opened.cache_dir
     init = f"tcp://127.0.0.1:{free_port()}"
     env = dict(os.environ)
@@ -264,7 +300,8 @@ def launch_opened(opened: Any, *, threads: int | None = None, timeout_s: float =
     followers = [subprocess.Popen(
         [sys.executable, "-m", "strata.runtime.tp", str(model_path), "--tp", str(tp), "--rank", str(r),
          "--init-method", init, "--target", target_name, "--knobs", json.dumps(dict(knobs or {})),
-         "--timeout", str(timeout_s), *(["--cache-dir", str(cache_dir)] if cache_dir is not None else [])],
+         "--timeout", str(timeout_s), *(["--cache-dir", str(cache_dir)] if cache_dir is not None else []),
+         *(["--interpret"] if opened.interpret else [])],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) for r in range(1, tp)]
     try:
         program = open_rank(opened, 0, init, timeout_s=timeout_s)
@@ -293,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--knobs", default="{}", help="the target's knobs, as JSON")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--timeout", type=float, default=None, help="seconds a rank waits for the others")
+    p.add_argument("--interpret", action="store_true", help="run the target's kernels in its interpreter (gloo)")
     p.add_argument("--prompt-ids", default=None, help="rank 0: the request's ids, e.g. 1,2,3")
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--dump-logits", default=None)
@@ -315,7 +353,7 @@ def _run(args: argparse.Namespace) -> int:
         raise StrataError(f"strata.runtime.worker: --knobs is not JSON ({e})") from None
     # Every rank opens the model itself; rank 0 of torchrun checks the weights, the others trust it.
     opened = open_model(args.model, args.target, {**knobs, "tp": tp}, cache_dir=args.cache_dir,
-                        check_weights=rank == 0, quiet=rank != 0)
+                        interpret=args.interpret, check_weights=rank == 0, quiet=rank != 0)
     program = open_rank(opened, rank, args.init_method or "env://", timeout_s=args.timeout or TIMEOUT_S)
     if rank != 0:
         follow(program)

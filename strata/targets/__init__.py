@@ -57,6 +57,12 @@ def check_entry_knobs(model: Any, k: dict[str, Any]) -> dict[str, Any]:
     return k
 
 
+def _tensor_parallel(k: Mapping[str, Any]) -> str:
+    """The sharding pass a `tp` knob above 1 puts first (`ep`: whole experts per rank), or nothing."""
+    ep = f" ep={k['ep']}" if k.get("ep", 1) > 1 else ""
+    return f"shard-tensor-parallel{{tp={k['tp']}{ep}}}," if k.get("tp", 1) > 1 or ep else ""
+
+
 def _cpu() -> Target:
     from strata.passes.pipelines import entry_pipeline, generic_options
     from strata.passes.cpu_native_kernels import is_native
@@ -65,8 +71,7 @@ def _cpu() -> Target:
 
     def pipeline(k: Mapping[str, Any]) -> str:
         entries = ",".join(entry_list(k.get("entries", DEFAULT_ENTRIES)))
-        ep = f" ep={k['ep']}" if k.get("ep", 1) > 1 else ""
-        shard = f"shard-tensor-parallel{{tp={k['tp']}{ep}}}," if k.get("tp", 1) > 1 or ep else ""
+        shard = _tensor_parallel(k)
         # The runtime's loop and its scheduler sample with the program's own sampler, on the
         # logits [rows, vocab] their entries return; a program with entries of other results
         # (loss, log-probs, the device loops: run by strata call) has none.
@@ -115,7 +120,8 @@ def _cuda() -> Target:
     def pipeline(k: Mapping[str, Any]) -> str:
         from strata.passes.pipelines import spec_value
 
-        return (f"convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} kv_pad=1}},add-sampler,"
+        return (_tensor_parallel(k) +
+                f"convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} kv_pad=1}},add-sampler,"
                 f"convert-op-to-blueprint{{mode=auto}},blueprint-assign-precision{{recipe={spec_value(k['recipe'])}}},"
                 f"blueprint-place-state{{kv={spec_value(k['kv'])} embed=device sample={spec_value(k['sample'])}}},"
                 "blueprint-fuse")
@@ -129,9 +135,12 @@ def _cuda() -> Target:
     # decode attention spills on sm_90 at Qwen3-8B's head size), kv=paged for pages of 16 rows.
     # The sampler (kbp-graph/v1's `sample` placement): on the device by default, beside the argmax;
     # sample=host draws on the host from the logits copied there.
-    return Target("cuda", pipeline, emit, {"ctx": None, "recipe": "bf16", "kv": "contiguous", "sample": "device"},
+    # tp, ep: as the cpu target's; its ranks meet on NCCL, or on gloo in the interpreter
+    # (`strata.runtime.tp.backend_of`: the interpreter's tensors are on the CPU).
+    return Target("cuda", pipeline, emit, {"ctx": None, "recipe": "bf16", "kv": "contiguous", "sample": "device",
+                                           "tp": 1, "ep": 1},
                   ("kernels.py", "model.py"), load=program.load, prepare=device.prepare, interprets=True,
-                  prepares_weights=True, aot_archs=("sm_90a",))
+                  prepares_weights=True, aot_archs=("sm_90a",), ranks="nccl")
 
 
 def _epu() -> Target:

@@ -59,7 +59,8 @@ class Target:
     #: parameters (it decodes greedily).
     greedy_only: str | None = None
     #: The torch.distributed backend its tensor-parallel ranks meet on (a `tp` knob); None: it
-    #: takes no ranks.
+    #: takes no ranks. Under its interpreter (`interprets`, `--interpret`) the ranks meet on gloo
+    #: instead (`strata.runtime.tp.backend_of`).
     ranks: str | None = None
     #: (interpret) -> None: what the process needs before anything of the target is imported
     #: (Triton's interpreter set up, a GPU checked); None: nothing.

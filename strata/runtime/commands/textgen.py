@@ -66,8 +66,8 @@ def prepare_request(model_path: str | Path, prompt: TextPrompt | Sequence[int], 
 
         check_utf8(prompt.text, "--prompt")
         template = ChatTemplate.from_option(prompt.template_file)
-    if (knobs or {}).get("tp", 1) > 1 and (via is not None or interpret or target_of(target_name).opens is not None):
-        raise OpenError("--tp runs the compiled cpu program on several ranks: it takes no --via or --interpret")
+    if (knobs or {}).get("tp", 1) > 1 and (via is not None or target_of(target_name).opens is not None):
+        raise OpenError("--tp runs a compiled program on several ranks: it takes no --via")
     opened = open_model(model_path, target_name, knobs, via=via, interpret=interpret, cache_dir=cache_dir,
                         allow_nonfinite=allow_nonfinite)
     opened.check_sampling(sampling)

@@ -69,6 +69,34 @@ def launch_key(spec: Spec) -> tuple:
             spec.num_stages)
 
 
+class _OneRankOfMany:
+    """The process group a tensor-parallel program's rank 0 is recorded with: its size and rank
+    (a rank's launches have every rank's shapes)."""
+
+    def __init__(self, ranks: int):
+        self.ranks = ranks
+
+    def size(self) -> int:
+        return self.ranks
+
+    def rank(self) -> int:
+        return 0
+
+
+def _rank_options(model_class) -> dict:
+    ranks = int(getattr(model_class, "RANKS", 1))
+    return {"group": _OneRankOfMany(ranks)} if ranks > 1 else {}
+
+
+def _model_class(model_class):
+    """The Model, a tensor-parallel one's collectives recorded as what they return (they launch
+    no kernel of kernels.py: torch.distributed's own)."""
+    if int(getattr(model_class, "RANKS", 1)) == 1:
+        return model_class
+    return type("RecordedRank", (model_class,), {"all_reduce": lambda self, x, inplace: x,
+                                                 "all_gather": lambda self, x, out: out})
+
+
 def record_launches(out_dir: str | Path, params: Mapping[str, tuple[int, ...]],
                     rows: int | Sequence[int] = PREFILL_ROWS) -> list[Spec]:
     """The distinct kernel launches of the model in `out_dir`: a prefill of `rows` tokens (of
@@ -94,7 +122,7 @@ def record_launches(out_dir: str | Path, params: Mapping[str, tuple[int, ...]],
                 raise KeyError(name)
             return torch.empty(tuple(params[name]), dtype=torch.float32, device="meta")
 
-        m = model.Model(weight, device="meta", interpret=False)
+        m = _model_class(model.Model)(weight, device="meta", interpret=False, **_rank_options(model.Model))
         counts = [rows] if isinstance(rows, int) else list(rows)
         for count in counts:
             count = max(1, min(int(count), int(m.N_CTX) - 1))

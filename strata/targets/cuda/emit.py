@@ -22,6 +22,7 @@ from xdsl.dialects.builtin import ModuleOp
 from strata.dialects.blueprint.facts import function_dims, function_weights
 from strata.targets.codegen import CodegenError, sanitize_label
 from strata.targets.cuda.host import Tables, checked, entry_code
+from strata.targets.cuda.emit_ranks import pieces_table, program_ranks, rank_runtime_text, rank_tables
 from strata.targets.cuda.kernel_source import kernel_source
 
 RUNTIME = Path(__file__).resolve().with_name("runtime.py")
@@ -54,7 +55,7 @@ def _convert_table(fns: list[func.FuncOp]) -> dict:
     return table
 
 
-def _model_part(fns: list[func.FuncOp], tables: Tables, model_name: str) -> list[str]:
+def _model_part(fns: list[func.FuncOp], tables: Tables, model_name: str, ranks: int = 1) -> list[str]:
     methods = [ln for fn in fns for ln in ["", *entry_code(fn, tables)]]
     first = fns[0]
     recipe = first.attributes["blueprint.recipe"].data if "blueprint.recipe" in first.attributes else "?"
@@ -62,7 +63,7 @@ def _model_part(fns: list[func.FuncOp], tables: Tables, model_name: str) -> list
     kv_rows = [shape[0] for name, (shape, _) in tables.state.items() if name not in tables.recurrent
                and not name.endswith(".snapshot")]
     out = ["", "", "# " + "-" * 93, f"# Generated for {sanitize_label(model_name)}", "", "",
-           "class Model(Runtime):",
+           f"class Model({'RankRuntime' if ranks > 1 else 'Runtime'}):",
            f'    """{sanitize_label(model_name)}, recipe {sanitize_label(recipe)}: Model(weights[, device, '
            'interpret, cuda_graph])."""', "",
            f"    MODEL_NAME = {sanitize_label(model_name)!r}",
@@ -81,6 +82,8 @@ def _model_part(fns: list[func.FuncOp], tables: Tables, model_name: str) -> list
             f"    PAGED = {tuple(sorted(tables.paged))!r}",
             f"    ROPES = {tuple(tables.ropes)!r}",
             f"    ROPE_MODES = {tuple(sorted(tables.rope_modes))!r}"]
+    if ranks > 1:  # one rank's program: the rank runtime's tables (emit_ranks)
+        out += rank_tables(ranks, pieces_table(fns))
     out += ["    " + ln if ln else "" for ln in methods]
     return out
 
@@ -91,7 +94,8 @@ def emit_cuda(module: ModuleOp, model_name: str | None) -> dict[str, str]:
     fns = _functions(module)
     tables = Tables()
     tables.convert = _convert_table(fns)
-    model_part = _model_part(fns, tables, name)
+    ranks = program_ranks(fns)
+    model_part = _model_part(fns, tables, name, ranks)
     recipe = fns[0].attributes["blueprint.recipe"].data if "blueprint.recipe" in fns[0].attributes else "?"
     kernels, jit = kernel_source(tables.launchers, name, recipe)
     runtime = RUNTIME.read_text(encoding="utf-8")
@@ -104,6 +108,8 @@ def emit_cuda(module: ModuleOp, model_name: str | None) -> dict[str, str]:
             "    ids, logits = m.generate([1, 2, 3], 16)\n\n"
             f"Kernels used: {', '.join(jit)}.\n"
             '"""\n')
+    if ranks > 1:  # one rank of a tensor-parallel program: the collectives on torch.distributed
+        runtime += "\n\n# " + "-" * 93 + "\n# One rank of a tensor-parallel program\n\n" + rank_runtime_text()
     # the runtime's own docstring is kept below the header as a comment-free module body
     body = runtime.split('"""', 2)[2].lstrip("\n")
     model = head + "\n" + body.rstrip("\n") + "\n" + "\n".join(model_part) + "\n\n\nK = _load_kernels()\n"

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from xdsl.dialects import func
 
 from strata.dialects import blueprint as B
+from strata.ir.shapes import parse_expr
 from strata.targets.codegen import CodegenError, literal_name, sanitize_label
+from strata.targets.cuda.host_collectives import CollectivePrinter
 from strata.targets.cuda.kernel_table import NoKernel, lookup
 
 
@@ -100,7 +102,7 @@ def checked(name: str, what: str) -> str:
     return name
 
 
-class _Printer:
+class _Printer(CollectivePrinter):
     def __init__(self, fn: func.FuncOp, tables: Tables):
         self.fn, self.t = fn, tables
         self.dims = B.function_dims(fn)
@@ -115,6 +117,8 @@ class _Printer:
         return self.names[v]
 
     def cols(self, v) -> int:
+        if "/" in v.type.dim.data:  # a rank's piece of a dim (`vocab / ranks`): `ranks` is a dim symbol too
+            return int(parse_expr(v.type.dim.data).evaluate(self.dims))
         total = 0
         for term in v.type.dim.data.split("+"):
             prod = 1
@@ -189,7 +193,8 @@ class _Printer:
     def g_embed(self, op, snap=False):
         w = self.t.weight("raw", (op.param.data,))
         r = op.results[0]
-        self.emit(f"{self.name(r)} = K.launch_embed({self.x(op.operands[0])}, {w}, out={self.new(r)})", "launch_embed")
+        self.emit(f"{self.name(r)} = {self.embed_call(op)}({self.x(op.operands[0])}, {w}, out={self.new(r)})",
+                  "launch_embed")
 
     def _norm(self, op, snap=False):
         w = self.t.weight("raw", (op.param.data,))
@@ -300,8 +305,10 @@ class _Printer:
                 raise CodegenError("moe gate-up: the shared expert reads another input")
         r = egu.results[0]
         outs = f"{self.name(r)}, {self.name(lin.results[0]) if lin is not None else '_'}"
-        self.emit(f"{outs} = K.launch_moe_gate_up({self.x(egu.operands[0])}, {self.x(egu.operands[1])}, {we}{shared}, "
+        ids, mine = self.expert_ids(egu, self.x(egu.operands[1]), we)
+        self.emit(f"{outs} = K.launch_moe_gate_up({self.x(egu.operands[0])}, {ids}, {we}{shared}, "
                   f"out_dtype={self.dt(r)})", "launch_moe_gate_up")
+        self.zero_foreign(self.name(r), mine)
 
     g_expert_gate_up_linear = g_expert_gate_up
 
@@ -318,8 +325,10 @@ class _Printer:
             shared = f", {self.x(act2.operands[0])}, {self.t.weight('linear', _parts(lin), fmt, block)}"
         r = down.results[0]
         outs = f"{self.name(r)}, {self.name(lin.results[0]) if lin is not None else '_'}"
-        self.emit(f"{outs} = K.launch_moe_silu_down({self.x(act.operands[0])}, {self.x(down.operands[1])}, {wd}"
+        ids, mine = self.expert_ids(down, self.x(down.operands[1]), wd)
+        self.emit(f"{outs} = K.launch_moe_silu_down({self.x(act.operands[0])}, {ids}, {wd}"
                   f"{shared}, out_dtype={self.dt(r)})", "launch_moe_silu_down")
+        self.zero_foreign(self.name(r), mine)
 
     g_silu_mul_expert_down_silu_mul_linear = g_silu_mul_expert_down
 

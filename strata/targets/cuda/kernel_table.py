@@ -97,6 +97,10 @@ ENTRIES: tuple[KernelEntry, ...] = (
        "attention.attention_kernel", "block_table= for a paged cache (paged_attention_*), none when contiguous"),
     _e("sigmoid_gate_mul", "sigmoid_gate_mul", "elementwise.launch_sigmoid_gate_mul", "elementwise.binary_kernel"),
     _e("{gemm:weight}_m32", "linear", "gemm.launch_linear", _GEMM, "bias= the node's `bias` weight"),
+    # A tensor-parallel program's collectives launch no kernel of the library: the host calls
+    # torch.distributed on the device tensors (NCCL's kernels; gloo in the interpreter).
+    _e("all_reduce_{elem:output}", "all_reduce", "", "", "the host's torch.distributed.all_reduce (sum)"),
+    _e("all_gather_{elem:output}", "all_gather", "", "", "the host's torch.distributed.all_gather, joined on columns"),
 )
 
 #: A lone node's group, `single_<op>`: op -> (launcher, kernels).

@@ -50,9 +50,12 @@ class CudaProgram:
     """A generated CUDA `Model` (device weights, state, kernels; decode captured as a CUDA
     graph on a GPU) as a program."""
 
-    def __init__(self, module: Any, weights: Any, interpret: bool):
+    def __init__(self, module: Any, weights: Any, interpret: bool, group: Any = None):
+        # one rank of a tensor-parallel program takes its ranks' process group; its decode runs
+        # uncaptured (collectives inside a CUDA graph have not been run on GPUs here yet)
+        ranks = {"group": group} if group is not None else {}
         try:
-            self.model = module.Model(weights, interpret=interpret, cuda_graph=not interpret)
+            self.model = module.Model(weights, interpret=interpret, cuda_graph=not interpret and group is None, **ranks)
         except module.ModelError as e:
             raise CudaProgramError(str(e)) from None
         self.module = module
@@ -98,7 +101,8 @@ class CudaProgram:
         pass
 
 
-def load(out_dir: str | Path, weights: Any, *, interpret: bool = False) -> CudaProgram:
+def load(out_dir: str | Path, weights: Any, *, interpret: bool = False, group: Any = None) -> CudaProgram:
     """The program of the cuda stage `out_dir` bound to `weights` (llama.cpp tensor names to
-    arrays or tensors); `interpret`: in Triton's interpreter on the CPU."""
-    return CudaProgram(load_model_py(out_dir), weights, interpret)
+    arrays or tensors); `interpret`: in Triton's interpreter on the CPU; `group`: the
+    torch.distributed process group of a tensor-parallel program's ranks."""
+    return CudaProgram(load_model_py(out_dir), weights, interpret, group)
