@@ -42,8 +42,11 @@ class Sampling(Protocol):
 
 
 def token_mask_of(params: Sampling | None):
-    """The step's token mask that `params` carry (`token_mask`), or None."""
-    return getattr(params, "token_mask", None)
+    """The step's token mask that `params` carry (`token_mask`), or None. A mask still being
+    computed (a future, its `result()` the mask: a grammar's mask made while the model's step
+    ran) is waited for here, when the sampler needs it."""
+    mask = getattr(params, "token_mask", None)
+    return mask.result() if hasattr(mask, "result") else mask
 
 
 def has_penalties(params: Sampling) -> bool:
