@@ -9,7 +9,8 @@ top_p 1); choice i of `n` draws with seed + i (choice 0 with the seed itself, as
 generate --seed` draws), or with a random seed of its own when none is given. Log-probabilities
 (`logprobs` of a completion: the top count; of a chat, `logprobs: true` and `top_logprobs`)
 are the model's own, a log-softmax of the logits that chose the token, before temperature and
-penalties (as vLLM returns them); `echo` is refused.
+penalties (as vLLM returns them); `echo` is refused. An output constraint (`response_format`,
+llama-server's `grammar` and `json_schema`) is read by `strata.runtime.serve.constraints`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class ApiRequest:
     include_usage: bool
     #: None: no log-probabilities; k: each token's, and the k most likely.
     logprobs: int | None = None
+    #: What the output must follow (`strata.runtime.constrain.ConstraintSpec`); None: nothing.
+    constraint: Any = None
 
     def choice_sampling(self, i: int) -> SamplingParams:
         if self.sampling.seed is None or i == 0:
@@ -216,7 +219,7 @@ def parse_completion(body: Any, limits: Any, model_name: str) -> ApiRequest:
         raise ApiError(f"'prompt' must be a string or a list of token ids, got {_shown(prompt)}", "prompt")
     if not ids:
         raise ApiError("the prompt is empty", "prompt")
-    return _common(body, limits, model_name, ids, "max_tokens")
+    return _constrained(_common(body, limits, model_name, ids, "max_tokens"), body)
 
 
 def parse_chat(body: Any, limits: Any, model_name: str) -> ApiRequest:
@@ -243,4 +246,11 @@ def parse_chat(body: Any, limits: Any, model_name: str) -> ApiRequest:
             raise ApiError(f"messages[{i}].content must be a string, got {_shown(content)}", f"messages[{i}].content")
         plain.append({**m, "content": content or ""})
     ids = encode_prompt(limits.tokenizer, plain)
-    return _common(body, limits, model_name, ids, "max_completion_tokens")
+    return _constrained(_common(body, limits, model_name, ids, "max_completion_tokens"), body)
+
+
+def _constrained(request: ApiRequest, body: Mapping[str, Any]) -> ApiRequest:
+    from strata.runtime.serve.constraints import request_constraint
+
+    spec = request_constraint(body)
+    return request if spec is None else replace(request, constraint=spec)
