@@ -20,6 +20,10 @@ vocabulary: its masks cost about the same per token (0.15 ms against 0.12 ms, un
 against 244 ms), which a request pays before its first token; it also reads GBNF, Lark and
 regexes itself. Its mask computation releases the GIL, so `next_mask_async` overlaps the step.
 
+JSON is held to one layout, ", " between items and ": " after keys with no other whitespace
+(llguidance's `whitespace_flexible: false`): a small model left free to indent can spend its
+tokens on newlines, and an object that never closes parses as nothing.
+
 `tool_call_constraint` is the grammar of a forced tool call (`tool_choice` "required" or a
 named function): the template's opening text, a JSON object naming one of the tools and holding
 its arguments, the closing text.
@@ -36,6 +40,9 @@ from typing import Any
 import numpy as np
 
 from strata.errors import StrataError
+
+#: llguidance's JSON options: one layout, no free whitespace (the module docstring says why).
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 #: The kinds of constraint a request may carry.
 KINDS = ("json_schema", "json_object", "grammar", "regex", "lark")
@@ -90,7 +97,8 @@ def tool_call_constraint(tools: list[dict], choice: str | dict, *, open: str, cl
         raise ConstraintError("tool_choice 'required' needs at least one tool")
     calls = [{"type": "object", "properties": {"name": {"const": name}, args_key: params},
               "required": ["name", args_key], "additionalProperties": False} for name, params in chosen]
-    schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    schema = dict(calls[0]) if len(calls) == 1 else {"anyOf": calls}
+    schema["x-guidance"] = JSON_LAYOUT
     lark = "start: " + " ".join(part for part in (_lark_string(open), "call", _lark_string(close)) if part)
     lark += f"\ncall: %json {json.dumps(schema, separators=(',', ':'))}\n"
     return ConstraintSpec("lark", lark)
@@ -116,7 +124,7 @@ def grammar_of(spec: ConstraintSpec) -> str:
              "regex": "the regex", "lark": "the Lark grammar"}[spec.kind]
     try:
         if spec.kind == "json_object":
-            grammar = llg.LLMatcher.grammar_from_json_schema('{"type": "object"}')
+            grammar = llg.LLMatcher.grammar_from_json_schema('{"type": "object"}', defaults=JSON_LAYOUT)
         elif spec.kind == "json_schema":
             try:
                 schema = json.loads(spec.text)
@@ -124,7 +132,7 @@ def grammar_of(spec: ConstraintSpec) -> str:
                 raise ConstraintError(f"{where} is not JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
             if not isinstance(schema, (dict, bool)):
                 raise ConstraintError(f"{where} must be an object, not {type(schema).__name__}")
-            grammar = llg.LLMatcher.grammar_from_json_schema(spec.text)
+            grammar = llg.LLMatcher.grammar_from_json_schema(spec.text, defaults=JSON_LAYOUT)
         else:
             grammar = llg.grammar_from({"grammar": "gbnf", "regex": "regex", "lark": "lark"}[spec.kind], spec.text)
     except ConstraintError:
