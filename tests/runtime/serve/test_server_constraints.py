@@ -128,7 +128,7 @@ class Event(BaseModel):
 
 class Product(BaseModel):
     name: str = Field(max_length=20)
-    price: float = Field(ge=0, le=1000, multiple_of=0.01)
+    price: float = Field(ge=0, le=1000)
     in_stock: bool
 
 
