@@ -242,6 +242,10 @@ def sampling_masses(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repe
                             prm["presence_penalty"], prm["frequency_penalty"])
     temp = prm["temperature"][:, None]
     greedy = temp[:, 0] == 0
+    if greedy.all():  # every row takes its argmax: the filters below would decide nothing
+        first_max = np.zeros((rows, vocab), np.int64)
+        first_max[np.arange(rows), np.argmax(pen, axis=1)] = 1
+        return first_max
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(temp > 0, pen / np.where(temp > 0, temp, np.float32(1.0)), pen)
     z = np.where(z == 0, np.float32(0.0), z).astype(np.float32)  # -0.0 -> +0.0: one key per value
