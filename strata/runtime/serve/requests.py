@@ -250,7 +250,10 @@ def parse_chat(body: Any, limits: Any, model_name: str) -> ApiRequest:
 
 
 def _constrained(request: ApiRequest, body: Mapping[str, Any]) -> ApiRequest:
-    from strata.runtime.serve.constraints import request_constraint
+    from strata.runtime.serve.constraints import FieldError, request_constraint
 
-    spec = request_constraint(body)
+    try:
+        spec = request_constraint(body)
+    except FieldError as e:
+        raise ApiError(e.message, e.param) from None
     return request if spec is None else replace(request, constraint=spec)
