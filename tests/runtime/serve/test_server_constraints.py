@@ -85,17 +85,17 @@ class Item(BaseModel):
 
 
 class Order(BaseModel):
-    items: list[Item] = Field(max_length=2)
+    items: list[Item] = Field(min_length=1, max_length=1)
 
 
 class Rating(BaseModel):
     score: int = Field(ge=1, le=5)
-    comment: str = Field(max_length=12)
+    comment: str = Field(max_length=8)
 
 
 class Coordinates(BaseModel):
-    lat: float = Field(ge=-90, le=90)
-    lon: float = Field(ge=-180, le=180)
+    lat: int = Field(ge=-90, le=90)
+    lon: int = Field(ge=-180, le=180)
 
 
 class Weather(BaseModel):
