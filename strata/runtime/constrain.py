@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -205,8 +206,6 @@ class Matcher:
 
     def next_mask(self) -> np.ndarray:
         """The allowed next tokens: int32 [1, ceil(vocab/32)], bit j of word w for token 32 * w + j."""
-        import time
-
         t0 = time.perf_counter()
         mask = np.zeros((1, self.words), np.int32)
         self._m.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
