@@ -39,7 +39,33 @@ def add(sub) -> None:
                    help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
     add_allow_nonfinite(p)
     add_ranks(p)
+    add_constraint(p)
     p.set_defaults(func=run)
+
+
+def add_constraint(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("constrained output (one of; llguidance, the `grammar` extra)")
+    c = g.add_mutually_exclusive_group()
+    c.add_argument("--json-schema", metavar="FILE", help="the reply is JSON valid against this JSON schema file")
+    c.add_argument("--grammar", metavar="FILE", help="the reply follows this GBNF grammar file (llama.cpp's)")
+    c.add_argument("--regex", metavar="RE", help="the reply matches this regular expression")
+
+
+def constraint_of(args: argparse.Namespace):
+    """The `ConstraintSpec` the flags give (None: none); a file that cannot be read: one line naming it."""
+    from strata.errors import StrataError
+    from strata.runtime.constrain import ConstraintSpec
+
+    if args.regex is not None:
+        return ConstraintSpec("regex", args.regex)
+    for flag, kind, path in (("--json-schema", "json_schema", args.json_schema), ("--grammar", "grammar", args.grammar)):
+        if path is not None:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    return ConstraintSpec(kind, f.read())
+            except (OSError, UnicodeDecodeError) as e:
+                raise StrataError(f"{flag} {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,5 +75,21 @@ def run(args: argparse.Namespace) -> int:
     ranks_of(args, knobs)
     generate_text(args.model, prompt_of(args), args.max_new_tokens, sampling_of(args), stop=args.stop,
                   target_name=args.target, knobs=knobs, interpret=getattr(args, "interpret", False),
-                  cache_dir=args.cache_dir, allow_nonfinite=args.allow_nonfinite, verbose_prompt=args.verbose_prompt)
+                  cache_dir=args.cache_dir, allow_nonfinite=args.allow_nonfinite, verbose_prompt=args.verbose_prompt,
+                  constraint=_named(args))
     return 0
+
+
+def _named(args: argparse.Namespace):
+    """The flags' constraint, checked: a bad schema, grammar or regex names its flag (and file)."""
+    from strata.runtime.constrain import ConstraintError, grammar_of
+
+    spec = constraint_of(args)
+    if spec is not None:
+        flag = {"json_schema": f"--json-schema {args.json_schema}", "grammar": f"--grammar {args.grammar}",
+                "regex": "--regex"}[spec.kind]
+        try:
+            grammar_of(spec)
+        except ConstraintError as e:
+            raise ConstraintError(f"{flag}: {e}") from None
+    return spec

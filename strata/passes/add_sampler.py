@@ -9,13 +9,15 @@ its arguments, given by the caller at each step:
                              %temperature: tensor<Rxf32>, %top_k: tensor<Rxi32>, %top_p: tensor<Rxf32>,
                              %min_p: tensor<Rxf32>, %repetition_penalty: tensor<Rxf32>,
                              %presence_penalty: tensor<Rxf32>, %frequency_penalty: tensor<Rxf32>,
-                             %prompt_counts: tensor<RxVxi32>, %output_counts: tensor<RxVxi32>) -> tensor<Rxi32> {
-      %ids = op.sample %logits, %key, %step, %temperature, ... counts %prompt_counts, %output_counts : ...
+                             %prompt_counts: tensor<RxVxi32>, %output_counts: tensor<RxVxi32>,
+                             %mask: tensor<RxWxi32>) -> tensor<Rxi32> {
+      %ids = op.sample %logits, %key, %step, %temperature, ... counts %prompt_counts, %output_counts mask %mask : ...
       func.return %ids : tensor<Rxi32>
     }
 
 V and the logits' element type are those of the module's entries (which must agree); R is
-`rows` (the rows of one step's logits: 1 for one sequence). In a tensor-parallel module the
+`rows` (the rows of one step's logits: 1 for one sequence); W = ceil(V / 32), the words of the
+token mask (a grammar's allowed tokens, one bit each; all ones for a row with no constraint). In a tensor-parallel module the
 sampler carries the entries' `op.ranks`: every rank holds the whole logits and draws the same id.
 Its `op.sample` records the model's block instance (`op.block` of the root, as the entries'
 host inputs do): the draw is the model's, not one layer's.

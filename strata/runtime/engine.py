@@ -82,12 +82,13 @@ class TextStream:
     it), `generation` (the loop's result: ids, finish reason) and `stop` (the stop string found)."""
 
     def __init__(self, engine: Engine, prompt_ids: list[int], params: SamplingParams, max_new_tokens: int,
-                 stop: Iterable[str], on_token: Callable[[int, int], None] | None):
+                 stop: Iterable[str], on_token: Callable[[int, int], None] | None, constraint: Any = None):
         from strata.runtime.text import TextEmitter, end_of_generation_ids
 
         self.prompt_ids = prompt_ids
         self.end_ids = end_of_generation_ids(engine.tokenizer, engine.program.vocab)
-        self.loop = GenerationLoop(engine.program, prompt_ids, max_new_tokens, sampling=params, stop_ids=self.end_ids)
+        self.loop = GenerationLoop(engine.program, prompt_ids, max_new_tokens, sampling=params, stop_ids=self.end_ids,
+                                   constraint=constraint)
         self._text = TextEmitter(engine.tokenizer, prompt_ids, stop, self.end_ids)
         self._on_token = on_token
         self.text = ""
@@ -144,7 +145,9 @@ class Engine:
         return self.stream(ids, params, min(max_new_tokens, room), stop=stop, on_token=on_token)
 
     def stream(self, prompt_ids: Sequence[int], params: SamplingParams | None = None, max_new_tokens: int = 256, *,
-               stop: Iterable[str] = (), on_token: Callable[[int, int], None] | None = None) -> TextStream:
-        """The reply to a prompt already encoded (checked against the vocabulary and the context)."""
+               stop: Iterable[str] = (), on_token: Callable[[int, int], None] | None = None,
+               constraint: Any = None) -> TextStream:
+        """The reply to a prompt already encoded (checked against the vocabulary and the context);
+        `constraint` (`strata.runtime.constrain.Constraint`): the output is held to its grammar."""
         ids = [int(t) for t in check_request(prompt_ids, max_new_tokens, self.program.vocab, self.program.n_ctx)]
-        return TextStream(self, ids, params or SamplingParams(), max_new_tokens, stop, on_token)
+        return TextStream(self, ids, params or SamplingParams(), max_new_tokens, stop, on_token, constraint)

@@ -16,6 +16,12 @@ until `max_new_tokens` are made, a stop id is chosen (it is kept, as the last id
 caller stops the loop (a stop string found in the text so far: `stop`). Row i of the logits
 chose new token i. `forced` feeds given tokens instead of the chosen ones (teacher forcing:
 each step's choice is still recorded), for scoring a program against another's tokens.
+
+`constraint` (`strata.runtime.constrain.Constraint`: a JSON schema, grammar or regex) restricts
+each step's choice: the step's sampler takes the grammar's token mask (greedy parameters take
+the argmax of the allowed tokens), the matcher advances with the chosen token, and the loop
+stops ("stop") when the grammar is complete. The next mask is computed on the mask thread while
+the model's step runs (the sampler waits for it only when the logits are there).
 """
 
 from __future__ import annotations
@@ -25,8 +31,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from strata.runtime.program import Program
 from strata.runtime.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from strata.runtime.constrain import Constraint
 
 
 @dataclass
@@ -37,7 +48,8 @@ class Generation:
     logits: np.ndarray | None
     #: "length" (max_new_tokens made) or "stop" (a stop id was chosen, or the caller stopped it).
     finish_reason: str
-    #: What stopped it: the stop id chosen, or what the caller said (a stop string); None: the length.
+    #: What stopped it: the stop id chosen, or what the caller said (a stop string), or "grammar"
+    #: (a constraint's grammar completed); None: the length.
     stopped_by: int | str | None = None
 
 
@@ -48,12 +60,16 @@ class GenerationLoop:
 
     def __init__(self, program: Program, prompt: Sequence[int], max_new_tokens: int, *,
                  sampling: SamplingParams | None = None, stop_ids: Collection[int] = (), keep_logits: bool = False,
-                 forced: Sequence[int] | None = None):
+                 forced: Sequence[int] | None = None, constraint: Constraint | None = None):
         self.program = program
         self.prompt = [int(t) for t in prompt]
         self.max_new_tokens = max_new_tokens
         #: The parameters used (with the seed chosen when none was given), or None for greedy.
         self.sampling_used = None if sampling is None or sampling.greedy else sampling.resolved()
+        #: One matcher of `constraint` for this sequence (None: unconstrained).
+        self.matcher = constraint.matcher() if constraint is not None else None
+        # a constrained step draws with the sampler (its mask), greedy parameters included
+        self._step_params = self.sampling_used or (SamplingParams().resolved() if constraint is not None else None)
         self.stop_ids = frozenset(int(t) for t in stop_ids)
         self.keep_logits, self.forced = keep_logits, forced
         self.ids: list[int] = []
@@ -69,24 +85,35 @@ class GenerationLoop:
     def __iter__(self) -> Iterator[int]:
         if self.max_new_tokens <= 0:
             return
-        sampling, n = self.sampling_used, len(self.prompt)
-        step = self.program.prefill(self.prompt, 0, sampling) if sampling is not None else \
+        n = len(self.prompt)
+        step = self.program.prefill(self.prompt, 0, self._params()) if self._step_params is not None else \
             self.program.prefill(self.prompt, 0)
         for i in range(self.max_new_tokens):
             token = step.token
             self.ids.append(token)
             if self.keep_logits:
                 self._rows.append(np.asarray(step.logits))
+            complete = self.matcher is not None and not self.matcher.advance(token)
             yield token
             if self._stopped:
                 return
             if token in self.stop_ids:
                 self.finish_reason, self.stopped_by = "stop", token
                 return
+            if complete:
+                self.finish_reason, self.stopped_by = "stop", "grammar"
+                return
             if i + 1 < self.max_new_tokens:
                 fed = int(self.forced[i]) if self.forced is not None else token
-                step = self.program.decode(fed, n + i, sampling) if sampling is not None else \
+                step = self.program.decode(fed, n + i, self._params()) if self._step_params is not None else \
                     self.program.decode(fed, n + i)
+
+    def _params(self) -> SamplingParams:
+        """This step's sampling parameters: with a constraint, its next mask (being computed while
+        the step runs)."""
+        if self.matcher is None:
+            return self._step_params
+        return self._step_params.with_mask(self.matcher.next_mask_async())
 
     @property
     def result(self) -> Generation:
@@ -98,11 +125,12 @@ class GenerationLoop:
 
 def generate(program: Program, prompt: Sequence[int], max_new_tokens: int, *, stop_ids: Collection[int] = (),
              keep_logits: bool = False, forced: Sequence[int] | None = None,
-             on_token: Callable[[int, int], None] | None = None, sampling: SamplingParams | None = None) -> Generation:
+             on_token: Callable[[int, int], None] | None = None, sampling: SamplingParams | None = None,
+             constraint: Constraint | None = None) -> Generation:
     """Generate up to `max_new_tokens` after `prompt` (checked by the caller: see
     `strata.runtime.request.check_request`); `on_token(i, id)` is called as new token i is chosen."""
     loop = GenerationLoop(program, prompt, max_new_tokens, sampling=sampling, stop_ids=stop_ids,
-                          keep_logits=keep_logits, forced=forced)
+                          keep_logits=keep_logits, forced=forced, constraint=constraint)
     for i, token in enumerate(loop):
         if on_token is not None:
             on_token(i, token)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from strata.errors import StrataError
 
@@ -41,6 +42,10 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     #: The random seed (any integer; its low 64 bits are the Philox key); None: a random one.
     seed: int | None = None
+    #: One step's token mask (a grammar's allowed tokens: int32 [1, ceil(vocab/32)], bit j of word
+    #: w allowing token 32 * w + j), set per step by the loop that runs a constraint (`with_mask`);
+    #: None: every token. It makes even greedy parameters draw with the sampler (argmax of the allowed).
+    token_mask: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         checks = (("temperature", self.temperature >= 0 and math.isfinite(self.temperature), ">= 0"),
@@ -70,6 +75,10 @@ class SamplingParams:
             raise SamplingError("sampling: no seed (call resolved() first)")
         low = self.seed & (2**64 - 1)
         return (low - 2**64 if low >= 2**63 else low, 0)
+
+    def with_mask(self, mask: Any) -> SamplingParams:
+        """These parameters for one step whose allowed tokens are the bitmask `mask`."""
+        return replace(self, token_mask=mask)
 
     def resolved(self) -> SamplingParams:
         """These parameters with a seed: their own, or a random one."""

@@ -237,9 +237,10 @@ class BlueprintFunctions(InterpreterFunctions):
         # Edges are [rows, dim]: the key one row of two, the step and each parameter a column.
         logits, key, step, *rest = a
         params = [np.asarray(p).reshape(-1) for p in rest[:7]]
-        counts = rest[7:] if op.prompt_counts is not None else (None, None)
+        counts = rest[7:9] if op.prompt_counts is not None else (None, None)
+        mask = rest[-1] if op.mask is not None else None
         ids = S.sample(logits, np.asarray(key).reshape(-1), int(np.asarray(step).reshape(-1)[0]), *params,
-                       prompt_counts=counts[0], output_counts=counts[1])
+                       prompt_counts=counts[0], output_counts=counts[1], mask=mask)
         return (ids[:, None],)
 
     @impl(B.ResidualAddOp)

@@ -410,8 +410,10 @@ class OpFunctions(InterpreterFunctions):
     @impl(O.SampleOp)
     def run_sample(self, interpreter: Interpreter, op: O.SampleOp, a: V) -> V:
         logits, key, step, *rest = a
-        counts = rest[7:] if op.prompt_counts is not None else (None, None)
-        return (S.sample(logits, key, int(step[0]), *rest[:7], prompt_counts=counts[0], output_counts=counts[1]),)
+        counts = rest[7:9] if op.prompt_counts is not None else (None, None)
+        mask = rest[-1] if op.mask is not None else None
+        return (S.sample(logits, key, int(step[0]), *rest[:7], prompt_counts=counts[0], output_counts=counts[1],
+                         mask=mask),)
 
     # The entries of several sequences.
 

@@ -27,6 +27,11 @@ The sampler
 Logits [rows, vocab] f32 -> token ids, in the order of vLLM's penalties and HF's warpers
 (``transformers.generation.utils._get_logits_processor``):
 
+0. the token mask (a grammar's allowed tokens), when given: a bitmask [rows, ceil(vocab/32)]
+   int32 laid out as llguidance and xgrammar write it, bit ``j`` of word ``w`` allowing token
+   ``32 * w + j``; a disallowed token's logit becomes -inf, so no step below can bring it back
+   (it gets no mass, and greedy takes the first maximum of the allowed tokens). A row must
+   allow at least one token (the result of a row that allows none is outside the contract);
 1. repetition penalty (HF's ``RepetitionPenaltyLogitsProcessor``): on tokens seen in the
    prompt or the output, negative logits are multiplied by it, the others divided;
 2. frequency penalty: ``l -= frequency * output_count`` (OpenAI's and vLLM's definition);
@@ -183,6 +188,23 @@ def sampling_row_params(rows: int, temperature=1.0, top_k=0, top_p=1.0, min_p=0.
     return out
 
 
+def sampling_apply_mask(logits, mask=None) -> np.ndarray:
+    """Step 0 (f32 [rows, vocab]): -inf where the bitmask ``mask`` (int32 [rows, ceil(vocab/32)],
+    bit j of word w: token 32 * w + j) has a zero bit; absent: the logits unchanged."""
+    logits = np.asarray(logits, dtype=np.float32)
+    if mask is None:
+        return logits
+    rows, vocab = logits.shape
+    words = np.asarray(mask)
+    if words.shape != (rows, (vocab + 31) // 32) or words.dtype.kind not in "iu":
+        raise ValueError(f"a token mask is int32 [{rows}, {(vocab + 31) // 32}], not {words.dtype} {words.shape}")
+    if (words.astype(np.int32) == -1).all():  # every token allowed (an unconstrained row): nothing to do
+        return logits
+    bits = (words.astype(np.uint32)[:, :, None] >> np.arange(32, dtype=np.uint32)) & np.uint32(1)
+    allowed = bits.reshape(rows, -1)[:, :vocab] != 0
+    return np.where(allowed, logits, np.float32(-np.inf)).astype(np.float32)
+
+
 def sampling_penalize(logits, prompt_counts=None, output_counts=None, repetition_penalty=1.0,
                       presence_penalty=0.0, frequency_penalty=0.0) -> np.ndarray:
     """Steps 1-3 (f32 [rows, vocab]): the repetition penalty on tokens whose prompt or output count
@@ -207,8 +229,8 @@ def sampling_penalize(logits, prompt_counts=None, output_counts=None, repetition
 
 
 def sampling_masses(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
-                    presence_penalty=0.0, frequency_penalty=0.0, prompt_counts=None, output_counts=None):
-    """Steps 1-7: the integer mass (int64 [rows, vocab]) of every token, the distribution a draw
+                    presence_penalty=0.0, frequency_penalty=0.0, prompt_counts=None, output_counts=None, mask=None):
+    """Steps 0-7: the integer mass (int64 [rows, vocab]) of every token, the distribution a draw
     follows (mass / row sum). A greedy row (temperature 0) has mass 1 on its argmax."""
     logits = np.asarray(logits, dtype=np.float32)
     if logits.ndim != 2 or logits.shape[1] == 0:
@@ -216,10 +238,14 @@ def sampling_masses(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repe
     rows, vocab = logits.shape
     prm = sampling_row_params(rows, temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
                               frequency_penalty)
-    pen = sampling_penalize(logits, prompt_counts, output_counts, prm["repetition_penalty"],
+    pen = sampling_penalize(sampling_apply_mask(logits, mask), prompt_counts, output_counts, prm["repetition_penalty"],
                             prm["presence_penalty"], prm["frequency_penalty"])
     temp = prm["temperature"][:, None]
     greedy = temp[:, 0] == 0
+    if greedy.all():  # every row takes its argmax: the filters below would decide nothing
+        first_max = np.zeros((rows, vocab), np.int64)
+        first_max[np.arange(rows), np.argmax(pen, axis=1)] = 1
+        return first_max
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(temp > 0, pen / np.where(temp > 0, temp, np.float32(1.0)), pen)
     z = np.where(z == 0, np.float32(0.0), z).astype(np.float32)  # -0.0 -> +0.0: one key per value
@@ -266,13 +292,15 @@ def sample_from_masses(masses, bits) -> np.ndarray:
 
 
 def sample(logits, key, step: int = 0, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
-           presence_penalty=0.0, frequency_penalty=0.0, prompt_counts=None, output_counts=None) -> np.ndarray:
+           presence_penalty=0.0, frequency_penalty=0.0, prompt_counts=None, output_counts=None,
+           mask=None) -> np.ndarray:
     """Sample one token per row of ``logits`` [rows, vocab] (f32): int32 [rows].
 
     ``key`` is two int64, ``step`` the generation step; parameters are scalars or per-row arrays
     [rows]; ``prompt_counts`` / ``output_counts`` are the occurrences of each token in each row's
-    prompt and output so far (int [rows, vocab]; absent: zero), so the sampler keeps no state.
-    Temperature 0 is greedy: the first index of the penalized logits' maximum."""
+    prompt and output so far (int [rows, vocab]; absent: zero), so the sampler keeps no state;
+    ``mask`` is the allowed tokens' bitmask (int32 [rows, ceil(vocab/32)]; absent: every token).
+    Temperature 0 is greedy: the first index of the masked, penalized logits' maximum."""
     w = sampling_masses(logits, temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
-                        frequency_penalty, prompt_counts, output_counts)
+                        frequency_penalty, prompt_counts, output_counts, mask)
     return sample_from_masses(w, sampling_random_bits(key, step, w.shape[0]))

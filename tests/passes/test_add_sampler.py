@@ -43,9 +43,15 @@ def test_the_entries_compute_the_same_and_the_sampler_draws_from_their_logits(st
     for step in range(6):
         args = [logits, np.asarray([5, 6], np.int64), np.asarray([step], np.int32), *(np.asarray([v], dt) for v, dt in (
             (0.9, np.float32), (8, np.int32), (0.95, np.float32), (0.01, np.float32), (1.3, np.float32),
-            (0.0, np.float32), (0.1, np.float32))), counts, counts]
+            (0.0, np.float32), (0.1, np.float32))), counts, counts, np.full((1, 2), -1, np.int32)]
         want = S.sample(logits, [5, 6], step, 0.9, 8, 0.95, 0.01, 1.3, 0.0, 0.1, counts, counts)
         assert np.array_equal(run_function(sampler, {}, {}, [], 0, args=args), want)
+        # a mask allowing the tokens 32..47 only: the draw is among them, the reference's
+        args[-1] = np.asarray([[0, 0xFFFF]], np.int32)
+        masked = run_function(sampler, {}, {}, [], 0, args=args)
+        assert 32 <= masked[0] < 48
+        assert np.array_equal(masked, S.sample(logits, [5, 6], step, 0.9, 8, 0.95, 0.01, 1.3, 0.0, 0.1, counts, counts,
+                                               mask=args[-1]))
 
 
 def test_rows():

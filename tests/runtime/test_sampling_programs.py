@@ -105,3 +105,57 @@ def test_onnxruntime_samples_on_the_host_with_the_same_sampler(model):
     ort = open_program(model, "cpu", {"ctx": 32}, via="onnxruntime", prompt_len=len(PROMPT))
     assert generate(ort, PROMPT, STEPS, sampling=PARAMS).ids == generate(_cpu(model), PROMPT, STEPS,
                                                                           sampling=PARAMS).ids
+
+
+def _step_masks(vocab: int) -> list[np.ndarray]:
+    """A token bitmask per step ([1, ceil(vocab/32)] int32), each allowing a fifth of the tokens."""
+    rng = np.random.default_rng(vocab)
+    masks = []
+    for _ in range(STEPS):
+        allowed = np.zeros(-(-vocab // 32) * 32, bool)
+        allowed[:vocab] = rng.random(vocab) < 0.2
+        allowed[rng.integers(0, vocab)] = True
+        bits = allowed.reshape(-1, 32).astype(np.uint64) << np.arange(32, dtype=np.uint64)
+        masks.append(bits.sum(axis=1).astype(np.uint32).view(np.int32)[None])
+    return masks
+
+
+def _masked_run(program, params: SamplingParams, masks: list[np.ndarray]) -> tuple[list[int], list[np.ndarray]]:
+    """The ids and logits of STEPS steps, step i drawing with masks[i] (the runtime's per-step mask)."""
+    step = program.prefill(PROMPT, 0, params.with_mask(masks[0]))
+    ids, rows = [], []
+    for i in range(STEPS):
+        ids.append(int(step.token))
+        rows.append(np.asarray(step.logits, np.float32).reshape(-1))
+        if i + 1 < STEPS:
+            step = program.decode(ids[-1], len(PROMPT) + i, params.with_mask(masks[i + 1]))
+    return ids, rows
+
+
+@pytest.mark.parametrize("params", [PARAMS, SamplingParams(seed=3)], ids=["sampled", "greedy"])
+def test_a_token_mask_draws_the_same_ids_on_every_program(model, params):
+    """With a token mask per step (a grammar's), the cpu target, the op interpreter and the cuda
+    target in Triton's interpreter draw the same ids, each an allowed token and the numpy
+    sampler's on the step's logits (greedy parameters: the argmax of the allowed tokens)."""
+    cpu = _cpu(model)
+    masks = _step_masks(cpu.vocab)
+    ids, rows = _masked_run(cpu, params, masks)
+    counts_prompt = np.bincount(PROMPT, minlength=cpu.vocab)[None].astype(np.int32)
+    for i, (token, row, mask) in enumerate(zip(ids, rows, masks)):
+        assert (mask.view(np.uint32)[0, token // 32] >> np.uint32(token % 32)) & 1, (i, token)
+        counts_out = np.bincount(ids[:i], minlength=cpu.vocab)[None].astype(np.int32)
+        want = S.sample(row[None], params.key, len(PROMPT) + i, params.temperature, params.top_k, params.top_p,
+                        params.min_p, params.repetition_penalty, params.presence_penalty, params.frequency_penalty,
+                        counts_prompt, counts_out, mask=mask)
+        assert token == int(want[0]), i
+    if params.greedy:
+        assert ids != generate(cpu, PROMPT, STEPS).ids  # the mask decides
+    assert _masked_run(_op_program(model), params, masks)[0] == ids
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("no triton: the cuda target's interpreter run needs it")
+    from strata.runtime.opener import open_program
+    from strata.targets.cuda.device import start_triton_interpreter
+
+    start_triton_interpreter()
+    cuda = open_program(model, "cuda", {"ctx": 32, "recipe": "f32"}, interpret=True)
+    assert _masked_run(cuda, params, masks)[0] == ids

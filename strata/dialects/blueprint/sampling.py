@@ -17,7 +17,9 @@ class SampleOp(NodeOp):
     (0: the argmax), top-k, top-p, min-p, then one Philox 4x32-10 draw per (key, step, row).
 
     `key` is one row of two i64, `step` one i32; each per-row parameter has the logits' rows or
-    one row; the counts (optional, together) have the logits' rows and dim. Where the node runs
+    one row; the counts (optional, together) have the logits' rows and dim; the token mask
+    (optional) has the logits' rows and one i32 per 32 tokens (`op.sample`'s bitmask, its dim
+    `vocab_words` = ceil(vocab / 32)), applied before everything else. Where the node runs
     is its placement (blueprint-place-state's `sample` knob, as for `blueprint.argmax`).
 
         %ids = blueprint.sample %logits, %key, %step, %t, %k, %p, %m, %rep, %pres, %freq counts %pc, %oc
@@ -25,6 +27,12 @@ class SampleOp(NodeOp):
               !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", i32>, !blueprint.edge<"n", "1", f32>,
               !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>,
               !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "vocab", i32>, !blueprint.edge<"n", "vocab", i32>
+            -> !blueprint.edge<"n", "1", i32>
+        %ids = blueprint.sample %logits, %key, %step, %t, %k, %p, %m, %rep, %pres, %freq mask %allowed
+            : !blueprint.edge<"n", "vocab", f32>, !blueprint.edge<"1", "2", i64>, !blueprint.edge<"1", "1", i32>,
+              !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", i32>, !blueprint.edge<"n", "1", f32>,
+              !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>,
+              !blueprint.edge<"n", "1", f32> mask !blueprint.edge<"n", "vocab_words", i32>
             -> !blueprint.edge<"n", "1", i32>
     """
 
@@ -41,16 +49,17 @@ class SampleOp(NodeOp):
     frequency_penalty = operand_def(EdgeType)
     prompt_counts = opt_operand_def(EdgeType)
     output_counts = opt_operand_def(EdgeType)
+    mask = opt_operand_def(EdgeType)
     result = result_def(EdgeType)
     traits = traits_def(Pure())
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     assembly_format = (
         "$logits `,` $key `,` $step `,` $temperature `,` $top_k `,` $top_p `,` $min_p `,` $repetition_penalty `,` "
-        "$presence_penalty `,` $frequency_penalty (`counts` $prompt_counts^ `,` $output_counts)? attr-dict "
+        "$presence_penalty `,` $frequency_penalty (`counts` $prompt_counts^ `,` $output_counts)? (`mask` $mask^)? attr-dict "
         "`:` type($logits) `,` type($key) `,` type($step) `,` type($temperature) `,` type($top_k) `,` type($top_p) "
         "`,` type($min_p) `,` type($repetition_penalty) `,` type($presence_penalty) `,` type($frequency_penalty) "
-        "(`,` type($prompt_counts)^ `,` type($output_counts))? `->` type($result)"
+        "(`,` type($prompt_counts)^ `,` type($output_counts))? (`mask` type($mask)^)? `->` type($result)"
     )
 
     @property
@@ -82,6 +91,10 @@ class SampleOp(NodeOp):
                 e = edge(c)
                 require(same_expr(e.rows.data, rows) and same_expr(e.dim.data, lg.dim.data) and str(e.element) == "i32",
                         "blueprint.sample: the counts must be i32 with the logits' rows and dim")
+        if self.mask is not None:
+            e = edge(self.mask)
+            require(same_expr(e.rows.data, rows) and str(e.element) == "i32",
+                    "blueprint.sample: the token mask must be i32 with the logits' rows (one bit per token)")
         r = edge(self.result)
         require(same_expr(r.rows.data, rows) and same_expr(r.dim.data, "1") and str(r.element) == "i32",
                 "blueprint.sample: the result must be one i32 per row")

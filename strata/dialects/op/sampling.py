@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import TensorType, f32, i32, i64
+from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType, f32, i32, i64
 from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.irdl import AttrSizedOperandSegments, irdl_op_definition, operand_def, opt_operand_def, result_def, traits_def
 from xdsl.traits import Pure
@@ -35,7 +35,10 @@ class SampleOp(OpBase):
     [1] (one value for every row): `temperature`, `top_k` (i32, <= 0: off), `top_p`, `min_p`,
     `repetition_penalty`, `presence_penalty`, `frequency_penalty` (f32); optionally `counts`:
     `prompt_counts` and `output_counts` [R, V] i32, how often each token occurs in each row's
-    prompt and output so far (absent: no token has occurred, the penalties do nothing).
+    prompt and output so far (absent: no token has occurred, the penalties do nothing);
+    optionally `mask` [R, ceil(V/32)] i32, the tokens each row may draw (a grammar's; bit j of
+    word w allows token 32 * w + j, as llguidance and xgrammar write it), applied first: a
+    disallowed token's logit is -inf (absent: every token is allowed).
 
         %ids = op.sample %logits, %key, %step, %t, %k, %p, %m, %rep, %pres, %freq
             : tensor<1x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<1xf32>, tensor<1xi32>, tensor<1xf32>,
@@ -44,6 +47,9 @@ class SampleOp(OpBase):
             : tensor<4x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<4xf32>, tensor<1xi32>, tensor<1xf32>,
               tensor<1xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>, tensor<4x48xi32>, tensor<4x48xi32>
             -> tensor<4xi32>
+        %ids = op.sample %logits, %key, %step, %t, %k, %p, %m, %rep, %pres, %freq mask %allowed
+            : tensor<1x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<1xf32>, tensor<1xi32>, tensor<1xf32>,
+              tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32> mask tensor<1x2xi32> -> tensor<1xi32>
     """
 
     name = "op.sample"
@@ -59,16 +65,17 @@ class SampleOp(OpBase):
     frequency_penalty = operand_def(FloatTensor)
     prompt_counts = opt_operand_def(IntTensor)
     output_counts = opt_operand_def(IntTensor)
+    mask = opt_operand_def(IntTensor)
     result = result_def(AnyTensor)
     traits = traits_def(Pure())
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     assembly_format = (
         "$logits `,` $key `,` $step `,` $temperature `,` $top_k `,` $top_p `,` $min_p `,` $repetition_penalty `,` "
-        "$presence_penalty `,` $frequency_penalty (`counts` $prompt_counts^ `,` $output_counts)? attr-dict "
+        "$presence_penalty `,` $frequency_penalty (`counts` $prompt_counts^ `,` $output_counts)? (`mask` $mask^)? attr-dict "
         "`:` type($logits) `,` type($key) `,` type($step) `,` type($temperature) `,` type($top_k) `,` type($top_p) "
         "`,` type($min_p) `,` type($repetition_penalty) `,` type($presence_penalty) `,` type($frequency_penalty) "
-        "(`,` type($prompt_counts)^ `,` type($output_counts))? `->` type($result)"
+        "(`,` type($prompt_counts)^ `,` type($output_counts))? (`mask` type($mask)^)? `->` type($result)"
     )
 
     @property
@@ -97,6 +104,10 @@ class SampleOp(OpBase):
             if c is not None:
                 require(shapes_eq(shape_of(c), lg) and is_int(elem_of(c), 32),
                         f"op.sample: {name} must be tensor<{fmt_shape(lg)}xi32>, got {c.type}")
+        if self.mask is not None:
+            words = (rows, -(-lg[1] // 32) if lg[1] != DYNAMIC_INDEX else DYNAMIC_INDEX)
+            require(shapes_eq(shape_of(self.mask), words) and is_int(elem_of(self.mask), 32),
+                    f"op.sample: mask must be tensor<{fmt_shape(words)}xi32> (a bit per token), got {self.mask.type}")
         r = shape_of(self.result)
         require(len(r) == 1 and dim_eq(r[0], rows) and is_int(elem_of(self.result), 32),
                 f"op.sample: result must be tensor<{fmt_shape((rows,))}xi32>")
@@ -104,14 +115,15 @@ class SampleOp(OpBase):
 
 def sampler_function(vocab: int, rows: int = 1, logits_elem: Attribute = f32) -> func.FuncOp:
     """A program's sampler, `@sample_logits`: `op.sample` over its arguments (the logits [rows,
-    vocab], the key, the step, each per-row parameter [rows] and both counts [rows, vocab]),
-    returning the ids [rows] (the IR is in `strata.passes.add_sampler`'s docstring)."""
+    vocab], the key, the step, each per-row parameter [rows], both counts [rows, vocab] and the
+    token mask [rows, ceil(vocab/32)], all ones for an unconstrained row), returning the ids
+    [rows] (the IR is in `strata.passes.add_sampler`'s docstring)."""
     per_row = {"f32": TensorType(f32, [rows]), "i32": TensorType(i32, [rows])}
     counts = TensorType(i32, [rows, vocab])
     args: list[tuple[str, Attribute]] = [("logits", TensorType(logits_elem, [rows, vocab])),
                                          ("key", TensorType(i64, [2])), ("step", TensorType(i32, [1]))]
     args += [(name, per_row[kind]) for name, kind in SAMPLE_PARAMS]
-    args += [("prompt_counts", counts), ("output_counts", counts)]
+    args += [("prompt_counts", counts), ("output_counts", counts), ("mask", TensorType(i32, [rows, -(-vocab // 32)]))]
     block = Block(arg_types=[t for _, t in args])
     for (name, _), arg in zip(args, block.args):
         arg.name_hint = name

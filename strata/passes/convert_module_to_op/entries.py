@@ -227,7 +227,7 @@ def _sample(lo: Lowering, logits, batch: int):
         elem = i32 if kind == "i32" else f32
         value = DenseIntOrFPElementsAttr.from_list(tensor((1,), elem), [FIXED_SAMPLE_PARAMS[name]])
         params.append(lo.g.add(O.ConstantOp(value), f"sample_{name}"))
-    op = O.SampleOp.build(operands=[logits, key, step, *params, None, None], result_types=[tensor((batch,), i32)])
+    op = O.SampleOp.build(operands=[logits, key, step, *params, None, None, None], result_types=[tensor((batch,), i32)])
     return lo.g.add(op, "result_ids")
 
 

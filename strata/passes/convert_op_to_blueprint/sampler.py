@@ -44,6 +44,8 @@ def convert_sampler(fn: func.FuncOp) -> func.FuncOp:
         elem = v.type.get_element_type()  # type: ignore[attr-defined]
         if v is sample.logits or v is sample.prompt_counts or v is sample.output_counts:
             return EdgeType("n", "vocab", elem)
+        if v is sample.mask:
+            return EdgeType("n", "vocab_words", elem)
         if v is sample.key:
             return EdgeType("1", "2", i64)
         if v is sample.step:
@@ -66,7 +68,7 @@ def convert_sampler(fn: func.FuncOp) -> func.FuncOp:
         "blueprint.mode": StringAttr("decode"),
         "blueprint.rows": IntegerAttr(rows, i64),
         "blueprint.layers": ArrayAttr([]),
-        "blueprint.dims": DimsAttr({"vocab": vocab}),
+        "blueprint.dims": DimsAttr({"vocab": vocab, "vocab_words": -(-vocab // 32)}),
         "blueprint.weights": WeightsAttr([]),
         "blueprint.state": DictionaryAttr({}),
     })

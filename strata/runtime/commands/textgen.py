@@ -99,19 +99,32 @@ def generate_text(model_path: str | Path, prompt: TextPrompt | Sequence[int], ma
                   sampling: SamplingParams | None = None, *, stop: Sequence[str] = (), target_name: str = "cpu",
                   knobs: Mapping[str, Any] | None = None, interpret: bool = False, via: str | None = None,
                   cache_dir: str | Path | None = None, allow_nonfinite: bool = False,
-                  verbose_prompt: bool = False) -> Generation:
+                  verbose_prompt: bool = False, constraint: Any = None) -> Generation:
     """`strata generate`: a text prompt's reply streamed to standard output (timing on standard
     error), stopping at the tokenizer's end-of-generation ids and at `stop`; a prompt of ids (or
     a model without a tokenizer) prints `ids=...` last instead, as `strata run`. `verbose_prompt`:
     the prompt's ids on standard error first (as llama-tokenize prints them). A `tp` knob above
     1 runs the program on that many ranks (rank 0, this process, owns the tokenizer, the
-    detokenizer and the stop strings)."""
+    detokenizer and the stop strings). `constraint` (a `strata.runtime.constrain.ConstraintSpec`:
+    a JSON schema, GBNF grammar or regex) holds the reply to it; it is checked before the compile."""
     from strata.runtime.text import StopStrings
 
     StopStrings(stop)  # a bad stop string is refused before anything is read
+    if constraint is not None:
+        from strata.runtime.constrain import grammar_of
+
+        grammar_of(constraint)  # a bad schema or grammar is refused before the model is read
     req = prepare_request(model_path, prompt, max_new_tokens, target_name=target_name, knobs=knobs,
                           interpret=interpret, via=via, sampling=sampling, cache_dir=cache_dir,
                           allow_nonfinite=allow_nonfinite)
+    compiled = None
+    if constraint is not None:
+        from strata.runtime.constrain import Constraint
+        from strata.runtime.request import RequestError
+
+        if req.tokenizer is None:
+            raise RequestError("a constraint on the output needs the model's tokenizer (text out), not token ids")
+        compiled = Constraint(constraint, req.tokenizer, req.opened.vocab)
     if verbose_prompt:
         from strata.runtime.commands.tokenize import format_ids
 
@@ -127,7 +140,7 @@ def generate_text(model_path: str | Path, prompt: TextPrompt | Sequence[int], ma
             report_result(out.ids, None, None)
             return out
         stream = Engine(program, req.tokenizer).stream(req.ids, sampling, max_new_tokens, stop=stop,
-                                                       on_token=clock.on_token)
+                                                       on_token=clock.on_token, constraint=compiled)
         for chunk in stream:
             sys.stdout.write(chunk.text)
             sys.stdout.flush()
@@ -145,6 +158,8 @@ def generate_text(model_path: str | Path, prompt: TextPrompt | Sequence[int], ma
 def _why(out: Generation, stop: str | None) -> str:
     if stop is not None:
         return f"stop string {stop!r}"
+    if out.stopped_by == "grammar":
+        return "the constraint's grammar is complete"
     if out.finish_reason == "stop":
         return f"end-of-generation id {out.stopped_by}"
     return f"{len(out.ids)} new tokens (--max-new-tokens)"

@@ -130,6 +130,8 @@ class Handle:
     request_id: str = ""
     #: Its text layer, once admitted (the engine's thread only).
     text: Any = None
+    #: Its output constraint, compiled for the tokenizer (`strata.runtime.constrain.Constraint`).
+    constraint: Any = None
     pending_logprobs: list = field(default_factory=list)
 
 
@@ -201,13 +203,17 @@ class ServeEngine:
 
     def submit(self, prompt: Sequence[int], max_tokens: int, *, sampling: SamplingParams | None = None,
                stop: Iterable[str] = (), emit: Callable[[Event], None], logprobs: int | None = None,
-               request_id: str = "") -> Handle:
+               request_id: str = "", constraint: Any = None) -> Handle:
         from strata.runtime.text import StopStrings
 
         stop = tuple(stop)
         StopStrings(stop)  # a bad stop string is refused here, not on the engine's thread
         handle = Handle([int(t) for t in prompt], int(max_tokens), sampling, stop, emit, logprobs=logprobs,
                         request_id=request_id)
+        if constraint is not None:  # `constraint`: a ConstraintSpec, compiled here (ConstraintError if bad)
+            from strata.runtime.constrain import Constraint
+
+            handle.constraint = Constraint(constraint, self.tokenizer, self.program.vocab)
         self.scheduler.check(len(handle.prompt), handle.max_tokens)  # one that can never run: SchedulerError
         with self._wake:
             if self.draining or self._closed:
@@ -312,7 +318,7 @@ class ServeEngine:
         try:
             handle.text = TextEmitter(self.tokenizer, handle.prompt, handle.stop, self.end_ids)
             handle.seq = self.scheduler.add(handle.prompt, handle.max_tokens, sampling=handle.sampling,
-                                            stop_ids=self.end_ids)
+                                            stop_ids=self.end_ids, constraint=handle.constraint)
         except SchedulerError as e:  # checked at submit: only a race with a changed limit gets here
             self._fail(handle, str(e))
             return

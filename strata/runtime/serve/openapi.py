@@ -35,6 +35,20 @@ _SAMPLING: dict[str, Any] = {
     "stream_options": {"type": ["object", "null"], "properties": {"include_usage": {"type": "boolean"}}},
 }
 
+#: The output constraints (`constraints.py`): OpenAI's response_format, llama-server's grammar
+#: (GBNF) and json_schema; at most one per request.
+_CONSTRAINTS: dict[str, Any] = {
+    "response_format": {"oneOf": [
+        {"type": "null"},
+        {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["text", "json_object"]}}},
+        {"type": "object", "required": ["type", "json_schema"], "properties": {
+            "type": {"enum": ["json_schema"]},
+            "json_schema": {"type": "object", "properties": {"name": {"type": "string"}, "schema": {"type": "object"},
+                                                             "strict": {"type": ["boolean", "null"]}}}}}]},
+    "grammar": {"type": ["string", "null"]},
+    "json_schema": {"type": ["object", "null"]},
+}
+
 _CONTENT = {"oneOf": [{"type": "string"}, {"type": "null"},
                       {"type": "array", "items": {"type": "object", "required": ["type", "text"],
                                                   "properties": {"type": {"enum": ["text"]},
@@ -90,7 +104,8 @@ def chat_body(model_name: str, n_ctx: int) -> dict[str, Any]:
 
 def _common(model_name: str, n_ctx: int, max_tokens_field: str) -> dict[str, Any]:
     tokens = {"type": ["integer", "null"], "minimum": 0, "maximum": n_ctx}
-    return {**_SAMPLING, "model": {"enum": [model_name]}, "max_tokens": tokens, max_tokens_field: tokens}
+    return {**_SAMPLING, **_CONSTRAINTS, "model": {"enum": [model_name]}, "max_tokens": tokens,
+            max_tokens_field: tokens}
 
 
 def json_body(schema: dict[str, Any]) -> dict[str, Any]:

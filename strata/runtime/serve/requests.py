@@ -9,7 +9,8 @@ top_p 1); choice i of `n` draws with seed + i (choice 0 with the seed itself, as
 generate --seed` draws), or with a random seed of its own when none is given. Log-probabilities
 (`logprobs` of a completion: the top count; of a chat, `logprobs: true` and `top_logprobs`)
 are the model's own, a log-softmax of the logits that chose the token, before temperature and
-penalties (as vLLM returns them); `echo` is refused.
+penalties (as vLLM returns them); `echo` is refused. An output constraint (`response_format`,
+llama-server's `grammar` and `json_schema`) is read by `strata.runtime.serve.constraints`.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class ApiRequest:
     logprobs: int | None = None
     #: A chat's `chat_tools.ChatPlan` (how its reply is read for reasoning and tool calls), or None.
     chat_plan: Any = None
-    #: What forces the reply's form (`strata.runtime.constrain.ConstraintSpec`), or None.
+    #: What the output must follow (`strata.runtime.constrain.ConstraintSpec`: the request's
+    #: response_format / grammar / json_schema, or a forced tool call); None: nothing.
     constraint: Any = None
 
     def choice_sampling(self, i: int) -> SamplingParams:
@@ -220,7 +222,7 @@ def parse_completion(body: Any, limits: Any, model_name: str) -> ApiRequest:
         raise ApiError(f"'prompt' must be a string or a list of token ids, got {_shown(prompt)}", "prompt")
     if not ids:
         raise ApiError("the prompt is empty", "prompt")
-    return _common(body, limits, model_name, ids, "max_tokens")
+    return _constrained(_common(body, limits, model_name, ids, "max_tokens"), body)
 
 
 def parse_chat(body: Any, limits: Any, model_name: str) -> ApiRequest:
@@ -250,5 +252,20 @@ def parse_chat(body: Any, limits: Any, model_name: str) -> ApiRequest:
         prompt = chat_prompt(body, limits.tokenizer, plain)
     except ChatFieldError as e:
         raise ApiError(e.message, e.param) from None
-    parsed = _common(body, limits, model_name, prompt.ids, "max_completion_tokens")
-    return replace(parsed, chat_plan=prompt.plan if prompt.plan.reads_reply else None, constraint=prompt.constraint)
+    parsed = _constrained(_common(body, limits, model_name, prompt.ids, "max_completion_tokens"), body)
+    if prompt.constraint is not None:
+        if parsed.constraint is not None:
+            raise ApiError("a forced 'tool_choice' cannot be combined with 'response_format', 'grammar' or "
+                           "'json_schema'", "tool_choice")
+        parsed = replace(parsed, constraint=prompt.constraint)
+    return replace(parsed, chat_plan=prompt.plan if prompt.plan.reads_reply else None)
+
+
+def _constrained(request: ApiRequest, body: Mapping[str, Any]) -> ApiRequest:
+    from strata.runtime.serve.constraints import FieldError, request_constraint
+
+    try:
+        spec = request_constraint(body)
+    except FieldError as e:
+        raise ApiError(e.message, e.param) from None
+    return request if spec is None else replace(request, constraint=spec)

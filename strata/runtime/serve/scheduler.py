@@ -43,6 +43,11 @@ it) and the end of the prefix the KV cache had but no state for (where a shared 
 ends: the second request with it keeps that state, the third on reuse it). Every page boundary
 would do too, but costs a call per page.
 
+A sequence with a constraint (`strata.runtime.constrain`: a JSON schema, a grammar) has a
+matcher: its next token's mask is computed on the mask thread while the step's call runs, the
+chooser's sampler applies it (greedy parameters: the argmax of the allowed tokens), the matcher
+takes the chosen token, and the sequence ends ("stop", by "grammar") when its grammar is complete.
+
 Each token is chosen by the program's own `Chooser` (`Program.chooser`, one per sequence), the
 one its prefill and decode choose with: the argmax, or the program's compiled sampler keyed by
 (seed, position) over the sequence's own token counts, so a request gives the same ids batched
@@ -55,6 +60,7 @@ from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from itertools import count
+from typing import Any
 
 import numpy as np
 
@@ -98,6 +104,10 @@ class Seq:
     stopped_by: int | str | None = None
     cancelled: bool = False
     preemptions: int = 0
+    #: Its constraint's matcher (`strata.runtime.constrain.Matcher`), and the mask of its next
+    #: token while it is computed beside a step (a future); None: unconstrained.
+    matcher: Any = None
+    mask: Any = None
 
 
 @dataclass(frozen=True)
@@ -164,15 +174,18 @@ class Scheduler:
     # -- requests -------------------------------------------------------------------------------
 
     def add(self, prompt: Sequence[int], max_tokens: int, *, sampling: SamplingParams | None = None,
-            stop_ids: Collection[int] = ()) -> Seq:
+            stop_ids: Collection[int] = (), constraint: Any = None) -> Seq:
         """Queue a sequence: `prompt`'s ids, up to `max_tokens` new ones (refused, a SchedulerError,
         when they can never fit), drawn with `sampling` (None or greedy: the argmax), ending at
-        any of `stop_ids`."""
+        any of `stop_ids`, its output held to `constraint` (`strata.runtime.constrain.Constraint`)."""
         prompt = [int(t) for t in prompt]
         self.check(len(prompt), max_tokens)
-        sampling = None if sampling is None or sampling.greedy else sampling.resolved()
+        if constraint is not None:  # even greedy parameters draw with the sampler: it applies the mask
+            sampling = (sampling or SamplingParams()).resolved()
+        else:
+            sampling = None if sampling is None or sampling.greedy else sampling.resolved()
         seq = Seq(next(self._ids), prompt, int(max_tokens), sampling, frozenset(int(t) for t in stop_ids),
-                  self.program.chooser())
+                  self.program.chooser(), matcher=constraint.matcher() if constraint is not None else None)
         if max_tokens <= 0:
             self._end(seq, "length")
         else:
@@ -266,6 +279,9 @@ class Scheduler:
             budget -= n
         if not plan:
             return StepResult(0, outputs)
+        for seq, start, n in plan:  # the masks of the tokens this step chooses, made while it runs
+            if seq.matcher is not None and seq.mask is None and start + n == len(seq.tokens):
+                seq.mask = seq.matcher.next_mask_async()
         try:
             logits, step_rows = self._call(plan)
         except Exception as e:
@@ -321,6 +337,7 @@ class Scheduler:
         row = logits[self.rows + seq.row if in_step_row else seq.row]
         try:
             token = self._choose(seq, row)
+            complete = seq.matcher is not None and not seq.matcher.advance(token)
         except Exception as e:  # this sequence's choice: it alone ends
             self._end(seq, "error")
             return SeqOutput(seq, None, None, "error", e)
@@ -329,6 +346,8 @@ class Scheduler:
         self.generated_tokens += 1
         if token in seq.stop_ids:
             self._end(seq, "stop", token)
+        elif complete:
+            self._end(seq, "stop", "grammar")
         elif len(seq.outputs) >= seq.max_tokens:
             self._end(seq, "length")
         return SeqOutput(seq, token, row, seq.finish_reason)
@@ -340,7 +359,11 @@ class Scheduler:
             fed, start, output = [seq.tokens[-1]], len(seq.tokens) - 1, True
         else:  # the prompt (a prefill's tokens)
             fed, start, output = seq.tokens, 0, False
-        return int(seq.chooser.choose(logits, fed, start, output, seq.sampling).token)
+        sampling = seq.sampling
+        if seq.matcher is not None:
+            mask, seq.mask = seq.mask, None
+            sampling = sampling.with_mask(mask if mask is not None else seq.matcher.next_mask())
+        return int(seq.chooser.choose(logits, fed, start, output, sampling).token)
 
     # -- pages ----------------------------------------------------------------------------------
 

@@ -276,6 +276,7 @@ def create_app(engine: ServeEngine, model_name: str, api_key: str | None = None,
             for i in range(parsed.n):
                 handles.append(engine.submit(parsed.prompt, parsed.max_tokens, sampling=parsed.choice_sampling(i),
                                              stop=parsed.stop, emit=outbox.emit_for(i), logprobs=parsed.logprobs,
+                                             constraint=parsed.constraint,
                                              request_id=rid if parsed.n == 1 else f"{rid}/{i}"))
         except QueueFull as e:
             _cancel(engine, handles)

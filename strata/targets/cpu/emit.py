@@ -278,6 +278,8 @@ def _sample(e: CpuEmitter, op: O.SampleOp) -> None:
     args = [e.ref(op.logits), e.ref(op.key), f"int({e.ref(op.step)}[0])", *(e.ref(v) for v in op.params)]
     if op.prompt_counts is not None:
         args += [e.ref(op.prompt_counts), e.ref(op.output_counts)]
+    if op.mask is not None:
+        args.append(f"mask={e.ref(op.mask)}")
     e.assign(op, "sample", *args)
 
 

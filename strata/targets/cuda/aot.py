@@ -97,9 +97,11 @@ SPECS: tuple[Spec, ...] = (
     Spec("q8b.embed", "elementwise.embed_kernel", dict(BLOCK=1024),
          {"ids_ptr": "*i32", "table_ptr": "*bf16", "y_ptr": "*bf16"}),
     Spec("q8b.argmax", "elementwise.argmax_kernel", dict(BLOCK=4096), {"x_ptr": "*bf16", "y_ptr": "*i32"}),
-    # the sampler on the device (f32 logits of every recipe), with the penalties' token counts
-    Spec("q8b.sample", "sampling.sample_kernel", dict(HAS_COUNTS=True, BLOCK=1024, SEARCH=128),
-         {"key_ptr": "*i64", "top_k_ptr": "*i32", "pc_ptr": "*i32", "oc_ptr": "*i32", "y_ptr": "*i32"}),
+    # the sampler on the device (f32 logits of every recipe), with the penalties' token counts and a
+    # grammar's token mask
+    Spec("q8b.sample", "sampling.sample_kernel", dict(HAS_COUNTS=True, HAS_MASK=True, BLOCK=1024, SEARCH=128),
+         {"key_ptr": "*i64", "top_k_ptr": "*i32", "pc_ptr": "*i32", "oc_ptr": "*i32", "mask_ptr": "*i32",
+          "y_ptr": "*i32"}),
     # Qwen3.6-35B-A3B, fp8-bf16head: hidden 2048; GDN 16 k heads / 32 v heads of 128, conv 4;
     # gated attention 16 q / 2 KV heads of 256, rotary 64 (imrope 11/11/10); 256 experts, top 8, 512
     Spec("q36.gemv_fp8", "gemm.gemv_kernel", dict(_GEMV, FMT=1, QBN=128, QBK=128), _FP8),

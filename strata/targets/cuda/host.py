@@ -422,7 +422,7 @@ class _Printer(CollectivePrinter):
 
 #: The sampler method's parameters, in the order of `@sample_logits`'s arguments.
 SAMPLER_PARAMS = ("logits", "key", "step", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
-                  "presence_penalty", "frequency_penalty", "prompt_counts", "output_counts")
+                  "presence_penalty", "frequency_penalty", "prompt_counts", "output_counts", "mask")
 
 
 def is_sampler(fn: func.FuncOp) -> bool:
@@ -441,7 +441,7 @@ def sampler_code(fn: func.FuncOp, tables: Tables) -> list[str]:
     (g,) = groups
     (node,) = [op for op in g.body.block.ops if isinstance(op, B.SampleOp)]
     if [v for v in node.operands] != list(fn.body.block.args) or len(node.operands) != len(SAMPLER_PARAMS):
-        raise CodegenError("the sampler's node must read the function's arguments, counts included, in order")
+        raise CodegenError("the sampler's node must read the function's arguments, counts and mask included, in order")
     rows, vocab = int(fn.attributes["blueprint.rows"].value.data), B.function_dims(fn)["vocab"]
     filters = ", ".join(f"{k}={k}" for k in SAMPLER_PARAMS[3:10])
     lines = [f"def _sample_logits(self, {', '.join(SAMPLER_PARAMS)}):",
@@ -452,13 +452,13 @@ def sampler_code(fn: func.FuncOp, tables: Tables) -> list[str]:
         tables.launchers.add("launch_sample")
         lines += ["    K = self.kernels", f"    out, work = self._sampler_buffers({rows}, {vocab})",
                   f"    return K.launch_sample(logits, key, int(step), {filters}, prompt_counts=prompt_counts, "
-                  "output_counts=output_counts, out=out, work=work)"]
+                  "output_counts=output_counts, mask=mask, out=out, work=work)"]
     else:
         tables.host_sampler = True
         lines += ["    host = lambda t: None if t is None else t.cpu().numpy() if torch.is_tensor(t) else np.asarray(t)",
                   f"    ids = sample(host(logits).astype(np.float32), host(key).reshape(2), int(step), "
                   + ", ".join(f"host({k})" for k in SAMPLER_PARAMS[3:10])
-                  + ", prompt_counts=host(prompt_counts), output_counts=host(output_counts))",
+                  + ", prompt_counts=host(prompt_counts), output_counts=host(output_counts), mask=host(mask))",
                   f"    return torch.from_numpy(ids.reshape({rows}, 1)).to(self.device)"]
     return lines
 

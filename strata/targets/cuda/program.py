@@ -17,7 +17,7 @@ from typing import Any
 
 from strata.artifacts.modules import import_generated
 from strata.errors import StrataError
-from strata.semantics.sampling_inputs import Sampling, SequenceTokens, has_penalties, needs_sampler
+from strata.semantics.sampling_inputs import Sampling, SequenceTokens, has_penalties, needs_sampler, token_mask_of
 
 MODEL_PY = "model.py"
 
@@ -79,7 +79,7 @@ class CudaProgram:
                     logits, sampling.key, start + len(fed), temperature=sampling.temperature, top_k=sampling.top_k,
                     top_p=sampling.top_p, min_p=sampling.min_p, repetition_penalty=sampling.repetition_penalty,
                     presence_penalty=sampling.presence_penalty, frequency_penalty=sampling.frequency_penalty,
-                    prompt_counts=counts[0], output_counts=counts[1])
+                    prompt_counts=counts[0], output_counts=counts[1], mask=token_mask_of(sampling))
             return CudaStep(token, logits)
         except self.module.ModelError as e:
             raise CudaProgramError(str(e)) from None

@@ -391,11 +391,12 @@ class Runtime:
 
     def sample_logits(self, logits, key, step: int, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
                       repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, prompt_counts=None,
-                      output_counts=None):
+                      output_counts=None, mask=None):
         """The compiled sampler (@sample_logits) on `logits` [1, vocab] (a device tensor, as
         `prefill`/`decode` return them): the drawn id [1, 1] int32 on the device. `key` is two
         int64, `step` the draw's step; the counts (each token's occurrences in the prompt and
-        the output, [1, vocab]) only matter with penalties (None: none occurred)."""
+        the output, [1, vocab]) only matter with penalties (None: none occurred); `mask` is the
+        allowed tokens' bitmask [1, ceil(vocab/32)] int32 (None: every token)."""
         fn = getattr(self, "_sample_logits", None)
         if fn is None:
             raise ModelError("this compiled model has no sampler (@sample_logits); recompile it to sample")
@@ -403,8 +404,9 @@ class Runtime:
             raise ModelError(f"the sampling step must be in [0, 2**31), not {step}")
         counts = [None if c is None else torch.as_tensor(np.asarray(c), dtype=torch.int32).to(self.device)
                   for c in (prompt_counts, output_counts)]
+        words = None if mask is None else torch.as_tensor(np.asarray(mask), dtype=torch.int32).to(self.device)
         return fn(logits, key, int(step), temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
-                  frequency_penalty, *counts)
+                  frequency_penalty, *counts, words)
 
     def _sampler_buffers(self, rows: int, vocab: int):
         """The sampler's output [rows, 1] and its f32 scratch row [rows, vocab], allocated once."""

@@ -138,7 +138,8 @@ def _first_line(e: BaseException) -> str:
 
 def _host_sampler(logits, key, step, *rest):
     """`@sample_logits`'s arguments -> the numpy sampler's ids (ONNX cannot hold the sampler)."""
-    return S.sample(logits, key, int(step[0]), *rest[:7], prompt_counts=rest[7], output_counts=rest[8])
+    return S.sample(logits, key, int(step[0]), *rest[:7], prompt_counts=rest[7], output_counts=rest[8],
+                    mask=rest[9] if len(rest) > 9 else None)
 
 
 class OrtProgram:

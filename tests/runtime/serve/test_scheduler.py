@@ -171,3 +171,57 @@ def test_hybrid_family_batched_is_alone(tmp_path):
     for (prompt, n, sampling), seq in zip(requests, seqs):
         assert seq.outputs == generate(alone, prompt, n, sampling=sampling).ids
     assert scheduler.pages.used == 0 and scheduler.pages.hits == 0
+
+
+class _EvenTokens:
+    """A constraint of the matcher protocol (`strata.runtime.constrain`) for the tiny vocabulary:
+    even ids only, and the grammar completes after `length` tokens."""
+
+    def __init__(self, vocab: int, length: int):
+        self.vocab, self.length = vocab, length
+
+    def matcher(self):
+        return _EvenMatcher(self)
+
+
+class _EvenMatcher:
+    def __init__(self, constraint: _EvenTokens):
+        self.constraint, self.taken = constraint, []
+
+    def next_mask(self) -> np.ndarray:
+        allowed = np.zeros(-(-self.constraint.vocab // 32) * 32, bool)
+        allowed[0:self.constraint.vocab:2] = True
+        return np.packbits(allowed, bitorder="little").view("<i4")[None]
+
+    def next_mask_async(self):
+        from concurrent.futures import Future
+
+        done = Future()
+        done.set_result(self.next_mask())
+        return done
+
+    def advance(self, token: int) -> bool:
+        assert token % 2 == 0, token
+        self.taken.append(token)
+        return len(self.taken) < self.constraint.length
+
+
+def test_constrained_batched_is_alone(programs):
+    """Constrained sequences (greedy and sampled) among unconstrained ones: each token is an
+    allowed one, each ends ("stop", by "grammar") when its grammar completes, and its ids are
+    the one loop's with the same constraint alone."""
+    serving, alone = programs
+    scheduler = Scheduler(serving, page_size=PAGE, num_pages=24, max_num_seqs=ROWS, max_batched_tokens=10)
+    requests = [(p, n, s, _EvenTokens(serving.vocab, 3 + i % 3) if i % 2 == 0 else None)
+                for i, (p, n, s) in enumerate(_requests(8))]
+    requests = [(p, max(n, 6), s, c) for p, n, s, c in requests]
+    seqs = [scheduler.add(p, n, sampling=s, constraint=c) for p, n, s, c in requests]
+    while scheduler.has_work():
+        scheduler.step()
+    for (prompt, n, sampling, constraint), seq in zip(requests, seqs):
+        want = generate(alone, prompt, n, sampling=sampling, constraint=constraint)
+        assert seq.outputs == want.ids
+        if constraint is not None:
+            assert all(t % 2 == 0 for t in seq.outputs) and len(seq.outputs) == constraint.length
+            assert (seq.finish_reason, seq.stopped_by) == ("stop", "grammar") == (want.finish_reason, want.stopped_by)
+    assert any(any(t % 2 for t in seq.outputs) for seq, r in zip(seqs, requests) if r[3] is None)  # it decides

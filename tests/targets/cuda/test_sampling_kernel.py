@@ -142,6 +142,39 @@ def test_without_counts_and_determinism():
     assert not np.array_equal(a, on_device(case, 256, counts=False))
 
 
+def random_mask(rng, rows: int, vocab: int) -> np.ndarray:
+    """A token bitmask [rows, ceil(vocab/32)] int32 allowing about a third of the tokens (at least
+    one per row); the words' high bits set, so negative words are read as bits, not as numbers."""
+    allowed = rng.random((rows, vocab)) < 0.35
+    allowed[np.arange(rows), rng.integers(0, vocab, rows)] = True
+    padded = np.zeros((rows, -(-vocab // 32) * 32), bool)
+    padded[:, :vocab] = allowed
+    bits = padded.reshape(rows, -1, 32).astype(np.uint64) << np.arange(32, dtype=np.uint64)
+    return bits.sum(axis=2).astype(np.uint32).view(np.int32)
+
+
+@pytest.mark.parametrize("vocab, block, counts", [(37, 64, True), (300, 128, False), (2049, 512, True)])
+def test_masked_same_ids_as_the_numpy_sampler(vocab: int, block: int, counts: bool):
+    """With a token mask (greedy and sampled rows, every filter, with and without counts): the
+    kernel's ids equal the reference's, and every id is an allowed token."""
+    rng = np.random.default_rng(vocab + 7)
+    for i in range(3):
+        case = random_rows(rng, 4, vocab, ties=i == 1)
+        mask = random_mask(rng, 4, vocab)
+        kw = {p: torch.from_numpy(np.ascontiguousarray(case[p])) for p in PARAMS}
+        ref = {p: case[p] for p in PARAMS}
+        if counts:
+            kw |= {c: torch.from_numpy(case[c]) for c in ("prompt_counts", "output_counts")}
+            ref |= {c: case[c] for c in ("prompt_counts", "output_counts")}
+        case["logits"][:, :] = np.where(np.isfinite(case["logits"]), case["logits"], 0.0)  # allowed rows stay finite
+        got = KS.launch_sample(torch.from_numpy(case["logits"]), torch.from_numpy(case["key"]), case["step"],
+                               block=block, search_block=block, mask=torch.from_numpy(mask), **kw).numpy()[:, 0]
+        want = S.sample(case["logits"], case["key"], case["step"], mask=mask, **ref)
+        assert np.array_equal(got, want), (vocab, i, got, want)
+        words = mask.view(np.uint32)[np.arange(4), got // 32]
+        assert np.all((words >> (got % 32).astype(np.uint32)) & 1), got
+
+
 def test_temperature_zero_is_argmax():
     logits = np.round(np.random.default_rng(2).standard_normal((5, 333)) * 2).astype(np.float32)
     got = KS.launch_sample(torch.from_numpy(logits), [1, 2], 0, temperature=0.0, top_k=3, top_p=0.5, block=128)
@@ -154,6 +187,8 @@ def test_launcher_bad_input():
         KS.launch_sample(logits, [0, 0], 2**31)
     with pytest.raises(ValueError, match=r"output_counts \(2, 9\) do not match the logits \(2, 10\)"):
         KS.launch_sample(logits, [0, 0], 0, output_counts=torch.zeros((2, 9), dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"token mask \(2, 2\) is not one bit per token: \[2, 1\]"):
+        KS.launch_sample(logits, [0, 0], 0, mask=torch.zeros((2, 2), dtype=torch.int32))
 
 
 def test_kernels_py_carries_the_sampler():
@@ -174,19 +209,21 @@ from triton.compiler import ASTSource
 from strata.targets.cuda import aot
 from strata.targets.cuda.kernels.sampling import sample_kernel
 
-PTRS = {"key_ptr": "*i64", "top_k_ptr": "*i32", "pc_ptr": "*i32", "oc_ptr": "*i32", "y_ptr": "*i32"}
+PTRS = {"key_ptr": "*i64", "top_k_ptr": "*i32", "pc_ptr": "*i32", "oc_ptr": "*i32", "mask_ptr": "*i32", "y_ptr": "*i32"}
 out = []
-for logits, has_counts, fusion in (("*bf16", True, False), ("*fp32", False, False), ("*fp32", True, True)):
+for logits, has_counts, has_mask, fusion in (("*bf16", True, True, False), ("*fp32", False, False, False),
+                                             ("*fp32", False, True, False), ("*fp32", True, True, True)):
     ptrs = dict(PTRS, x_ptr=logits)
     sig = {p.name: "constexpr" if p.is_constexpr else ptrs.get(p.name, "*fp32") if p.name.endswith("_ptr") else "i32"
            for p in sample_kernel.params}
-    src = ASTSource(fn=sample_kernel, signature=sig, constexprs={"HAS_COUNTS": has_counts, "BLOCK": 1024, "SEARCH": 128})
+    src = ASTSource(fn=sample_kernel, signature=sig, constexprs={"HAS_COUNTS": has_counts, "HAS_MASK": has_mask,
+                                                                     "BLOCK": 1024, "SEARCH": 128})
     ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "enable_fp_fusion": fusion,
                                                                          "enable_reflect_ftz": False})
     ptx = ck.asm["ptx"]
     use = aot.resource_usage(ck.asm["cubin"])
     count = lambda pattern: len(re.findall(pattern, ptx))
-    out.append(dict(logits=logits, counts=has_counts, fusion=fusion, regs=use["REG"],
+    out.append(dict(logits=logits, counts=has_counts, mask=has_mask, fusion=fusion, regs=use["REG"],
                     shared=int(ck.metadata.shared) + use.get("SHARED", 0), local=use.get("LOCAL", 0) + use.get("STACK", 0),
                     target=re.search(r"^\.target\s+(\S+)", ptx, re.M).group(1), fma=count(r"\bfma\.rn(\.ftz)?\.f32"),
                     approx=count(r"\b(ex2|lg2|rcp|div)\.(approx|full)"), div_rn=count(r"\bdiv\.rn(\.ftz)?\.f32"),

@@ -13,7 +13,7 @@ and the filters only need order statistics, which a search over the values finds
 counts and integer masses. Keys are the 32-bit order-preserving integers of the f32 z; each
 search pass tests 16 pivots at once ([SEARCH, 16] tiles), so 32 bits take 8 passes.
 
-    pass 1   penalties, temperature: z (stored in the scratch row), max z and its first index,
+    pass 1   the token mask (a disallowed token's logit is -inf), penalties, temperature: z (stored in the scratch row), max z and its first index,
              min key. Temperature 0 stops here: the id is the first index of the max (greedy).
     top-k    the k-th largest z: the largest key t with count(key >= t) >= k (none when k <= 0
              or k >= vocab).
@@ -127,10 +127,11 @@ def sample_kept(z, m, top, cut, r_min, min_p, seen):
 
 @triton.jit
 def sample_kernel(x_ptr, key_ptr, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, rep_ptr, pres_ptr, freq_ptr,
-                  pc_ptr, oc_ptr, z_ptr, y_ptr, n_cols, x_rs, c_rs, z_rs, step,
-                  HAS_COUNTS: tl.constexpr, BLOCK: tl.constexpr, SEARCH: tl.constexpr):
+                  pc_ptr, oc_ptr, mask_ptr, z_ptr, y_ptr, n_cols, x_rs, c_rs, m_rs, z_rs, step,
+                  HAS_COUNTS: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK: tl.constexpr, SEARCH: tl.constexpr):
     """Row `program_id(0)`: one token id into y_ptr[row] (the module docstring's passes). BLOCK is
-    the width of the linear passes, SEARCH that of the 16-pivot searches ([SEARCH, 16] tiles)."""
+    the width of the linear passes, SEARCH that of the 16-pivot searches ([SEARCH, 16] tiles).
+    With HAS_MASK, mask_ptr is the row's bitmask (bit j of word w allows token 32 * w + j)."""
     row = tl.program_id(0).to(tl.int64)
     temp = tl.load(temp_ptr + row)
     rep = tl.load(rep_ptr + row)
@@ -146,6 +147,9 @@ def sample_kernel(x_ptr, key_ptr, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr, rep
         cols = c0 + lanes
         m = cols < n_cols
         z = tl.load(x_ptr + row * x_rs + cols, mask=m, other=0.0).to(tl.float32)
+        if HAS_MASK:
+            word = tl.load(mask_ptr + row * m_rs + (cols >> 5), mask=m, other=0)
+            z = tl.where(((word >> (cols & 31)) & 1) != 0, z, -float("inf"))
         if HAS_COUNTS:
             pc = tl.load(pc_ptr + row * c_rs + cols, mask=m, other=0)
             oc = tl.load(oc_ptr + row * c_rs + cols, mask=m, other=0)
@@ -230,13 +234,14 @@ def _per_row(value, rows: int, dtype: torch.dtype, device) -> torch.Tensor:
 def launch_sample(logits: torch.Tensor, key, step: int, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
                   repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
                   prompt_counts: torch.Tensor | None = None, output_counts: torch.Tensor | None = None,
-                  out: torch.Tensor | None = None, work: torch.Tensor | None = None, block: int = 1024,
+                  mask: torch.Tensor | None = None, out: torch.Tensor | None = None, work: torch.Tensor | None = None, block: int = 1024,
                   search_block: int = 128) -> torch.Tensor:
     """`sample`: one token id per row of `logits` [rows, vocab] (f32 or bf16), int32 [rows, 1], the
     ids `strata.semantics.sampling.sample` draws for the same arguments. `key` is two int64 (a
     tensor on the logits' device, or a pair of ints); the parameters are scalars or [rows] tensors
     (top_k <= 0: off; temperature 0: greedy); the counts are each token's occurrences in each row's
-    prompt / output so far (int [rows, vocab]). `work` is the f32 [rows, vocab] scratch the kernel
+    prompt / output so far (int [rows, vocab]); `mask` the allowed tokens' bitmask (int32 [rows,
+    ceil(vocab/32)]; None: every token, and the kernel reads none). `work` is the f32 [rows, vocab] scratch the kernel
     keeps z in (allocated when not given: pass one to launch without allocating, as in a graph)."""
     rows, vocab = logits.shape
     dev = logits.device
@@ -245,6 +250,11 @@ def launch_sample(logits: torch.Tensor, key, step: int, *, temperature=1.0, top_
     for name, c in (("prompt_counts", prompt_counts), ("output_counts", output_counts)):
         if c is not None and tuple(c.shape) != (rows, vocab):
             raise ValueError(f"{name} {tuple(c.shape)} do not match the logits {(rows, vocab)}")
+    words = (vocab + 31) // 32
+    if mask is not None:
+        if tuple(mask.shape) != (rows, words):
+            raise ValueError(f"the token mask {tuple(mask.shape)} is not one bit per token: [{rows}, {words}]")
+        mask = mask.to(device=dev, dtype=torch.int32).contiguous()
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     key = torch.as_tensor(key, dtype=torch.int64, device=dev).reshape(2)
@@ -263,8 +273,9 @@ def launch_sample(logits: torch.Tensor, key, step: int, *, temperature=1.0, top_
         raise ValueError(f"the sampling scratch must be f32 [>= {rows}, >= {vocab}] with unit column stride")
     out = out if out is not None else torch.empty((rows, 1), dtype=torch.int32, device=dev)
     temp, top_p, min_p, rep, pres, freq = f32
-    sample_kernel[(rows,)](logits, key, temp, top_k, top_p, min_p, rep, pres, freq, pc, oc, z, out, vocab,
-                           logits.stride(0), vocab, z.stride(0), int(step), HAS_COUNTS=has_counts,
+    sample_kernel[(rows,)](logits, key, temp, top_k, top_p, min_p, rep, pres, freq, pc, oc,
+                           mask if mask is not None else top_k, z, out, vocab, logits.stride(0), vocab, words,
+                           z.stride(0), int(step), HAS_COUNTS=has_counts, HAS_MASK=mask is not None,
                            BLOCK=min(block, triton.next_power_of_2(vocab)),
                            SEARCH=min(search_block, triton.next_power_of_2(vocab)),
                            enable_fp_fusion=False, enable_reflect_ftz=False)

@@ -567,6 +567,15 @@ func.func @f(%l: tensor<2x48xf32>, %key: tensor<2xi32>, %s: tensor<1xi32>, %t: t
 
 // -----
 
+// op.sample: the token mask has one bit per token: 48 tokens are two i32 words, not three.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.sample: mask must be tensor<2x2xi32> (a bit per token), got tensor<2x3xi32>
+func.func @f(%l: tensor<2x48xf32>, %key: tensor<2xi64>, %s: tensor<1xi32>, %t: tensor<2xf32>, %k: tensor<1xi32>, %w: tensor<2x3xi32>) {
+  %i = op.sample %l, %key, %s, %t, %k, %t, %t, %t, %t, %t mask %w : tensor<2x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<2xf32>, tensor<1xi32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32> mask tensor<2x3xi32> -> tensor<2xi32>
+  func.return
+}
+
+// -----
+
 // op.sample: the step is one integer.
 // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}op.sample: step must be tensor<1xi32> or tensor<1xi64>
 func.func @f(%l: tensor<2x48xf32>, %key: tensor<2xi64>, %s: tensor<2xi32>, %t: tensor<2xf32>, %k: tensor<1xi32>) {

@@ -488,14 +488,19 @@ func.func @rope_multi(%q: tensor<3x4x32xf32>, %pos: tensor<12xi32>) {
   func.return
 }
 
-// The sampler: one row with [1] parameters and no counts; four rows with per-row parameters and counts.
+// The sampler: one row with [1] parameters and no counts; four rows with per-row parameters and counts;
+// four rows with counts and a token mask (48 tokens: two i32 words a row).
 // CHECK-LABEL: func.func @sample(
 // CHECK-NEXT:    %ids = op.sample %l, %key, %step, %t, %k, %p, %m, %r, %pr, %fr : tensor<1x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<1xf32>, tensor<1xi32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32> -> tensor<1xi32>
 // CHECK-NEXT:    %ids4 = op.sample %l4, %key, %step64, %t4, %k4, %p, %m, %r4, %pr, %fr counts %pc, %oc {name = "sampled"} : tensor<4x48xf32>, tensor<2xi64>, tensor<1xi64>, tensor<4xf32>, tensor<4xi32>, tensor<1xf32>, tensor<1xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>, tensor<4x48xi32>, tensor<4x48xi32> -> tensor<4xi32>
+// CHECK-NEXT:    %idsm = op.sample %l4, %key, %step, %t4, %k4, %p, %m, %r4, %pr, %fr counts %pc, %oc mask %words : tensor<4x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<4xf32>, tensor<4xi32>, tensor<1xf32>, tensor<1xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>, tensor<4x48xi32>, tensor<4x48xi32> mask tensor<4x2xi32> -> tensor<4xi32>
+// CHECK-NEXT:    %ids1 = op.sample %l, %key, %step, %t, %k, %p, %m, %r, %pr, %fr mask %word1 : tensor<1x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<1xf32>, tensor<1xi32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32> mask tensor<1x2xi32> -> tensor<1xi32>
 // CHECK-NEXT:    func.return
-func.func @sample(%l: tensor<1x48xf32>, %key: tensor<2xi64>, %step: tensor<1xi32>, %t: tensor<1xf32>, %k: tensor<1xi32>, %p: tensor<1xf32>, %m: tensor<1xf32>, %r: tensor<1xf32>, %pr: tensor<1xf32>, %fr: tensor<1xf32>, %l4: tensor<4x48xf32>, %step64: tensor<1xi64>, %t4: tensor<4xf32>, %k4: tensor<4xi32>, %r4: tensor<4xf32>, %pc: tensor<4x48xi32>, %oc: tensor<4x48xi32>) {
+func.func @sample(%l: tensor<1x48xf32>, %key: tensor<2xi64>, %step: tensor<1xi32>, %t: tensor<1xf32>, %k: tensor<1xi32>, %p: tensor<1xf32>, %m: tensor<1xf32>, %r: tensor<1xf32>, %pr: tensor<1xf32>, %fr: tensor<1xf32>, %l4: tensor<4x48xf32>, %step64: tensor<1xi64>, %t4: tensor<4xf32>, %k4: tensor<4xi32>, %r4: tensor<4xf32>, %pc: tensor<4x48xi32>, %oc: tensor<4x48xi32>, %words: tensor<4x2xi32>, %word1: tensor<1x2xi32>) {
   %ids = op.sample %l, %key, %step, %t, %k, %p, %m, %r, %pr, %fr : tensor<1x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<1xf32>, tensor<1xi32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32> -> tensor<1xi32>
   %ids4 = op.sample %l4, %key, %step64, %t4, %k4, %p, %m, %r4, %pr, %fr counts %pc, %oc {name = "sampled"} : tensor<4x48xf32>, tensor<2xi64>, tensor<1xi64>, tensor<4xf32>, tensor<4xi32>, tensor<1xf32>, tensor<1xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>, tensor<4x48xi32>, tensor<4x48xi32> -> tensor<4xi32>
+  %idsm = op.sample %l4, %key, %step, %t4, %k4, %p, %m, %r4, %pr, %fr counts %pc, %oc mask %words : tensor<4x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<4xf32>, tensor<4xi32>, tensor<1xf32>, tensor<1xf32>, tensor<4xf32>, tensor<1xf32>, tensor<1xf32>, tensor<4x48xi32>, tensor<4x48xi32> mask tensor<4x2xi32> -> tensor<4xi32>
+  %ids1 = op.sample %l, %key, %step, %t, %k, %p, %m, %r, %pr, %fr mask %word1 : tensor<1x48xf32>, tensor<2xi64>, tensor<1xi32>, tensor<1xf32>, tensor<1xi32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32> mask tensor<1x2xi32> -> tensor<1xi32>
   func.return
 }
 
