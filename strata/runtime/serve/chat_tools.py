@@ -210,23 +210,17 @@ def chat_prompt(body: Mapping[str, Any], tokenizer: Any, messages: list[dict[str
 
 def tool_constraint(plan: ChatPlan, tools: list[dict[str, Any]] | None) -> Any:
     """The grammar that forces a call for tool_choice 'required' or a named function: the one place
-    the request asks for it. None for 'auto' and 'none', and where the constraint module is not
-    installed (then the choice is not enforced, and the reply is read as in 'auto')."""
+    the request asks for it; None for 'auto' and 'none'. A schema the grammar library refuses (or
+    no library installed) is a 400 naming 'tools'."""
     if plan.tool_format is None or plan.tool_choice not in ("required", "function"):
         return None
-    try:
-        import strata.runtime.constrain as constrain
-    except ModuleNotFoundError as e:
-        if e.name != "strata.runtime.constrain":
-            raise
-        return None  # not enforced
+    from strata.runtime import constrain
+
     fmt = plan.tool_format
     choice = {"type": "function", "function": {"name": plan.forced_name}} if plan.forced_name else "required"
     try:
         spec = constrain.tool_call_constraint(tools, choice, open=fmt.open, close=fmt.close, args_key=fmt.args_key)
-        check = getattr(constrain, "grammar_of", None)  # the library's own check: a bad schema is a 400 here
-        if check is not None:
-            check(spec)
+        constrain.grammar_of(spec)  # the library's own check: a bad schema is a 400 here
     except StrataError as e:
         raise ChatFieldError(f"'tools': {e}", "tools") from None
     return spec

@@ -23,8 +23,8 @@ openai = pytest.importorskip("openai")
 
 ROOT = Path(__file__).resolve().parents[3]
 TOOLS_TEMPLATE = ROOT / "examples" / "templates" / "chatml-tools.jinja"
-needs_constrain = pytest.mark.skipif(importlib.util.find_spec("strata.runtime.constrain") is None,
-                                     reason="no strata.runtime.constrain (the grammar that forces a call)")
+needs_constrain = pytest.mark.skipif(importlib.util.find_spec("llguidance") is None,
+                                     reason="no llguidance (the `grammar` extra: the grammar that forces a call)")
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
