@@ -65,6 +65,8 @@ def _fmt(op) -> tuple[str, tuple[int, int]]:
     if f is None:
         return "f32", (1, 1)
     elem = f.elem.data
+    if f.is_stored_blocks:  # a GGUF block format (or `gguf`: each part's own): the file's blocks, read in place
+        return elem, (1, 1)
     if elem == "fp8":
         block = tuple(int(b) for b in f.block_sizes) if len(f.block_sizes) == 2 else (128, 128)
         return elem, block

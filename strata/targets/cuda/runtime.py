@@ -9,7 +9,10 @@ numpy, torch and (through `kernels.py`) triton.
 What it does:
 
 * loads `kernels.py`, the generated @triton.jit kernels and their launchers, beside this file;
-* prepares each weight as its node's format says, on the device: fp8 e4m3 with one scale per
+* prepares each weight as its node's format says, on the device: a GGUF block format (`q4_K`,
+  ..., or `gguf`: each part in its own) as the file's blocks, uint8, never dequantized (the
+  store's `packed`; the GEMV/GEMM kernels dequantize in registers, also under the interpreter);
+  fp8 e4m3 with one scale per
   block (each stored tensor quantized apart, a merged projection keeping a row map to its
   parts' scale rows), int4 asymmetric per block along K (ONNX Runtime's formula), bf16, or f32,
   after the weight table's conversions (`plus_one`, `neg_exp`, `squeeze`, `ungroup_rows`);
@@ -38,6 +41,8 @@ import numpy as np
 import torch
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "i32": torch.int32}
+#: ggml's type ids (GGUF's tensor types) of the block formats the kernels read in place
+GGML_TYPE_NAMES = {8: "q8_0", 2: "q4_0", 3: "q4_1", 12: "q4_K", 13: "q5_K", 14: "q6_K"}
 E4M3_MAX = 448.0
 PAGE = 16  # strata.targets.target.KV_PAGE_SIZE (this file imports nothing from strata)
 
@@ -224,10 +229,11 @@ class Runtime:
         #: a GEMM whose node takes bf16 activations multiplies in bf16 (not under the interpreter)
         self.bf16_dot = not self.interpret
         self._get = weights.get if hasattr(weights, "get") else weights if callable(weights) else weights.__getitem__
+        self._packed = getattr(weights, "packed", None)
         cache: dict = {}
         self.w = [self._prepare(spec, cache) for spec in self.WEIGHTS]
         del cache
-        self._get = None
+        self._get = self._packed = None
         self.inv = [self.kernels.rope_inv_freq(*r, device=self.device) for r in self.ROPES] if self.ROPES else []
         self.state = {}
         for name, (shape, elem) in self.STATE.items():
@@ -267,9 +273,39 @@ class Runtime:
             cache[key] = self._prepare_new(kind, parts, fmt, block)
         return cache[key]
 
+    def _blocks(self, name: str, fmt: str):
+        """(ggml type, uint8 [rows, row bytes] on the device, values per row) of weight `name` as
+        its GGUF file stores it, rows in the IR's order; `fmt` the type compiled for (`gguf`: any
+        the kernels read)."""
+        source, conv, _ = self.CONVERT.get(name, (name, None, ()))
+        found = self._packed(name) if self._packed is not None and conv is None and source == name else None
+        if found is None:
+            raise ModelError(f"weight '{name}' is compiled to be read as its GGUF blocks ({fmt}), but the weight "
+                             "store does not give them (compile it with another recipe)")
+        type_id, blocks, order = found
+        ggml = GGML_TYPE_NAMES.get(int(type_id))
+        if ggml is None or fmt not in (ggml, "gguf"):
+            raise ModelError(f"weight '{name}' is stored as ggml type {int(type_id)}; the program was compiled for {fmt}")
+        rows = torch.from_numpy(np.array(blocks, dtype=np.uint8, order="C"))  # one copy, out of the mapping
+        if order is not None:
+            rows = rows[torch.from_numpy(np.asarray(order, dtype=np.int64))]
+        _, qk, nbytes, _ = self.kernels.GGML_FORMATS[ggml]
+        return ggml, rows.to(self.device).contiguous(), rows.shape[-1] // nbytes * qk
+
+    def _prepare_packed(self, kind, parts, fmt):
+        if kind != "linear":
+            raise ModelError(f"weight '{parts[0]}': a GGUF block format is read by the GEMV/GEMM kernels only")
+        found = [self._blocks(name, fmt) for name in parts]
+        types = {g for g, _, _ in found}
+        if len(types) == 1:
+            return self.kernels.ggml_weight(torch.cat([b for _, b, _ in found], dim=0), found[0][2], found[0][0])
+        return self.kernels.Parts([self.kernels.ggml_weight(b, k, g) for g, b, k in found])
+
     def _prepare_new(self, kind, parts, fmt, block):
         if kind == "raw":
             return self._raw(parts[0])
+        if fmt in GGML_TYPE_NAMES.values() or fmt == "gguf":
+            return self._prepare_packed(kind, parts, fmt)
         if fmt == "fp8":
             qs, scales, maps, base = [], [], [], 0
             for name in parts:  # each stored tensor quantized apart, as a quantized checkpoint holds it
