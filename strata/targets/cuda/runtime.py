@@ -11,7 +11,9 @@ What it does:
 * loads `kernels.py`, the generated @triton.jit kernels and their launchers, beside this file;
 * prepares each weight as its node's format says, on the device: a GGUF block format (`q4_K`,
   ..., or `gguf`: each part in its own) as the file's blocks, uint8, never dequantized (the
-  store's `packed`; the GEMV/GEMM kernels dequantize in registers, also under the interpreter);
+  store's `packed`; the GEMV/GEMM kernels dequantize in registers, also under the interpreter),
+  or, where the store cannot give a part's blocks (rows it makes otherwise than the file has
+  them: Qwen3.5's attn_qkv), the store's values of the node's weight in f32;
   fp8 e4m3 with one scale per
   block (each stored tensor quantized apart, a merged projection keeping a row map to its
   parts' scale rows), int4 asymmetric per block along K (ONNX Runtime's formula), bf16, or f32,
@@ -275,13 +277,12 @@ class Runtime:
 
     def _blocks(self, name: str, fmt: str):
         """(ggml type, uint8 [rows, row bytes] on the device, values per row) of weight `name` as
-        its GGUF file stores it, rows in the IR's order; `fmt` the type compiled for (`gguf`: any
-        the kernels read)."""
+        its GGUF file stores it, rows in the IR's order, or None when the store cannot give them;
+        `fmt` the type compiled for (`gguf`: any the kernels read)."""
         source, conv, _ = self.CONVERT.get(name, (name, None, ()))
         found = self._packed(name) if self._packed is not None and conv is None and source == name else None
-        if found is None:
-            raise ModelError(f"weight '{name}' is compiled to be read as its GGUF blocks ({fmt}), but the weight "
-                             "store does not give them (compile it with another recipe)")
+        if found is None:  # a store of arrays, or rows the store makes from the file's otherwise (Qwen3.5's qkv)
+            return None
         type_id, blocks, order = found
         ggml = GGML_TYPE_NAMES.get(int(type_id))
         if ggml is None or fmt not in (ggml, "gguf"):
@@ -296,6 +297,9 @@ class Runtime:
         if kind != "linear":
             raise ModelError(f"weight '{parts[0]}': a GGUF block format is read by the GEMV/GEMM kernels only")
         found = [self._blocks(name, fmt) for name in parts]
+        if None in found:  # the file's values then, dequantized by the store (as the cpu target's native kernels do)
+            w = torch.cat([self._raw(n) for n in parts], dim=-2).contiguous()
+            return self.kernels.Weight(w, int(w.shape[-1]))
         types = {g for g, _, _ in found}
         if len(types) == 1:
             return self.kernels.ggml_weight(torch.cat([b for _, b, _ in found], dim=0), found[0][2], found[0][0])

@@ -8,7 +8,10 @@ Q4_K_M-like mix: q, k, gate, up Q4_K; v, down, output Q6_K), written here with t
 * the greedy ids and logits equal those of recipe `f32` on the same file (the store's
   dequantized weights, f32 math: what the cpu target computes without ggml's activation
   quantization) within 1e-4 of the largest logit;
-* the weights' device bytes: packed against f32 (the Q4_K_M-like file's ratio is printed).
+* the weights' device bytes: packed against f32 (the Q4_K_M-like file's ratio is printed);
+* the Q8_0 GGUFs of llama.cpp's converter (tests/frontends/data) of a MoE and a hybrid family:
+  the same, the weights the store cannot give as the file's blocks (Qwen3.5's attn_qkv, whose
+  rows it reorders) bound as its values.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from strata.ir import ggml_kquants  # noqa: E402
 from strata.pipeline import compile_model, load_model  # noqa: E402
 from strata.targets.cuda.program import load_model_py  # noqa: E402
 
-FIXTURE = Path(__file__).resolve().parents[2] / "frontends" / "data" / "llama-f32.gguf"
+DATA = Path(__file__).resolve().parents[2] / "frontends" / "data"
+FIXTURE = DATA / "llama-f32.gguf"
 HIDDEN, FFN, HEADS, KV_HEADS, HEAD_DIM = 256, 256, 4, 2, 64
-PROMPT = [3, 1, 4]
-STEPS = 3  # the prefill's token and 2 decode steps
+PROMPT = [3, 1]
+STEPS = 2  # the prefill's token and a decode step
 Q = gguf.GGMLQuantizationType
 PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 Q4_K_M = {"attn_q": "Q4_K", "attn_k": "Q4_K", "attn_v": "Q6_K", "attn_output": "Q4_K", "ffn_gate": "Q4_K",
@@ -142,3 +146,8 @@ def test_q4_k_m_like_weights_stay_packed(tmp_path, capsys):
         print(f"\nQ4_K_M-like tiny llama: weights on the device {packed} B packed, {f32} B with recipe f32 "
               f"({f32 / packed:.2f}x)")
     assert packed < f32
+
+
+@pytest.mark.parametrize("family", ["qwen3moe", "qwen35"])
+def test_converted_q8_0_families(tmp_path, family):
+    _check_same_as_f32(DATA / f"{family}-q8_0.gguf", tmp_path, {"q8_0", "f32"})
