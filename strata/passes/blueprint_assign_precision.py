@@ -49,8 +49,8 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType
 from xdsl.rewriter import Rewriter
 
-from strata.dialects.blueprint.attrs import (AS_STORED, GGUF_FORMATS, EdgeType, FormatAttr, PrecisionAttr, StepAttr,
-                                             format_text)
+from strata.dialects.blueprint.attrs import (AS_STORED, GGUF_FORMATS, EdgeType, FormatAttr, PrecisionAttr,
+                                             StepAttr, format_text)
 from strata.dialects.blueprint.group import GroupOp
 from strata.ir.dtypes import has_kind
 from strata.dialects.blueprint.base import NodeOp
@@ -243,7 +243,8 @@ def stored_weight_format(fn: func.FuncOp, op: NodeOp) -> FormatAttr:
     table = fn.attributes.get("blueprint.stored_formats")
     stored = {k: v.data for k, v in table.data.items()} if table is not None else {}  # type: ignore[union-attr]
     names = [op.attributes["param"].data] if "param" in op.attributes else []  # type: ignore[union-attr]
-    names += [c.data for c in op.attributes["concat"].data] if "concat" in op.attributes else []  # type: ignore[union-attr]
+    if "concat" in op.attributes:
+        names += [c.data for c in op.attributes["concat"].data]  # type: ignore[union-attr]
     kinds = {stored.get(n) for n in names}
     if not names or None in kinds or not kinds <= set(GGUF_FORMATS):
         return FormatAttr("f32")

@@ -123,7 +123,8 @@ SPECS: tuple[Spec, ...] = (
                                                                SILU_IN=True), _FP8),
     # GGUF's block formats read in place (recipe gguf), at Qwen3-8B's sizes with bf16 activations
     # (launch_linear's narrow tiles: 8 x 128 GEMV, 64 x 32 GEMM)
-    *(Spec(f"q8b.gemv_{t}", "gemm.gemv_kernel", dict(_GEMV, FMT=f, BLOCK_N=8, BLOCK_K=128), _GG) for t, f in _GGML),
+    *(Spec(f"q8b.gemv_{t}", "gemm.gemv_kernel", dict(_GEMV, FMT=f, BLOCK_N=8, BLOCK_K=128), _GG)
+      for t, f in _GGML),
     *(Spec(f"q8b.gemm_{t}", "gemm.gemm_kernel", dict(_GEMM, FMT=f, BLOCK_N=32), _GG, num_warps=8, num_stages=3)
       for t, f in _GGML),
     *(Spec(f"q8b.gemv_{t}_gate_up_silu", "gemm.gemv_kernel", dict(_GEMV, FMT=f, SILU_OUT=True, BLOCK_N=8,

@@ -286,7 +286,8 @@ class Runtime:
         type_id, blocks, order = found
         ggml = GGML_TYPE_NAMES.get(int(type_id))
         if ggml is None or fmt not in (ggml, "gguf"):
-            raise ModelError(f"weight '{name}' is stored as ggml type {int(type_id)}; the program was compiled for {fmt}")
+            raise ModelError(f"weight '{name}' is stored as ggml type {int(type_id)}; the program was compiled "
+                             f"for {fmt}")
         rows = torch.from_numpy(np.array(blocks, dtype=np.uint8, order="C"))  # one copy, out of the mapping
         if order is not None:
             rows = rows[torch.from_numpy(np.asarray(order, dtype=np.int64))]

@@ -36,7 +36,8 @@ def random_blocks(ggml_type: str, n: int, k: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     blocks = rng.integers(0, 256, size=(n * (k // qk), nbytes), dtype=np.uint8)
     for off in F16_FIELDS[ggml_type]:
-        d = (rng.uniform(0.01, 0.1, size=blocks.shape[0]) * rng.choice([-1, 1], size=blocks.shape[0])).astype(np.float16)
+        n_blocks = blocks.shape[0]
+        d = (rng.uniform(0.01, 0.1, size=n_blocks) * rng.choice([-1, 1], size=n_blocks)).astype(np.float16)
         blocks[:, off:off + 2] = d.view(np.uint8).reshape(-1, 2)
     return blocks.reshape(n, -1)
 
