@@ -153,6 +153,12 @@ class PrecisionAttr(ParametrizedAttribute):
     def fields(self) -> dict[str, FormatAttr]:
         return {k: v for k, v in zip(_PRECISION_FIELDS, self.parameters) if isinstance(v, FormatAttr)}
 
+    def verify(self) -> None:
+        for key, f in self.fields().items():
+            if key != "weight" and f.is_stored_blocks:
+                raise VerifyException(f"blueprint.precision: '{f.elem.data}' is a weight's GGUF block format, "
+                                      f"not a format of the {key}")
+
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         found: dict[str, Attribute] = {}
