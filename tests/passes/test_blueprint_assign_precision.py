@@ -39,12 +39,12 @@ def nodes(module: ModuleOp) -> list[NodeOp]:
     return [op for op in module.walk() if isinstance(op, NodeOp)]
 
 
-def test_recipes_are_the_seven():
-    assert recipe_names() == ["bf16", "f32", "fp8-bf16head", "gguf", "q4_0", "q8_0", "w4a16"]
+def test_recipes_are_the_eight():
+    assert recipe_names() == ["bf16", "f32", "fp8-bf16head", "gguf", "gguf-bf16", "q4_0", "q8_0", "w4a16"]
     assert strata_passes()["blueprint-assign-precision"]() is BlueprintAssignPrecisionPass
 
 
-@pytest.mark.parametrize("recipe", ["bf16", "f32", "fp8-bf16head", "w4a16", "q8_0", "q4_0", "gguf"])
+@pytest.mark.parametrize("recipe", ["bf16", "f32", "fp8-bf16head", "w4a16", "q8_0", "q4_0", "gguf", "gguf-bf16"])
 def test_only_precision_and_steps_change(recipe):
     before, after = run(recipe)
     ops_b, ops_a = list(before.walk()), list(after.walk())
@@ -167,7 +167,7 @@ def test_unknown_recipe_lists_the_recipes():
     with pytest.raises(RecipeError) as e:
         BlueprintAssignPrecisionPass(recipe="fp4").apply(strata_context(), read_ir(MODULE))
     assert str(e.value) == ("blueprint-assign-precision: unknown recipe 'fp4' "
-                            "(known: bf16, f32, fp8-bf16head, gguf, q4_0, q8_0, w4a16)")
+                            "(known: bf16, f32, fp8-bf16head, gguf, gguf-bf16, q4_0, q8_0, w4a16)")
 
 
 GOOD_RULE = {"op": "embed", "precision": {"output": "bf16"}, "steps": ["gather bf16"]}
@@ -226,12 +226,12 @@ def test_a_gguf_block_format_takes_no_block():
         format_from_text("q4_K/block32")
 
 
-def _gguf_weight_formats(path: Path) -> dict[str, str]:
+def _gguf_weight_formats(path: Path, recipe: str = "gguf") -> dict[str, str]:
     from strata.passes.pipelines import lowered
     from strata.pipeline import load_model
 
     module = lowered(load_model(path).module, "convert-module-to-op{entry=decode ctx=16},"
-                     "convert-op-to-blueprint{mode=decode},blueprint-assign-precision{recipe=gguf}")
+                     f"convert-op-to-blueprint{{mode=decode}},blueprint-assign-precision{{recipe={recipe}}}")
     out = {}
     for op in module.walk():
         if isinstance(op, NodeOp) and "precision" in op.attributes and "weight" in op.precision.fields():
@@ -246,6 +246,7 @@ def test_recipe_gguf_keeps_each_weight_in_its_files_type():
     assert q8["l0.ffn.gate_up"] == q8["l1.attn.q"] == q8["head.lm_head"] == "q8_0"
     assert set(q8.values()) == {"q8_0"}
     assert set(_gguf_weight_formats(ROOT / "tests/frontends/data/llama-f32.gguf").values()) == {"f32"}
+    assert _gguf_weight_formats(ROOT / "tests/frontends/data/llama-q8_0.gguf", "gguf-bf16") == q8
 
 
 def test_every_recipe_file_loads_and_is_package_data():

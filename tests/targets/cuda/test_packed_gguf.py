@@ -8,7 +8,8 @@ Q4_K_M-like mix: q, k, gate, up Q4_K; v, down, output Q6_K), written here with t
 * the greedy ids and logits equal those of recipe `f32` on the same file (the store's
   dequantized weights, f32 math: what the cpu target computes without ggml's activation
   quantization) within 1e-4 of the largest logit;
-* the weights' device bytes: packed against f32 (the Q4_K_M-like file's ratio is printed);
+* the weights' device bytes: packed against f32 (the Q4_K_M-like file's ratio is printed), and
+  recipe gguf-bf16 (bf16 activations) binds the same blocks;
 * the Q8_0 GGUFs of llama.cpp's converter (tests/frontends/data) of a MoE and a hybrid family:
   the same, the weights the store cannot give as the file's blocks (Qwen3.5's attn_qkv, whose
   rows it reorders) bound as its values.
@@ -146,6 +147,11 @@ def test_q4_k_m_like_weights_stay_packed(tmp_path, capsys):
         print(f"\nQ4_K_M-like tiny llama: weights on the device {packed} B packed, {f32} B with recipe f32 "
               f"({f32 / packed:.2f}x)")
     assert packed < f32
+    # gguf-bf16 (bf16 activations, as on a GPU: bound without the interpreter) keeps the same blocks
+    bf16_module, bf16_store = _program(path, tmp_path / "gguf-bf16", "gguf-bf16")
+    mb = bf16_module.Model(bf16_store, interpret=False, device="cpu")
+    assert [(w.fmt, w.data.shape) for w in mb.w if isinstance(w, mb.kernels.Weight) and w.fmt > 2] == \
+        [(w.fmt, w.data.shape) for w in linear]
 
 
 @pytest.mark.parametrize("family", ["qwen3moe", "qwen35"])
