@@ -25,7 +25,7 @@ format becomes that type (`q4_K`, one of `GGUF_FORMATS`) when every weight it re
 and concat) is stored in it (the function's `blueprint.stored_formats`), stays `gguf` (each part
 in its own type) when they are stored in different block types, and becomes `f32` (the values
 as stored, dequantized at load) when one of them is not block-typed, or is converted, split or
-shared (a tied head) on its way to the node.
+shared (a tied head) on its way to the node, or when a routed experts node's parts differ.
 
 Recipes: fp8-bf16head (the Qwen3.6-35B-A3B kbp-graph/v1 plan's), bf16, f32, w4a16, and gguf. A tensor-parallel blueprint's
 collectives take their wire format from their rule (`all_reduce`, `all_gather`) and their cost
@@ -246,7 +246,8 @@ def stored_weight_format(fn: func.FuncOp, op: NodeOp) -> FormatAttr:
     if "concat" in op.attributes:
         names += [c.data for c in op.attributes["concat"].data]  # type: ignore[union-attr]
     kinds = {stored.get(n) for n in names}
-    if not names or None in kinds or not kinds <= set(GGUF_FORMATS):
+    stacked = op.name in ("blueprint.expert_gate_up", "blueprint.expert_down")  # one launch for every expert
+    if not names or None in kinds or not kinds <= set(GGUF_FORMATS) or (stacked and len(kinds) > 1):
         return FormatAttr("f32")
     return FormatAttr(kinds.pop() if len(kinds) == 1 else AS_STORED)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from xdsl.dialects import func
 
 from strata.dialects import blueprint as B
+from strata.dialects.blueprint.attrs import AS_STORED, GGUF_FORMATS
 from strata.targets.codegen import CodegenError, literal_name, sanitize_label
 from strata.targets.cuda.kernel_table import NoKernel, lookup
 
@@ -291,8 +292,14 @@ class _Printer:
         self.emit(f"{self.name(w)}, {self.name(ids)} = K.launch_topk_softmax({self.x(op.operands[0])}, "
                   f"{self.dims['top_k']}, {'norm' in op.attributes})", "launch_topk_softmax")
 
+    def _experts_fmt(self, op) -> tuple[str, tuple[int, int]]:
+        """A routed experts node's format; a GGUF block format's block is (the experts, 1): the
+        file's blocks are rows of every expert, one after another."""
+        fmt, block = _fmt(op)
+        return (fmt, (self.dims["experts"], 1)) if fmt in GGUF_FORMATS + (AS_STORED,) else (fmt, block)
+
     def g_expert_gate_up(self, egu, lin=None, snap=False):
-        fmt, block = _fmt(egu)
+        fmt, block = self._experts_fmt(egu)
         we = self.t.weight("linear", _parts(egu), fmt, block)
         shared = ""
         if lin is not None:
@@ -310,7 +317,7 @@ class _Printer:
     def g_silu_mul_expert_down(self, act, down, act2=None, lin=None, snap=False):
         if down.operands[0] != act.results[0]:
             raise CodegenError("moe down: the experts do not read the SiLU")
-        fmt, block = _fmt(down)
+        fmt, block = self._experts_fmt(down)
         wd = self.t.weight("linear", (down.param.data,), fmt, block)
         shared = ""
         if lin is not None:

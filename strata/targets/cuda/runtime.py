@@ -294,23 +294,29 @@ class Runtime:
         _, qk, nbytes, _ = self.kernels.GGML_FORMATS[ggml]
         return ggml, rows.to(self.device).contiguous(), rows.shape[-1] // nbytes * qk
 
-    def _prepare_packed(self, kind, parts, fmt):
+    def _prepare_packed(self, kind, parts, fmt, experts: int):
+        """A weight in the blocks its file stores (`experts` > 1: [experts, rows, row bytes], the
+        file's rows of each expert in turn)."""
         if kind != "linear":
             raise ModelError(f"weight '{parts[0]}': a GGUF block format is read by the GEMV/GEMM kernels only")
         found = [self._blocks(name, fmt) for name in parts]
         if None in found:  # the file's values then, dequantized by the store (as the cpu target's native kernels do)
             w = torch.cat([self._raw(n) for n in parts], dim=-2).contiguous()
             return self.kernels.Weight(w, int(w.shape[-1]))
+        if experts > 1:
+            found = [(g, b.reshape(experts, -1, b.shape[-1]), k) for g, b, k in found]
         types = {g for g, _, _ in found}
         if len(types) == 1:
-            return self.kernels.ggml_weight(torch.cat([b for _, b, _ in found], dim=0), found[0][2], found[0][0])
+            return self.kernels.ggml_weight(torch.cat([b for _, b, _ in found], dim=-2), found[0][2], found[0][0])
+        if experts > 1:
+            raise ModelError(f"weight '{parts[0]}': experts whose parts are stored in different types")
         return self.kernels.Parts([self.kernels.ggml_weight(b, k, g) for g, b, k in found])
 
     def _prepare_new(self, kind, parts, fmt, block):
         if kind == "raw":
             return self._raw(parts[0])
         if fmt in GGML_TYPE_NAMES.values() or fmt == "gguf":
-            return self._prepare_packed(kind, parts, fmt)
+            return self._prepare_packed(kind, parts, fmt, block[0])
         if fmt == "fp8":
             qs, scales, maps, base = [], [], [], 0
             for name in parts:  # each stored tensor quantized apart, as a quantized checkpoint holds it

@@ -22,7 +22,7 @@ import torch
 pytest.importorskip("triton", reason="the CUDA kernel tests need triton (the `test` extra)")
 gguf = pytest.importorskip("gguf", reason="the reference dequantizer is the gguf package's")
 
-from strata.targets.cuda.kernels import gemm  # noqa: E402
+from strata.targets.cuda.kernels import gemm, moe  # noqa: E402
 from strata.targets.cuda.kernels.ggml_packed import GGML_FORMATS  # noqa: E402
 
 #: ggml type -> the byte offsets of its f16 fields within a block
@@ -98,3 +98,28 @@ def test_parts_of_different_formats():
 def test_blocks_that_do_not_hold_the_rows_are_refused():
     with pytest.raises(ValueError, match="do not hold rows of 100 values"):
         gemm.ggml_weight(torch.zeros((3, 34), dtype=torch.uint8), 100, "q8_0")
+
+
+@pytest.mark.parametrize("ggml_type", ["q4_0", "q5_K"])
+def test_packed_routed_experts(ggml_type):
+    """Stacked experts [E, N, row bytes] (the file's rows of each expert in turn): each routed
+    row's gate-up GEMV, and the SiLU-mul + down GEMV, by the expert ids."""
+    qk = GGML_FORMATS[ggml_type][1]
+    e, inter, k, top_k = 3, 5, qk if qk == 256 else 64, 2
+    gu = random_blocks(ggml_type, e * 2 * inter, k, seed=5)
+    ref_gu = dequantized(ggml_type, gu, k).reshape(e, 2 * inter, k)
+    w_gu = gemm.ggml_weight(torch.from_numpy(gu).reshape(e, 2 * inter, -1), k, ggml_type)
+    rng = np.random.default_rng(4)
+    x = (0.1 * rng.standard_normal((2, k))).astype(np.float32)
+    ids = np.array([[2, 0], [1, 2]], dtype=np.int32)
+    y = moe.launch_expert_gate_up(torch.from_numpy(x), torch.from_numpy(ids), w_gu)
+    want = np.stack([x[r // top_k].astype(np.float64) @ ref_gu[ids.flat[r]].T for r in range(ids.size)])
+    _check(y, want)
+    # the down projection: K = inter values per row would not be whole blocks; use K = k
+    down = random_blocks(ggml_type, e * 7, k, seed=6)
+    ref_down = dequantized(ggml_type, down, k).reshape(e, 7, k)
+    w_down = gemm.ggml_weight(torch.from_numpy(down).reshape(e, 7, -1), k, ggml_type)
+    g = (0.1 * rng.standard_normal((ids.size, 2 * k))).astype(np.float32)
+    y = moe.launch_expert_silu_down(torch.from_numpy(g), torch.from_numpy(ids), w_down)
+    act = g[:, :k].astype(np.float64) / (1 + np.exp(-g[:, :k].astype(np.float64))) * g[:, k:]
+    _check(y, np.stack([act[r] @ ref_down[ids.flat[r]].T for r in range(ids.size)]))

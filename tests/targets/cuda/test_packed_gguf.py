@@ -10,9 +10,9 @@ Q4_K_M-like mix: q, k, gate, up Q4_K; v, down, output Q6_K), written here with t
   quantization) within 1e-4 of the largest logit;
 * the weights' device bytes: packed against f32 (the Q4_K_M-like file's ratio is printed), and
   recipe gguf-bf16 (bf16 activations) binds the same blocks;
-* the Q8_0 GGUFs of llama.cpp's converter (tests/frontends/data) of a MoE and a hybrid family:
-  the same, the weights the store cannot give as the file's blocks (Qwen3.5's attn_qkv, whose
-  rows it reorders) bound as its values.
+* the Q8_0 GGUFs of llama.cpp's converter (tests/frontends/data) of two MoE families, one a
+  hybrid: the same, the routed experts packed, the weights the store cannot give as the file's
+  blocks (Qwen3.5's attn_qkv, whose rows it reorders) bound as their values.
 """
 
 from __future__ import annotations
@@ -91,14 +91,12 @@ def _program(path: Path, out: Path, recipe: str):
 
 def weight_bytes(m) -> int:
     """The device bytes of a Model's weight table (a packed weight's blocks; each tensor once)."""
-    seen, total = set(), 0
+    tensors = {}
     for w in m.w:
         for part in getattr(w, "parts", [w]):
-            t = getattr(part, "data", part)
-            if id(t) not in seen:
-                seen.add(id(t))
-                total += t.numel() * t.element_size()
-    return total
+            t = part if torch.is_tensor(part) else part.data  # a raw tensor, or a kernels.Weight's
+            tensors[t.data_ptr()] = t.numel() * t.element_size()
+    return sum(tensors.values())
 
 
 def _check_same_as_f32(path: Path, tmp_path: Path, want_types: set[str]):
@@ -154,6 +152,10 @@ def test_q4_k_m_like_weights_stay_packed(tmp_path, capsys):
         [(w.fmt, w.data.shape) for w in linear]
 
 
-@pytest.mark.parametrize("family", ["qwen3moe", "qwen35"])
+@pytest.mark.parametrize("family", ["qwen3moe", "qwen35moe"])
 def test_converted_q8_0_families(tmp_path, family):
-    _check_same_as_f32(DATA / f"{family}-q8_0.gguf", tmp_path, {"q8_0", "f32"})
+    """MoE (routed experts packed [experts, rows, row bytes]; Qwen3.5's shared expert too) and a
+    hybrid whose attn_qkv the store reorders (bound as its values)."""
+    m, _ = _check_same_as_f32(DATA / f"{family}-q8_0.gguf", tmp_path, {"q8_0", "f32"})
+    experts = [w for spec, w in zip(m.WEIGHTS, m.w) if "ffn_down_exps" in spec[1][0]]
+    assert experts and all(w.fmt == m.kernels.GGML_FORMATS["q8_0"][0] and w.data.dim() == 3 for w in experts)
