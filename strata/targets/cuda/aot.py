@@ -123,15 +123,16 @@ SPECS: tuple[Spec, ...] = (
     Spec("q36.expert_silu_down_fp8", "gemm.gemv_kernel", dict(_GEMV, FMT=1, QBN=128, QBK=128, HAS_IDS=True,
                                                                SILU_IN=True), _FP8),
     # GGUF's block formats read in place (recipe gguf), at Qwen3-8B's sizes with bf16 activations
-    # (launch_linear's narrow tiles: 8 x 128 GEMV, 64 x 32 GEMM)
+    # (launch_linear's narrow tiles: 8 x 128 GEMV, 64 x 32 GEMM with 32-wide K steps)
     *(Spec(f"q8b.gemv_{t}", "gemm.gemv_kernel", dict(_GEMV, FMT=f, BLOCK_N=8, BLOCK_K=128), _GG)
       for t, f in _GGML),
-    *(Spec(f"q8b.gemm_{t}", "gemm.gemm_kernel", dict(_GEMM, FMT=f, BLOCK_N=32), _GG, num_warps=8, num_stages=3)
-      for t, f in _GGML),
+    *(Spec(f"q8b.gemm_{t}", "gemm.gemm_kernel", dict(_GEMM, FMT=f, BLOCK_N=32, BLOCK_K=32), _GG, num_warps=8,
+           num_stages=3) for t, f in _GGML),
     *(Spec(f"q8b.gemv_{t}_gate_up_silu", "gemm.gemv_kernel", dict(_GEMV, FMT=f, SILU_OUT=True, BLOCK_N=8,
                                                                     BLOCK_K=128), _GG) for t, f in _GGML),
-    *(Spec(f"q8b.gemm_{t}_gate_up_silu", "gemm.gemm_kernel", dict(_GEMM, FMT=f, SILU_OUT=True, BLOCK_N=32), _GG,
-           num_warps=8, num_stages=3) for t, f in _GGML),
+    *(Spec(f"q8b.gemm_{t}_gate_up_silu", "gemm.gemm_kernel", dict(_GEMM, FMT=f, SILU_OUT=True, BLOCK_N=32,
+                                                                    BLOCK_K=32), _GG, num_warps=8, num_stages=3)
+      for t, f in _GGML),
     *(Spec(f"q36.expert_gate_up_{t}", "gemm.gemv_kernel", dict(_GEMV, FMT=f, HAS_IDS=True, X_DIV=8, BLOCK_N=8,
                                                                  BLOCK_K=128), _GGE) for t, f in _GGML),
     *(Spec(f"q36.expert_silu_down_{t}", "gemm.gemv_kernel", dict(_GEMV, FMT=f, HAS_IDS=True, SILU_IN=True,

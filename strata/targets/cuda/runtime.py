@@ -288,7 +288,7 @@ class Runtime:
         if ggml is None or fmt not in (ggml, "gguf"):
             raise ModelError(f"weight '{name}' is stored as ggml type {int(type_id)}; the program was compiled "
                              f"for {fmt}")
-        rows = torch.from_numpy(np.array(blocks, dtype=np.uint8, order="C"))  # one copy, out of the mapping
+        rows = blocks if torch.is_tensor(blocks) else torch.from_numpy(np.array(blocks, dtype=np.uint8, order="C"))
         if order is not None:
             rows = rows[torch.from_numpy(np.asarray(order, dtype=np.int64))]
         _, qk, nbytes, _ = self.kernels.GGML_FORMATS[ggml]

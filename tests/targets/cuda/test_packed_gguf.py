@@ -10,6 +10,8 @@ Q4_K_M-like mix: q, k, gate, up Q4_K; v, down, output Q6_K), written here with t
   quantization) within 1e-4 of the largest logit;
 * the weights' device bytes: packed against f32 (the Q4_K_M-like file's ratio is printed), and
   recipe gguf-bf16 (bf16 activations) binds the same blocks;
+* `strata compile --recipe gguf-bf16 --aot sm_90a` of the Q4_K_M-like file: every launch of the
+  model (its packed GEMVs and GEMMs among them) compiles for sm_90a without spills;
 * the Q8_0 GGUFs of llama.cpp's converter (tests/frontends/data) of two MoE families, one a
   hybrid: the same, the routed experts packed, the weights the store cannot give as the file's
   blocks (Qwen3.5's attn_qkv, whose rows it reorders) bound as their values.
@@ -17,6 +19,11 @@ Q4_K_M-like mix: q, k, gate, up Q4_K; v, down, output Q6_K), written here with t
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -159,3 +166,21 @@ def test_converted_q8_0_families(tmp_path, family):
     m, _ = _check_same_as_f32(DATA / f"{family}-q8_0.gguf", tmp_path, {"q8_0", "f32"})
     experts = [w for spec, w in zip(m.WEIGHTS, m.w) if "ffn_down_exps" in spec[1][0]]
     assert experts and all(w.fmt == m.kernels.GGML_FORMATS["q8_0"][0] and w.data.dim() == 3 for w in experts)
+
+
+def test_aot_of_the_packed_model_within_limits(tmp_path):
+    """The model's own launches, recorded on the meta device with the blocks as meta uint8
+    tensors (aot_model), compiled for sm_90a (TRITON_INTERPRET unset, in a subprocess)."""
+    path = write_llama(tmp_path / "q4_k_m.gguf", Q4_K_M)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3]) + os.pathsep + env.get("PYTHONPATH", "")
+    out = tmp_path / "o"
+    proc = subprocess.run([sys.executable, "-m", "strata.cli", "compile", str(path), "--target", "cuda", "--recipe",
+                           "gguf-bf16", "--aot", "sm_90a", "-o", str(out)], capture_output=True, text=True, env=env,
+                          timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "aot" / "report.json").read_text())
+    assert report and all(r["ok"] and r["target"] == "sm_90a" for r in report)
+    ptx = "".join((out / "aot" / f"{r['name']}.ptx").read_text() for r in report if r["kernel"] == "gemv_kernel")
+    assert re.search(r"ld\.global(\.nc)?\.[bu]8", ptx)  # the GEMVs load single bytes: the packed blocks

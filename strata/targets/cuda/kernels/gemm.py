@@ -308,13 +308,15 @@ def launch_linear(x: torch.Tensor, w, *, bias: torch.Tensor | None = None, out: 
     # *_gate_up_silu: 16 x 256 GEMV and 64 x 64 GEMM tiles spill on sm_90)
     # and a GGUF block format's tile alone: its dequant holds several bytes and scales per value
     # (aot.SPECS q8b.*_q4_K ...: 16 x 256 GEMV and 64 x 64 GEMM tiles of Q4_K / Q5_K spill; 8 x 128
-    # GEMV tiles keep every format under 255 registers without local memory)
+    # GEMV tiles and 32-wide K steps of the GEMM, whose 8 warps ptxas holds to 128 registers, keep
+    # every format and row block without local memory)
     narrow = (silu_out and w.fmt != DENSE) or w.fmt > INT4
     if x.shape[0] <= GEMV_MAX_ROWS:
         return launch_gemv(x, w, out, bias=bias, silu_out=silu_out, block_n=8 if narrow else 16,
                            block_k=128 if w.fmt > INT4 else 256)
     dot_bf16 = x.dtype == torch.bfloat16 if dot_bf16 is None else dot_bf16
-    return launch_gemm(x, w, out, bias=bias, silu_out=silu_out, dot_bf16=dot_bf16, block_n=32 if narrow else 64)
+    return launch_gemm(x, w, out, bias=bias, silu_out=silu_out, dot_bf16=dot_bf16, block_n=32 if narrow else 64,
+                       block_k=32 if w.fmt > INT4 else 64)
 
 
 def _launch_parts(x: torch.Tensor, w: Parts, bias, out: torch.Tensor, silu_out: bool, dot_bf16) -> torch.Tensor:
