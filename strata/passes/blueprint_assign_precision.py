@@ -27,9 +27,10 @@ in its own type) when they are stored in different block types, and becomes `f32
 as stored, dequantized at load) when one of them is not block-typed, or is converted, split or
 shared (a tied head) on its way to the node, or when a routed experts node's parts differ.
 
-Recipes: fp8-bf16head (the Qwen3.6-35B-A3B kbp-graph/v1 plan's), bf16, f32, w4a16, and gguf. A tensor-parallel blueprint's
-collectives take their wire format from their rule (`all_reduce`, `all_gather`) and their cost
-(`bytes_per_row`) is priced again in it.
+Recipes: fp8-bf16head (the Qwen3.6-35B-A3B kbp-graph/v1 plan's), bf16, f32, w4a16, gguf and
+gguf-bf16 (with bf16 activations). A tensor-parallel blueprint's collectives take their wire
+format from their rule (`all_reduce`, `all_gather`) and their cost (`bytes_per_row`) is priced
+again in it.
 """
 
 from __future__ import annotations
@@ -252,17 +253,24 @@ def stored_weight_format(fn: func.FuncOp, op: NodeOp) -> FormatAttr:
     return FormatAttr(kinds.pop() if len(kinds) == 1 else AS_STORED)
 
 
-def _resolve_stored_formats(module: ModuleOp) -> None:
-    for fn in module.walk():
-        if not isinstance(fn, func.FuncOp):
-            continue
-        for op in fn.walk():
-            p = op.attributes.get("precision") if isinstance(op, NodeOp) else None
-            w = p.fields().get("weight") if isinstance(p, PrecisionAttr) else None
-            if w is not None and w.elem.data == AS_STORED:
-                f = p.fields()  # type: ignore[union-attr]
-                f["weight"] = stored_weight_format(fn, op)
-                op.attributes["precision"] = PrecisionAttr(**f)
+class ResolveStoredFormat(RewritePattern):
+    """A node whose weight format is `gguf` takes its weights' stored block type
+    (`stored_weight_format`)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: NodeOp, rewriter: PatternRewriter) -> None:
+        p = op.attributes.get("precision")
+        w = p.fields().get("weight") if isinstance(p, PrecisionAttr) else None
+        fn = op.parent_op()
+        while fn is not None and not isinstance(fn, func.FuncOp):
+            fn = fn.parent_op()
+        if w is None or w.elem.data != AS_STORED or fn is None:
+            return
+        fields = p.fields()  # type: ignore[union-attr]
+        fields["weight"] = stored_weight_format(fn, op)
+        if fields["weight"] != w:
+            op.attributes["precision"] = PrecisionAttr(**fields)
+            rewriter.notify_op_modified(op)
 
 
 @dataclass(frozen=True)
@@ -289,7 +297,7 @@ def apply_recipe(recipe: Recipe, module: ModuleOp) -> None:
         if isinstance(node, NodeOp):
             recipe.rule_for(node)
     PatternRewriteWalker(AssignPrecision(recipe), apply_recursively=False).rewrite_module(module)
-    _resolve_stored_formats(module)
+    PatternRewriteWalker(ResolveStoredFormat(), apply_recursively=False).rewrite_module(module)
     _retype_carriers(module)
     for fn in module.walk():
         if isinstance(fn, func.FuncOp) and any(isinstance(op, NodeOp) for op in fn.walk()):
