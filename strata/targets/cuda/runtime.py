@@ -9,17 +9,17 @@ numpy, torch and (through `kernels.py`) triton.
 What it does:
 
 * loads `kernels.py`, the generated @triton.jit kernels and their launchers, beside this file;
-* prepares each weight as its node's format says, on the device: a GGUF block format (`q4_K`,
-  ..., or `gguf`: each part in its own) as the file's blocks, uint8, never dequantized (the
-  store's `packed`; the GEMV/GEMM kernels dequantize in registers, also under the interpreter),
-  or, where the store cannot give a part's blocks (rows it makes otherwise than the file has
-  them: Qwen3.5's attn_qkv), the store's values of the node's weight in f32;
-  fp8 e4m3 with one scale per
+* prepares each weight as its node's format says, on the device: fp8 e4m3 with one scale per
   block (each stored tensor quantized apart, a merged projection keeping a row map to its
   parts' scale rows), int4 asymmetric per block along K (ONNX Runtime's formula), bf16, or f32,
   after the weight table's conversions (`plus_one`, `neg_exp`, `squeeze`, `ungroup_rows`);
   under Triton's interpreter (`interpret`) quantized weights are dequantized on the host and
-  every edge is f32 (the interpreter gets bf16 arithmetic and f32->fp8 casts wrong);
+  every edge is f32 (the interpreter gets bf16 arithmetic and f32->fp8 casts wrong); a GGUF
+  block format (`q4_K`, ..., or `gguf`: each part in its own) as the file's blocks, uint8,
+  never dequantized (the store's `packed`, rows in the IR's order; the GEMV/GEMM kernels
+  dequantize them in registers, under the interpreter too), or, where the store cannot give a
+  part's blocks (rows it makes otherwise than the file has them: Qwen3.5's attn_qkv), the
+  store's values of the node's weight in f32;
 * allocates the state buffers (the KV cache, paged with an identity block table when the
   blueprint says paged, and the conv / recurrent state, zeroed when a sequence starts);
 * runs an entry group by group, greedy sampling on the device (argmax), and for decode an
