@@ -153,7 +153,8 @@ def add_target(p: argparse.ArgumentParser, run: bool) -> None:
                         "S, P, Steps, MaxNew; cuda: kv, sample (device or host), tp, ep; epu: alpha, headroom, block, "
                         "calib_prompts, calib_len, calib_seed; all: ctx)")
     p.add_argument("--recipe", choices=recipe_names(), default=None,
-                   help="--target cuda: the precision recipe (default bf16; f32 with --interpret)")
+                   help="--target cuda: the precision recipe (default bf16; f32 with --interpret; gguf: a GGUF's "
+                        "block types kept packed)")
     if run:
         add_threads(p)
         p.add_argument("--interpret", action="store_true",

@@ -20,9 +20,17 @@ accumulate optional; a format is written as in kbp-graph/v1: `bf16`, `fp8/block1
 a rule. A node's float results (its edges) take its output format as their element type, so an
 edge's format is its producer's output; the graph and other attributes stay as they are.
 
-Recipes: fp8-bf16head (the Qwen3.6-35B-A3B kbp-graph/v1 plan's), bf16, f32 and w4a16. A tensor-parallel blueprint's
-collectives take their wire format from their rule (`all_reduce`, `all_gather`) and their cost
-(`bytes_per_row`) is priced again in it.
+A weight format `gguf` keeps a weight in the block type its GGUF file stores it in: the node's
+format becomes that type (`q4_K`, one of `GGUF_FORMATS`) when every weight it reads (its param
+and concat) is stored in it (the function's `blueprint.stored_formats`), stays `gguf` (each part
+in its own type) when they are stored in different block types, and becomes `f32` (the values
+as stored, dequantized at load) when one of them is not block-typed, or is converted, split or
+shared (a tied head) on its way to the node, or when a routed experts node's parts differ.
+
+Recipes: fp8-bf16head (the Qwen3.6-35B-A3B kbp-graph/v1 plan's), bf16, f32, w4a16, gguf and
+gguf-bf16 (with bf16 activations). A tensor-parallel blueprint's collectives take their wire
+format from their rule (`all_reduce`, `all_gather`) and their cost (`bytes_per_row`) is priced
+again in it.
 """
 
 from __future__ import annotations
@@ -42,7 +50,8 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import FunctionType
 from xdsl.rewriter import Rewriter
 
-from strata.dialects.blueprint.attrs import EdgeType, FormatAttr, PrecisionAttr, StepAttr, format_text
+from strata.dialects.blueprint.attrs import (AS_STORED, GGUF_FORMATS, EdgeType, FormatAttr, PrecisionAttr,
+                                             StepAttr, format_text)
 from strata.dialects.blueprint.group import GroupOp
 from strata.ir.dtypes import has_kind
 from strata.dialects.blueprint.base import NodeOp
@@ -230,6 +239,40 @@ class AssignPrecision(RewritePattern):
         rewriter.notify_op_modified(op)
 
 
+def stored_weight_format(fn: func.FuncOp, op: NodeOp) -> FormatAttr:
+    """The format `gguf` of node `op` of `fn` resolved (see the module docstring)."""
+    table = fn.attributes.get("blueprint.stored_formats")
+    stored = {k: v.data for k, v in table.data.items()} if table is not None else {}  # type: ignore[union-attr]
+    names = [op.attributes["param"].data] if "param" in op.attributes else []  # type: ignore[union-attr]
+    if "concat" in op.attributes:
+        names += [c.data for c in op.attributes["concat"].data]  # type: ignore[union-attr]
+    kinds = {stored.get(n) for n in names}
+    stacked = op.name in ("blueprint.expert_gate_up", "blueprint.expert_down")  # one launch for every expert
+    if not names or None in kinds or not kinds <= set(GGUF_FORMATS) or (stacked and len(kinds) > 1):
+        return FormatAttr("f32")
+    return FormatAttr(kinds.pop() if len(kinds) == 1 else AS_STORED)
+
+
+class ResolveStoredFormat(RewritePattern):
+    """A node whose weight format is `gguf` takes its weights' stored block type
+    (`stored_weight_format`)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: NodeOp, rewriter: PatternRewriter) -> None:
+        p = op.attributes.get("precision")
+        w = p.fields().get("weight") if isinstance(p, PrecisionAttr) else None
+        fn = op.parent_op()
+        while fn is not None and not isinstance(fn, func.FuncOp):
+            fn = fn.parent_op()
+        if w is None or w.elem.data != AS_STORED or fn is None:
+            return
+        fields = p.fields()  # type: ignore[union-attr]
+        fields["weight"] = stored_weight_format(fn, op)
+        if fields["weight"] != w:
+            op.attributes["precision"] = PrecisionAttr(**fields)
+            rewriter.notify_op_modified(op)
+
+
 @dataclass(frozen=True)
 class BlueprintAssignPrecisionPass(StrataPass):
     """Set each blueprint node's `precision` and `steps` from a recipe (`recipe=fp8-bf16head`)."""
@@ -254,6 +297,7 @@ def apply_recipe(recipe: Recipe, module: ModuleOp) -> None:
         if isinstance(node, NodeOp):
             recipe.rule_for(node)
     PatternRewriteWalker(AssignPrecision(recipe), apply_recursively=False).rewrite_module(module)
+    PatternRewriteWalker(ResolveStoredFormat(), apply_recursively=False).rewrite_module(module)
     _retype_carriers(module)
     for fn in module.walk():
         if isinstance(fn, func.FuncOp) and any(isinstance(op, NodeOp) for op in fn.walk()):

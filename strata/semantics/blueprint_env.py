@@ -67,7 +67,7 @@ def quantize_weight(w: np.ndarray, f: FormatAttr | None) -> np.ndarray:
     if f is None:
         return w
     elem, block = f.elem.data, f.block_sizes
-    if elem == "f32":
+    if elem == "f32" or f.is_stored_blocks:  # a GGUF block format: the file's values, as the store reads them
         return w
     if elem in ("bf16", "f16"):
         return round_activation(w, f)

@@ -39,12 +39,12 @@ def nodes(module: ModuleOp) -> list[NodeOp]:
     return [op for op in module.walk() if isinstance(op, NodeOp)]
 
 
-def test_recipes_are_the_six():
-    assert recipe_names() == ["bf16", "f32", "fp8-bf16head", "q4_0", "q8_0", "w4a16"]
+def test_recipes_are_the_eight():
+    assert recipe_names() == ["bf16", "f32", "fp8-bf16head", "gguf", "gguf-bf16", "q4_0", "q8_0", "w4a16"]
     assert strata_passes()["blueprint-assign-precision"]() is BlueprintAssignPrecisionPass
 
 
-@pytest.mark.parametrize("recipe", ["bf16", "f32", "fp8-bf16head", "w4a16", "q8_0", "q4_0"])
+@pytest.mark.parametrize("recipe", ["bf16", "f32", "fp8-bf16head", "w4a16", "q8_0", "q4_0", "gguf", "gguf-bf16"])
 def test_only_precision_and_steps_change(recipe):
     before, after = run(recipe)
     ops_b, ops_a = list(before.walk()), list(after.walk())
@@ -167,7 +167,7 @@ def test_unknown_recipe_lists_the_recipes():
     with pytest.raises(RecipeError) as e:
         BlueprintAssignPrecisionPass(recipe="fp4").apply(strata_context(), read_ir(MODULE))
     assert str(e.value) == ("blueprint-assign-precision: unknown recipe 'fp4' "
-                            "(known: bf16, f32, fp8-bf16head, q4_0, q8_0, w4a16)")
+                            "(known: bf16, f32, fp8-bf16head, gguf, gguf-bf16, q4_0, q8_0, w4a16)")
 
 
 GOOD_RULE = {"op": "embed", "precision": {"output": "bf16"}, "steps": ["gather bf16"]}
@@ -214,10 +214,39 @@ def test_node_without_a_rule_and_weight_format_on_weightless_node():
     assert str(read_ir(MODULE)) == str(module)  # nothing changed before the error
 
 
-@pytest.mark.parametrize("text", ["bf16", "fp8/block128x128", "int4/block128/asymmetric", "i32"])
+@pytest.mark.parametrize("text", ["bf16", "fp8/block128x128", "int4/block128/asymmetric", "i32", "q4_K", "q6_K",
+                                  "gguf"])
 def test_format_text_round_trips(text):
     assert isinstance(format_from_text(text), FormatAttr)
     assert format_text(format_from_text(text)) == text
+
+
+def test_a_gguf_block_format_takes_no_block():
+    with pytest.raises(ValueError, match="'q4_K' is a GGUF block format"):
+        format_from_text("q4_K/block32")
+
+
+def _gguf_weight_formats(path: Path, recipe: str = "gguf") -> dict[str, str]:
+    from strata.passes.pipelines import lowered
+    from strata.pipeline import load_model
+
+    module = lowered(load_model(path).module, "convert-module-to-op{entry=decode ctx=16},"
+                     f"convert-op-to-blueprint{{mode=decode}},blueprint-assign-precision{{recipe={recipe}}}")
+    out = {}
+    for op in module.walk():
+        if isinstance(op, NodeOp) and "precision" in op.attributes and "weight" in op.precision.fields():
+            out[op.attributes["node"].data] = op.precision.fields()["weight"].elem.data
+    return out
+
+
+def test_recipe_gguf_keeps_each_weight_in_its_files_type():
+    """llama-q8_0.gguf stores every projection and the output in Q8_0 (the nodes say q8_0, the
+    merged gate_up too); llama-f32.gguf stores floats (f32)."""
+    q8 = _gguf_weight_formats(ROOT / "tests/frontends/data/llama-q8_0.gguf")
+    assert q8["l0.ffn.gate_up"] == q8["l1.attn.q"] == q8["head.lm_head"] == "q8_0"
+    assert set(q8.values()) == {"q8_0"}
+    assert set(_gguf_weight_formats(ROOT / "tests/frontends/data/llama-f32.gguf").values()) == {"f32"}
+    assert _gguf_weight_formats(ROOT / "tests/frontends/data/llama-q8_0.gguf", "gguf-bf16") == q8
 
 
 def test_every_recipe_file_loads_and_is_package_data():

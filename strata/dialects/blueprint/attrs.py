@@ -27,6 +27,12 @@ from strata.ir.shapes import Expr, parse_expr
 
 #: Short element names of kbp-graph/v1 and Chimera (fp8/block128x128, int4) and the dtype table's entries they mean.
 FORMAT_ALIASES = {"fp8": "f8E4M3FN", "fp8e5": "f8E5M2", "int8": "i8", "int4": "i4", "uint4": "ui4"}
+#: GGUF's block formats as weight formats (ggml's type names): a weight kept in the blocks its
+#: file stores (`#blueprint.format<q4_K>`), dequantized by the kernel that reads it; and `gguf`,
+#: each stored tensor of the weight in its own file's format (a merged projection whose parts
+#: a GGUF stores in different formats, as Q4_K_M's q, k and v).
+GGUF_FORMATS = ("q8_0", "q4_0", "q4_1", "q4_K", "q5_K", "q6_K")
+AS_STORED = "gguf"
 PLACEMENTS = ("host", "device")
 EFFECTS = ("update", "snapshot", "read", "write")
 #: The verbs of kbp-graph/v1's `steps` lists.
@@ -69,7 +75,17 @@ class FormatAttr(ParametrizedAttribute):
     def is_asymmetric(self) -> bool:
         return bool(self.asymmetric.data)
 
+    @property
+    def is_stored_blocks(self) -> bool:
+        """A GGUF block format (`q4_K`) or `gguf`: values the file's blocks hold, not a dtype."""
+        return self.elem.data in GGUF_FORMATS or self.elem.data == AS_STORED
+
     def verify(self) -> None:
+        if self.is_stored_blocks:
+            if self.block_sizes or self.is_asymmetric:
+                raise VerifyException(f"blueprint.format: '{self.elem.data}' is a GGUF block format (its block and "
+                                      "scales are the format's): no block or asymmetric")
+            return
         try:
             dtype = self.dtype
         except StrataError:
@@ -136,6 +152,12 @@ class PrecisionAttr(ParametrizedAttribute):
 
     def fields(self) -> dict[str, FormatAttr]:
         return {k: v for k, v in zip(_PRECISION_FIELDS, self.parameters) if isinstance(v, FormatAttr)}
+
+    def verify(self) -> None:
+        for key, f in self.fields().items():
+            if key != "weight" and f.is_stored_blocks:
+                raise VerifyException(f"blueprint.precision: '{f.elem.data}' is a weight's GGUF block format, "
+                                      f"not a format of the {key}")
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:

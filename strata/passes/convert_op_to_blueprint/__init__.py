@@ -16,7 +16,8 @@ lists the weights whose rows follow its `param`'s.
 The function is `(tokens: !blueprint.edge<"n", "1", i32>) -> (next ids, logits)` with
 attributes `blueprint.mode`, `blueprint.rows` (0: a prefill of any length), `blueprint.layers` (each layer's kind),
 `blueprint.dims` (the symbols of the edges' dims and their sizes, read off the op level) and
-`blueprint.weights` (the op level's stored name and conversion of each weight that has one)
+`blueprint.weights` (the op level's stored name and conversion of each weight that has one),
+`blueprint.stored_formats` (a GGUF's: the block type of each weight read whole and as stored)
 and `blueprint.state` (the type of each op-level state buffer the nodes' `slots` name); a
 tensor-parallel op level (`op.ranks`) gives `blueprint.ranks`, its collectives become
 `blueprint.all_reduce` / `all_gather` nodes, its vocabulary-split lookup and whole-experts
@@ -90,6 +91,9 @@ def convert_function(fn: func.FuncOp, mode: str = "decode", rows: int = 1) -> fu
         "blueprint.weights": WeightsAttr([em.weights[name] for name in sorted(em.weights)]),
         "blueprint.state": DictionaryAttr(dict(sorted(em.states.items()))),
     })
+    if em.formats:  # a GGUF's weights stored in block types (what recipe gguf keeps them in)
+        out.attributes["blueprint.stored_formats"] = DictionaryAttr(
+            {n: StringAttr(f) for n, f in sorted(em.formats.items())})
     if "op.ranks" in fn.attributes:  # one rank's program of a tensor-parallel model
         out.attributes["blueprint.ranks"] = fn.attributes["op.ranks"]
     return out

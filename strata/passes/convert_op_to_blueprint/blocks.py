@@ -88,6 +88,8 @@ class Emitter:
     def __init__(self, block: Block, graph: OpGraph, dims: Dims, element: Attribute, mode: str):
         self.block, self.graph, self.dims, self.element, self.mode = block, graph, dims, element, mode
         self.weights: dict[str, WeightReadAttr] = {}
+        #: weight name -> the GGUF block type it is stored in, for a weight read whole and as stored
+        self.formats: dict[str, str] = {}
         self.states: dict[str, Attribute] = {}
 
     def weight(self, param: O.ParamOp | str, convert: str | None = None, args: Sequence[int] = ()) -> StringAttr:
@@ -102,6 +104,8 @@ class Emitter:
         split = (piece[0], piece[1], *piece[2]) if piece is not None else ()
         if source is not None or convert is not None or split:
             self.weights[name] = WeightReadAttr(name, source, convert, args, split)
+        elif p is not None and p.format_name is not None and p.block_order is None:
+            self.formats[name] = p.format_name
         return StringAttr(name)
 
     def node(self, cls: type[B.NodeOp], block: str, name: str, operands: Sequence[SSAValue],

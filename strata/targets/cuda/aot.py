@@ -66,6 +66,10 @@ KNOWN_SPILLS: frozenset[str] = frozenset()
 _BF = {p: "*bf16" for p in ("x_ptr", "y_ptr", "r_ptr", "h_ptr", "w_ptr", "b_ptr")}
 _FP8 = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "z_ptr": "*i32", "y_ptr": "*bf16", "ids_ptr": "*i32"}
 _I4 = {"x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*fp32", "z_ptr": "*u8", "y_ptr": "*bf16"}
+_GG = {"x_ptr": "*bf16", "w_ptr": "*u8", "s_ptr": "*u8", "z_ptr": "*u8", "y_ptr": "*bf16"}
+_GGE = dict(_GG, ids_ptr="*i32")
+#: The GGUF block formats' FMT codes (kernels/ggml_packed.py's GGML_FORMATS)
+_GGML = (("q8_0", 3), ("q4_0", 4), ("q4_1", 5), ("q4_K", 6), ("q5_K", 7), ("q6_K", 8))
 _GEMV = dict(HAS_BIAS=False, SILU_OUT=False, SILU_IN=False, HAS_IDS=False, X_DIV=1, QBN=1, QBK=1,
              BLOCK_N=16, BLOCK_K=256)
 _GEMM = dict(HAS_BIAS=False, SILU_OUT=False, DOT_BF16=True, QBN=1, QBK=1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64)
@@ -120,6 +124,21 @@ SPECS: tuple[Spec, ...] = (
          _FP8),
     Spec("q36.expert_silu_down_fp8", "gemm.gemv_kernel", dict(_GEMV, FMT=1, QBN=128, QBK=128, HAS_IDS=True,
                                                                SILU_IN=True), _FP8),
+    # GGUF's block formats read in place (recipe gguf), at Qwen3-8B's sizes with bf16 activations
+    # (launch_linear's narrow tiles: 8 x 128 GEMV, 64 x 32 GEMM with 32-wide K steps)
+    *(Spec(f"q8b.gemv_{t}", "gemm.gemv_kernel", dict(_GEMV, FMT=f, BLOCK_N=8, BLOCK_K=128), _GG)
+      for t, f in _GGML),
+    *(Spec(f"q8b.gemm_{t}", "gemm.gemm_kernel", dict(_GEMM, FMT=f, BLOCK_N=32, BLOCK_K=32), _GG, num_warps=8,
+           num_stages=3) for t, f in _GGML),
+    *(Spec(f"q8b.gemv_{t}_gate_up_silu", "gemm.gemv_kernel", dict(_GEMV, FMT=f, SILU_OUT=True, BLOCK_N=8,
+                                                                    BLOCK_K=128), _GG) for t, f in _GGML),
+    *(Spec(f"q8b.gemm_{t}_gate_up_silu", "gemm.gemm_kernel", dict(_GEMM, FMT=f, SILU_OUT=True, BLOCK_N=32,
+                                                                    BLOCK_K=32), _GG, num_warps=8, num_stages=3)
+      for t, f in _GGML),
+    *(Spec(f"q36.expert_gate_up_{t}", "gemm.gemv_kernel", dict(_GEMV, FMT=f, HAS_IDS=True, X_DIV=8, BLOCK_N=8,
+                                                                 BLOCK_K=128), _GGE) for t, f in _GGML),
+    *(Spec(f"q36.expert_silu_down_{t}", "gemm.gemv_kernel", dict(_GEMV, FMT=f, HAS_IDS=True, SILU_IN=True,
+                                                                   BLOCK_N=8, BLOCK_K=128), _GGE) for t, f in _GGML),
     Spec("q36.gdn_gates", "gdn.gdn_gates_kernel", dict(FMT=0, QBN=1, QBK=1, BLOCK_H=32, BLOCK_K=64),
          {"x_ptr": "*bf16", "w_ptr": "*bf16"}),
     Spec("q36.conv_l2", "gdn.conv_l2_kernel", dict(KW=4, HAS_SNAP=True, DK=128, BLOCK_D=128, BLOCK_S=4),

@@ -97,6 +97,34 @@ def _model_class(model_class):
                                                  "all_gather": lambda self, x, out: out})
 
 
+class _MetaWeights:
+    """Meta tensors of the params' shapes; a weight the program reads in one GGUF block format
+    (`q4_K`, ...) also as meta blocks of it, so that its packed kernels are the ones recorded."""
+
+    def __init__(self, params: Mapping[str, tuple[int, ...]], weights: Sequence[tuple], formats: Mapping):
+        self.params, self.formats = params, formats
+        self.types = {name: spec[2] for spec in weights for name in spec[1] if spec[2] in formats}
+
+    def __call__(self, name: str):
+        import torch
+
+        if name not in self.params:
+            raise KeyError(name)
+        return torch.empty(tuple(self.params[name]), dtype=torch.float32, device="meta")
+
+    def packed(self, name: str):
+        import torch
+
+        if name not in self.types or name not in self.params:
+            return None
+        *rows, k = self.params[name]
+        _, qk, nbytes, type_id = self.formats[self.types[name]]
+        count = 1
+        for r in rows:
+            count *= int(r)
+        return type_id, torch.empty((count, int(k) // qk * nbytes), dtype=torch.uint8, device="meta"), None
+
+
 def record_launches(out_dir: str | Path, params: Mapping[str, tuple[int, ...]],
                     rows: int | Sequence[int] = PREFILL_ROWS) -> list[Spec]:
     """The distinct kernel launches of the model in `out_dir`: a prefill of `rows` tokens (of
@@ -117,12 +145,8 @@ def record_launches(out_dir: str | Path, params: Mapping[str, tuple[int, ...]],
     for name, fn in originals.items():
         setattr(kernels, name, _Recorder(name, fn, seen))
     try:
-        def weight(name: str):
-            if name not in params:
-                raise KeyError(name)
-            return torch.empty(tuple(params[name]), dtype=torch.float32, device="meta")
-
-        m = _model_class(model.Model)(weight, device="meta", interpret=False, **_rank_options(model.Model))
+        m = _model_class(model.Model)(_MetaWeights(params, model.Model.WEIGHTS, kernels.GGML_FORMATS), device="meta",
+                                      interpret=False, **_rank_options(model.Model))
         counts = [rows] if isinstance(rows, int) else list(rows)
         for count in counts:
             count = max(1, min(int(count), int(m.N_CTX) - 1))

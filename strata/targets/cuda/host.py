@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from xdsl.dialects import func
 
 from strata.dialects import blueprint as B
+from strata.dialects.blueprint.attrs import AS_STORED, GGUF_FORMATS
 from strata.ir.shapes import parse_expr
 from strata.targets.codegen import CodegenError, literal_name, sanitize_label
 from strata.targets.cuda.host_collectives import CollectivePrinter
@@ -67,6 +68,8 @@ def _fmt(op) -> tuple[str, tuple[int, int]]:
     if f is None:
         return "f32", (1, 1)
     elem = f.elem.data
+    if f.is_stored_blocks:  # a GGUF block format (or `gguf`: each part's own): the file's blocks, read in place
+        return elem, (1, 1)
     if elem == "fp8":
         block = tuple(int(b) for b in f.block_sizes) if len(f.block_sizes) == 2 else (128, 128)
         return elem, block
@@ -294,8 +297,14 @@ class _Printer(CollectivePrinter):
         self.emit(f"{self.name(w)}, {self.name(ids)} = K.launch_topk_softmax({self.x(op.operands[0])}, "
                   f"{self.dims['top_k']}, {'norm' in op.attributes})", "launch_topk_softmax")
 
+    def _experts_fmt(self, op) -> tuple[str, tuple[int, int]]:
+        """A routed experts node's format; a GGUF block format's block is (the experts, 1): the
+        file's blocks are rows of every expert, one after another."""
+        fmt, block = _fmt(op)
+        return (fmt, (self.dims["experts"], 1)) if fmt in GGUF_FORMATS + (AS_STORED,) else (fmt, block)
+
     def g_expert_gate_up(self, egu, lin=None, snap=False):
-        fmt, block = _fmt(egu)
+        fmt, block = self._experts_fmt(egu)
         we = self.t.weight("linear", _parts(egu), fmt, block)
         shared = ""
         if lin is not None:
@@ -315,7 +324,7 @@ class _Printer(CollectivePrinter):
     def g_silu_mul_expert_down(self, act, down, act2=None, lin=None, snap=False):
         if down.operands[0] != act.results[0]:
             raise CodegenError("moe down: the experts do not read the SiLU")
-        fmt, block = _fmt(down)
+        fmt, block = self._experts_fmt(down)
         wd = self.t.weight("linear", (down.param.data,), fmt, block)
         shared = ""
         if lin is not None:

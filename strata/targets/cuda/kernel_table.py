@@ -19,10 +19,11 @@ from dataclasses import dataclass
 
 #: The name tables of rules.json ("tables"): a placeholder {table:key} is one of these spellings.
 #: `w8i`/`int8` are ggml's Q8_0 weights (a GGUF's): the GEMM templates take them dequantized by
-#: the host, as every weight the templates have no in-kernel dequant for.
+#: the host, as every weight the templates have no in-kernel dequant for. `q8_0` ... `q6_k` and
+#: `gguf` (a projection of parts in different ones) are GGUF's block formats, read in place.
 TABLES: dict[str, tuple[str, ...]] = {
-    "gemm": ("w8a16", "w4a16", "w8i", "bf16", "f16", "f32"),
-    "elem": ("fp8", "int4", "int8", "bf16", "f16", "f32"),
+    "gemm": ("w8a16", "w4a16", "w8i", "bf16", "f16", "f32", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k", "gguf"),
+    "elem": ("fp8", "int4", "int8", "bf16", "f16", "f32", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k", "gguf"),
     "kv": ("paged_attention", "contiguous_attention"),
 }
 #: Free placeholders: argmax_{where}, sample_{where}.

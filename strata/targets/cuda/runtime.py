@@ -14,7 +14,12 @@ What it does:
   parts' scale rows), int4 asymmetric per block along K (ONNX Runtime's formula), bf16, or f32,
   after the weight table's conversions (`plus_one`, `neg_exp`, `squeeze`, `ungroup_rows`);
   under Triton's interpreter (`interpret`) quantized weights are dequantized on the host and
-  every edge is f32 (the interpreter gets bf16 arithmetic and f32->fp8 casts wrong);
+  every edge is f32 (the interpreter gets bf16 arithmetic and f32->fp8 casts wrong); a GGUF
+  block format (`q4_K`, ..., or `gguf`: each part in its own) as the file's blocks, uint8,
+  never dequantized (the store's `packed`, rows in the IR's order; the GEMV/GEMM kernels
+  dequantize them in registers, under the interpreter too), or, where the store cannot give a
+  part's blocks (rows it makes otherwise than the file has them: Qwen3.5's attn_qkv), the
+  store's values of the node's weight in f32;
 * allocates the state buffers (the KV cache, paged with an identity block table when the
   blueprint says paged, and the conv / recurrent state, zeroed when a sequence starts);
 * runs an entry group by group, greedy sampling on the device (argmax), and for decode an
@@ -38,6 +43,8 @@ import numpy as np
 import torch
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "i32": torch.int32}
+#: ggml's type ids (GGUF's tensor types) of the block formats the kernels read in place
+GGML_TYPE_NAMES = {8: "q8_0", 2: "q4_0", 3: "q4_1", 12: "q4_K", 13: "q5_K", 14: "q6_K"}
 E4M3_MAX = 448.0
 PAGE = 16  # strata.targets.target.KV_PAGE_SIZE (this file imports nothing from strata)
 
@@ -224,10 +231,11 @@ class Runtime:
         #: a GEMM whose node takes bf16 activations multiplies in bf16 (not under the interpreter)
         self.bf16_dot = not self.interpret
         self._get = weights.get if hasattr(weights, "get") else weights if callable(weights) else weights.__getitem__
+        self._packed = getattr(weights, "packed", None)
         cache: dict = {}
         self.w = [self._prepare(spec, cache) for spec in self.WEIGHTS]
         del cache
-        self._get = None
+        self._get = self._packed = None
         self.inv = [self.kernels.rope_inv_freq(*r, device=self.device) for r in self.ROPES] if self.ROPES else []
         self.state = {}
         for name, (shape, elem) in self.STATE.items():
@@ -267,9 +275,48 @@ class Runtime:
             cache[key] = self._prepare_new(kind, parts, fmt, block)
         return cache[key]
 
+    def _blocks(self, name: str, fmt: str):
+        """(ggml type, uint8 [rows, row bytes] on the device, values per row) of weight `name` as
+        its GGUF file stores it, rows in the IR's order, or None when the store cannot give them;
+        `fmt` the type compiled for (`gguf`: any the kernels read)."""
+        source, conv, _ = self.CONVERT.get(name, (name, None, ()))
+        found = self._packed(name) if self._packed is not None and conv is None and source == name else None
+        if found is None:  # a store of arrays, or rows the store makes from the file's otherwise (Qwen3.5's qkv)
+            return None
+        type_id, blocks, order = found
+        ggml = GGML_TYPE_NAMES.get(int(type_id))
+        if ggml is None or fmt not in (ggml, "gguf"):
+            raise ModelError(f"weight '{name}' is stored as ggml type {int(type_id)}; the program was compiled "
+                             f"for {fmt}")
+        rows = blocks if torch.is_tensor(blocks) else torch.from_numpy(np.array(blocks, dtype=np.uint8, order="C"))
+        if order is not None:
+            rows = rows[torch.from_numpy(np.asarray(order, dtype=np.int64))]
+        _, qk, nbytes, _ = self.kernels.GGML_FORMATS[ggml]
+        return ggml, rows.to(self.device).contiguous(), rows.shape[-1] // nbytes * qk
+
+    def _prepare_packed(self, kind, parts, fmt, experts: int):
+        """A weight in the blocks its file stores (`experts` > 1: [experts, rows, row bytes], the
+        file's rows of each expert in turn)."""
+        if kind != "linear":
+            raise ModelError(f"weight '{parts[0]}': a GGUF block format is read by the GEMV/GEMM kernels only")
+        found = [self._blocks(name, fmt) for name in parts]
+        if None in found:  # the file's values then, dequantized by the store (as the cpu target's native kernels do)
+            w = torch.cat([self._raw(n) for n in parts], dim=-2).contiguous()
+            return self.kernels.Weight(w, int(w.shape[-1]))
+        if experts > 1:
+            found = [(g, b.reshape(experts, -1, b.shape[-1]), k) for g, b, k in found]
+        types = {g for g, _, _ in found}
+        if len(types) == 1:
+            return self.kernels.ggml_weight(torch.cat([b for _, b, _ in found], dim=-2), found[0][2], found[0][0])
+        if experts > 1:
+            raise ModelError(f"weight '{parts[0]}': experts whose parts are stored in different types")
+        return self.kernels.Parts([self.kernels.ggml_weight(b, k, g) for g, b, k in found])
+
     def _prepare_new(self, kind, parts, fmt, block):
         if kind == "raw":
             return self._raw(parts[0])
+        if fmt in GGML_TYPE_NAMES.values() or fmt == "gguf":
+            return self._prepare_packed(kind, parts, fmt, block[0])
         if fmt == "fp8":
             qs, scales, maps, base = [], [], [], 0
             for name in parts:  # each stored tensor quantized apart, as a quantized checkpoint holds it

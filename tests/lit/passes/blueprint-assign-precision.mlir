@@ -12,7 +12,7 @@
 // RUN: strata-opt %S/Inputs/blueprint-gdn-moe.mlir -p 'blueprint-assign-precision{recipe=fp8-bf16head},blueprint-assign-precision{recipe=w4a16}' | filecheck %s --check-prefix=W4
 // RUN: not strata-opt %S/Inputs/blueprint-gdn-moe.mlir -p 'blueprint-assign-precision{recipe=fp4}' 2>&1 | filecheck %s --check-prefix=ERR-RECIPE
 
-// ERR-RECIPE: strata-opt: error: blueprint-assign-precision: unknown recipe 'fp4' (known: bf16, f32, fp8-bf16head, q4_0, q8_0, w4a16)
+// ERR-RECIPE: strata-opt: error: blueprint-assign-precision: unknown recipe 'fp4' (known: bf16, f32, fp8-bf16head, gguf, gguf-bf16, q4_0, q8_0, w4a16)
 
 // FP8: %h = blueprint.embed {{.*}}node = "embed.embed"{{.*}}precision = #blueprint.precision<output = #blueprint.format<bf16>>, steps = [#blueprint.step<gather, "bf16">]}
 // FP8-NEXT: %xn = blueprint.rms_norm {{.*}}node = "l0.gdn.input_norm"{{.*}}precision = #blueprint.precision<activation = #blueprint.format<bf16>, output = #blueprint.format<bf16>>, steps = [#blueprint.step<compute, "f32">]}

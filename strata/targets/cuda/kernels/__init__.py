@@ -2,7 +2,8 @@
 that take torch tensors (rows are the blueprint's edges: 2-D, row-major, [rows, dim]).
 
     norms        residual add + RMSNorm, per-head (q/k) RMSNorm, gated RMSNorm
-    gemm         GEMV / GEMM templates: f32, bf16, fp8 block dequant (w8a16), int4 (w4a16)
+    gemm         GEMV / GEMM templates: f32, bf16, fp8 block dequant (w8a16), int4 (w4a16), and
+                 GGUF's block formats read in place (ggml_packed: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)
     attention    RoPE (neox, norm, mrope, imrope, partial), KV write, flash attention
                  (decode and prefill; contiguous or paged cache)
     gdn          Gated DeltaNet: ba gates, conv1d update + SiLU + L2 norm, recurrence (step, chunked)

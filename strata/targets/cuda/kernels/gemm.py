@@ -5,7 +5,8 @@ QBK elements along K (w4a16, ONNX Runtime's MatMulNBits formula: w = (q - zp) * 
 One template, specialised by constexpr flags as Inductor does:
 
     FMT       0 dense (f32/bf16/f16), 1 fp8 block (scale row per weight row from a row map),
-              2 int4 (two nibbles per byte, low first)
+              2 int4 (two nibbles per byte, low first), 3..8 a GGUF block format read in place
+              (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K: `ggml_packed`)
     HAS_BIAS  add a bias row
     SILU_OUT  the weight is [gate; up] (2N rows): y = silu(x W_gate^T) * (x W_up^T)
     SILU_IN   the input row is [gate | up] (2K): x = silu(gate) * up (an expert's down GEMV)
@@ -25,6 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
+from strata.targets.cuda.kernels.ggml_packed import GGML_FORMATS, load_ggml_tile
+
 DENSE, FP8, INT4 = 0, 1, 2
 #: Row counts up to this use the GEMV kernel; more use the tiled GEMM.
 GEMV_MAX_ROWS = 8
@@ -41,6 +44,7 @@ class Weight:
     the scale row of each weight row (n // bn for one tensor; a merged projection whose parts
     were quantized apart, or whose rows were reordered, maps its rows to its parts' grids).
     block: (bn, bk), int4 (1, bk).
+    A GGUF block format (fmt >= 3): data uint8 [.., N, row bytes], the file's blocks (no scale).
     """
 
     data: torch.Tensor
@@ -103,8 +107,34 @@ def int4_weight(q, scale, zero, block: int = 128) -> Weight:
                   torch.from_numpy(np.ascontiguousarray(np.asarray(zero, np.uint8))), (1, block))
 
 
+def ggml_weight(blocks, k: int, ggml_type: str) -> Weight:
+    """A weight in GGUF's packed blocks: `blocks` uint8 [.., N, row bytes] (as the file stores
+    the rows: K / QK blocks each) of ggml type `ggml_type` (`q4_K`, ...), K = `k` values per row."""
+    fmt, qk, nbytes, _ = GGML_FORMATS[ggml_type]
+    blocks = torch.as_tensor(blocks)
+    if blocks.dtype != torch.uint8 or k % qk or blocks.shape[-1] != k // qk * nbytes:
+        raise ValueError(f"{ggml_type} blocks {tuple(blocks.shape)} {blocks.dtype} do not hold rows of {k} values")
+    return Weight(blocks.contiguous(), int(k), fmt)
+
+
+@dataclass
+class Parts:
+    """A merged projection whose parts are stored in different formats (a GGUF whose q, k and v
+    differ): the rows of `parts` stacked, each part multiplied by its own launch."""
+
+    parts: list
+
+    @property
+    def n(self) -> int:
+        return sum(p.n for p in self.parts)
+
+    @property
+    def fmt(self) -> int:
+        return max(p.fmt for p in self.parts)
+
+
 def as_weight(w) -> Weight:
-    return w if isinstance(w, Weight) else dense(w)
+    return w if isinstance(w, (Weight, Parts)) else dense(w)
 
 
 @triton.jit
@@ -121,12 +151,14 @@ def load_weight_tile(w_ptr, s_ptr, z_ptr, rows, cols, n_rows, K, w_rs, s_rs,
         sr = tl.load(z_ptr + rows, mask=rows < n_rows, other=0)[:, None]
         s = tl.load(s_ptr + sr * s_rs + c // QBK, mask=m, other=0.0)
         w = q * s
-    else:
+    elif FMT == 2:
         byte = tl.load(w_ptr + r * w_rs + c // 2, mask=m, other=0).to(tl.int32)
         nib = (byte >> ((c % 2) * 4)) & 15
         s = tl.load(s_ptr + r * s_rs + c // QBK, mask=m, other=0.0)
         z = tl.load(z_ptr + r * s_rs + c // QBK, mask=m, other=0).to(tl.float32)
         w = (nib.to(tl.float32) - z) * s
+    else:
+        w = load_ggml_tile(w_ptr, r, c, m, w_rs, FMT)
     return w
 
 
@@ -270,10 +302,33 @@ def launch_linear(x: torch.Tensor, w, *, bias: torch.Tensor | None = None, out: 
     n = w.n // 2 if silu_out else w.n
     if out is None:
         out = torch.empty((x.shape[0], n), dtype=out_dtype or x.dtype, device=x.device)
+    if isinstance(w, Parts):
+        return _launch_parts(x, w, bias, out, silu_out, dot_bf16)
     # gate and up tiles of a quantized weight dequantized together: half as wide (aot.SPECS
     # *_gate_up_silu: 16 x 256 GEMV and 64 x 64 GEMM tiles spill on sm_90)
-    narrow = silu_out and w.fmt != DENSE
+    # and a GGUF block format's tile alone: its dequant holds several bytes and scales per value
+    # (aot.SPECS q8b.*_q4_K ...: 16 x 256 GEMV and 64 x 64 GEMM tiles of Q4_K / Q5_K spill; 8 x 128
+    # GEMV tiles and 32-wide K steps of the GEMM, whose 8 warps ptxas holds to 128 registers, keep
+    # every format and row block without local memory)
+    narrow = (silu_out and w.fmt != DENSE) or w.fmt > INT4
     if x.shape[0] <= GEMV_MAX_ROWS:
-        return launch_gemv(x, w, out, bias=bias, silu_out=silu_out, block_n=8 if narrow else 16)
+        return launch_gemv(x, w, out, bias=bias, silu_out=silu_out, block_n=8 if narrow else 16,
+                           block_k=128 if w.fmt > INT4 else 256)
     dot_bf16 = x.dtype == torch.bfloat16 if dot_bf16 is None else dot_bf16
-    return launch_gemm(x, w, out, bias=bias, silu_out=silu_out, dot_bf16=dot_bf16, block_n=32 if narrow else 64)
+    return launch_gemm(x, w, out, bias=bias, silu_out=silu_out, dot_bf16=dot_bf16, block_n=32 if narrow else 64,
+                       block_k=32 if w.fmt > INT4 else 64)
+
+
+def _launch_parts(x: torch.Tensor, w: Parts, bias, out: torch.Tensor, silu_out: bool, dot_bf16) -> torch.Tensor:
+    """A merged projection of parts in different formats: each part's launch writes its columns
+    of the output (of [gate; up]'s product, then the SiLU-mul, with silu_out)."""
+    full = torch.empty((x.shape[0], w.n), dtype=out.dtype, device=out.device) if silu_out else out
+    lo = 0
+    for part in w.parts:
+        hi = lo + part.n
+        launch_linear(x, part, bias=bias[lo:hi] if bias is not None else None, out=full[:, lo:hi], dot_bf16=dot_bf16)
+        lo = hi
+    if silu_out:
+        n = w.n // 2
+        out.copy_(torch.nn.functional.silu(full[:, :n].float()) * full[:, n:].float())
+    return out

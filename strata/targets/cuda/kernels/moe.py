@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strata.targets.cuda.kernels.gemm import as_weight, launch_gemv, launch_linear
+from strata.targets.cuda.kernels.gemm import INT4, as_weight, launch_gemv, launch_linear
 
 #: llama.cpp's clamp of the top-k weight sum (2^-14) before renormalising.
 NORM_MIN = 6.103515625e-05
@@ -67,21 +67,26 @@ def launch_expert_gate_up(x: torch.Tensor, ids: torch.Tensor, w, *, out_dtype: t
     w = as_weight(w)
     n, k = ids.shape
     out = torch.empty((n * k, w.n), dtype=out_dtype or x.dtype, device=x.device)
-    return launch_gemv(x, w, out, ids=ids.reshape(-1).contiguous(), x_div=k)
+    return launch_gemv(x, w, out, ids=ids.reshape(-1).contiguous(), x_div=k, **_packed_tiles(w))
+
+
+def _packed_tiles(w) -> dict:
+    """A GGUF block format's GEMV tiles (launch_linear's: 8 x 128, spill-free on sm_90), else the defaults."""
+    return {"block_n": 8, "block_k": 128} if w.fmt > INT4 else {}
 
 
 def launch_expert_silu_down(gate_up: torch.Tensor, ids: torch.Tensor, w, *, out_dtype: torch.dtype | None = None):
     """`silu_mul` + `expert_down`: row r = (silu(gu[r, :I]) * gu[r, I:]) @ W[ids.flat[r]].T, [n*k, H]."""
     w = as_weight(w)
     out = torch.empty((gate_up.shape[0], w.n), dtype=out_dtype or gate_up.dtype, device=gate_up.device)
-    return launch_gemv(gate_up, w, out, ids=ids.reshape(-1).contiguous(), silu_in=True)
+    return launch_gemv(gate_up, w, out, ids=ids.reshape(-1).contiguous(), silu_in=True, **_packed_tiles(w))
 
 
 def launch_shared_silu_down(gate_up: torch.Tensor, w, *, out_dtype: torch.dtype | None = None):
     """The shared expert's `silu_mul` + `linear` shared_down: (silu(g) * u) @ W.T, [n, H]."""
     w = as_weight(w)
     out = torch.empty((gate_up.shape[0], w.n), dtype=out_dtype or gate_up.dtype, device=gate_up.device)
-    return launch_gemv(gate_up, w, out, silu_in=True)
+    return launch_gemv(gate_up, w, out, silu_in=True, **_packed_tiles(w))
 
 
 def launch_moe_gate_up(x: torch.Tensor, ids: torch.Tensor, w_experts, w_shared=None, *,

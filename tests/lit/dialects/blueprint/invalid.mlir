@@ -16,6 +16,24 @@ func.func @f(%a: !blueprint.edge<"n", "hidden", bf16>) {
 
 // -----
 
+// blueprint.format: a GGUF block type is its own block.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.format: 'q4_K' is a GGUF block format (its block and scales are the format's): no block or asymmetric
+func.func @f(%a: !blueprint.edge<"n", "hidden", f32>) {
+  %x = blueprint.linear %a weight "w" role "o" {precision = #blueprint.precision<weight = #blueprint.format<q4_K, block = [32]>>} : !blueprint.edge<"n", "hidden", f32> -> !blueprint.edge<"n", "hidden", f32>
+  func.return
+}
+
+// -----
+
+// blueprint.precision: only a weight is in a GGUF block type.
+// CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.precision: 'q8_0' is a weight's GGUF block format, not a format of the output
+func.func @f(%a: !blueprint.edge<"n", "hidden", f32>) {
+  %x = blueprint.silu_mul %a {precision = #blueprint.precision<output = #blueprint.format<q8_0>>} : !blueprint.edge<"n", "hidden", f32> -> !blueprint.edge<"n", "hidden", f32>
+  func.return
+}
+
+// -----
+
 // blueprint.format: a block is one or two positive sizes.
 // CHECK: {{^(.*:[0-9]+:[0-9]+: | +)?}}blueprint.format: a block is one or two positive sizes, got [128, 0]
 func.func @f(%a: !blueprint.edge<"n", "hidden", bf16>) {

@@ -358,3 +358,13 @@ func.func @facts() attributes {blueprint.dims = #blueprint.dims<head_dim = 8, hi
 func.func @no_facts() attributes {blueprint.dims = #blueprint.dims<>, blueprint.weights = #blueprint.weights<>} {
   func.return
 }
+
+// GGUF's block types as weight formats (ggml's names, no block), and `gguf` (each part its own).
+// CHECK-LABEL: func.func @gguf_formats(
+// CHECK-NEXT:    %a = blueprint.linear %x weight "blk.0.attn_q.weight" role "q" {precision = #blueprint.precision<weight = #blueprint.format<q4_K>, activation = #blueprint.format<f32>>} : !blueprint.edge<"n", "hidden", f32> -> !blueprint.edge<"n", "hidden", f32>
+// CHECK-NEXT:    %b = blueprint.linear %x weight "blk.0.ffn_gate.weight" role "gate_up" {concat = ["blk.0.ffn_up.weight"], precision = #blueprint.precision<weight = #blueprint.format<gguf>>} : !blueprint.edge<"n", "hidden", f32> -> !blueprint.edge<"n", "inter*2", f32>
+func.func @gguf_formats(%x: !blueprint.edge<"n", "hidden", f32>) {
+  %a = blueprint.linear %x weight "blk.0.attn_q.weight" role "q" {precision = #blueprint.precision<weight = #blueprint.format<q4_K>, activation = #blueprint.format<f32>>} : !blueprint.edge<"n", "hidden", f32> -> !blueprint.edge<"n", "hidden", f32>
+  %b = blueprint.linear %x weight "blk.0.ffn_gate.weight" role "gate_up" {concat = ["blk.0.ffn_up.weight"], precision = #blueprint.precision<weight = #blueprint.format<gguf>>} : !blueprint.edge<"n", "hidden", f32> -> !blueprint.edge<"n", "inter*2", f32>
+  func.return
+}
