@@ -30,6 +30,11 @@ class CudaProgramError(StrataError):
     """A compiled CUDA model that cannot be loaded or run."""
 
 
+class CudaCallError(CudaProgramError, ValueError):
+    """An entry's call refused (its arguments) or failed: a ValueError, as every program's `call`
+    raises for its arguments."""
+
+
 def load_model_py(out_dir: str | Path):
     """Import `out_dir/model.py` (which loads `kernels.py` beside it)."""
     return import_generated(Path(out_dir) / MODEL_PY, requires=("kernels.py",), what="the model for cuda")
@@ -131,10 +136,8 @@ class CudaProgram:
                     _, logits = self.model.decode(int(tokens[0]), int(args["pos"]))
                 return (logits.reshape(1, -1).float().cpu().numpy(),)
             return self.model.call(entry, **inputs)
-        except ValueError as e:  # check_args
-            raise CudaProgramError(str(e)) from None
-        except self.module.ModelError as e:
-            raise CudaProgramError(str(e)) from None
+        except ValueError as e:  # check_args, and the model's ModelError (a ValueError)
+            raise CudaCallError(str(e)) from None
 
     def read_slot(self, slot: int) -> dict:
         """No recurrent state per row: the batched entries compile for attention-only families."""

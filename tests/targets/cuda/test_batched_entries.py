@@ -104,5 +104,5 @@ def test_a_hybrids_batched_entries_are_refused_in_one_line(tmp_path):
 def test_bad_arguments_are_one_line(odd_configs, tmp_path):
     cuda, _ = _programs(write_checkpoint(odd_configs["odd_llama"], tmp_path / "ckpt"), tmp_path,
                         {"ctx": CTX, "entries": "decode_rows", "Batch": 2})
-    with pytest.raises(StrataError, match=r"decode_rows: positions\[1\] = 40 is not in \[0, 31\]"):
+    with pytest.raises(ValueError, match=r"decode_rows: positions\[1\] = 40 is not in \[0, 31\]"):
         cuda.call("decode_rows", tokens=np.array([[1], [2]], np.int32), positions=np.array([0, 40], np.int32))
