@@ -97,7 +97,7 @@ class EntriesRuntime(Runtime):
         if layout["kv"] == "paged":
             table, page = np.maximum(call["table"], 0), int(layout["PageSize"])
         elif layout["kv"] == "self" and entry != "prefill_slots":  # the call's own tokens: a page per segment
-            page = int(positions.max()) + 1
+            page = max(16, 1 << int(positions.max()).bit_length())  # a power of two: few kernels to compile
             groups = int(label.max()) + 1
             table = np.arange(groups)[:, None]
             cells = np.where(label >= 0, label * page + positions, -1)

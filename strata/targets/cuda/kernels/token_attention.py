@@ -46,8 +46,8 @@ def launch_kv_write_cells(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tenso
 
 
 @triton.jit
-def token_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, pos_ptr, blk_ptr, table_rs, page, q_rs, kv_rs,
-                           o_rs, scale, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+def token_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, pos_ptr, blk_ptr, table_rs, q_rs, kv_rs, o_rs,
+                           scale, PAGE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_BF16: tl.constexpr):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -75,7 +75,7 @@ def token_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, pos_ptr, blk_p
     for start in range(0, hi, BLOCK_N):
         j = start + tl.arange(0, BLOCK_N)
         j_ok = j < hi
-        cells = tl.load(tb + j // page, mask=j_ok, other=0).to(tl.int64) * page + j % page
+        cells = tl.load(tb + j // PAGE, mask=j_ok, other=0).to(tl.int64) * PAGE + j % PAGE
         kvm = j_ok[:, None] & d_ok[None, :]
         kt = tl.load(k_ptr + cells[:, None] * kv_rs + kvh * HEAD_DIM + d[None, :], mask=kvm, other=0.0).to(tl.float32)
         vt = tl.load(v_ptr + cells[:, None] * kv_rs + kvh * HEAD_DIM + d[None, :], mask=kvm, other=0.0).to(tl.float32)
@@ -114,6 +114,16 @@ def token_runs(rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
     return runs[runs[:, 2] >= 0]
 
 
+def token_tiles(q_rows: int, head_dim: int, group: int, bf16: bool) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, warps) for the longest run's `q_rows` (token, head) pairs: the
+    one-sequence kernel's tiles (`attention_tiles`) up to a 128-wide head; a wider head takes
+    32 x 16 (4 warps) for a chunk, since the table lookup of each key costs the 64 x 32 tile its
+    registers (checked without spills by aot.py)."""
+    if bf16 and head_dim > 128 and q_rows > 16:
+        return 32, 16, 4
+    return attention_tiles(q_rows, head_dim, group, bf16)
+
+
 def token_blocks(runs: np.ndarray, group: int, block_m: int) -> np.ndarray:
     """The blocks of (token, head) pairs of the runs, int32 [blocks, 4]: (first token, run
     length, first pair, row), `block_m` pairs each."""
@@ -125,13 +135,14 @@ def launch_token_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            head_dim: int, kv_heads: int, out: torch.Tensor) -> torch.Tensor:
     """q [n, q_heads*head_dim] of the call's tokens against the cache cells their rows' tables
     reach -> out (rows of tokens in no run keep what `out` held: the caller zeroes them). `call`:
-    `table` (int32 [rows, pages], device), `page` (cells per page), `positions` (int32 [n],
+    `table` (int32 [rows, pages], device), `page` (cells per page: a constexpr, one compile per
+    program's page size), `positions` (int32 [n],
     device), `runs` (`token_runs`) and `blocks` (a dict caching the block list per tile). The
     K/V of the call's tokens must be written first (launch_kv_write_cells)."""
     group = q.shape[1] // head_dim // kv_heads
     dot_bf16 = q.dtype == torch.bfloat16
     longest = int(call.runs[:, 1].max()) if call.runs.size else 1
-    bm, bn, warps = attention_tiles(longest * group, head_dim, group, dot_bf16)
+    bm, bn, warps = token_tiles(longest * group, head_dim, group, dot_bf16)
     key = (group, bm)
     if key not in call.blocks:
         call.blocks[key] = torch.from_numpy(token_blocks(call.runs, group, bm)).to(q.device)
@@ -139,7 +150,7 @@ def launch_token_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if blocks.shape[0] == 0:
         return out
     token_attention_kernel[(blocks.shape[0], kv_heads)](
-        q, k_cache, v_cache, out, call.table, call.positions, blocks, call.table.stride(0), int(call.page),
-        q.stride(0), k_cache.stride(0), out.stride(0), float(scale), GROUP=group, HEAD_DIM=head_dim,
+        q, k_cache, v_cache, out, call.table, call.positions, blocks, call.table.stride(0), q.stride(0),
+        k_cache.stride(0), out.stride(0), float(scale), PAGE=int(call.page), GROUP=group, HEAD_DIM=head_dim,
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=bm, BLOCK_N=bn, DOT_BF16=dot_bf16, num_warps=warps)
     return out
