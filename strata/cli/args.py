@@ -287,8 +287,9 @@ def entries_target_knobs(args: argparse.Namespace, owned: tuple[str, ...], whose
         raise StrataError(f"--interpret does not apply to --target {args.target}")
     if args.recipe and "recipe" not in tgt.knobs:
         raise StrataError(f"--recipe does not apply to --target {args.target}")
+    names = ", ".join(owned[:-1]) + " and " + owned[-1] if len(owned) > 1 else owned[0]
     knobs = parse_settings(args.set, {k: v for k, v in tgt.knobs.items() if k not in owned + ("recipe",)},
-                           f"target '{args.target}' ({', '.join(owned)}: {whose}'s own)")
+                           f"target '{args.target}' ({names} {'are' if len(owned) > 1 else 'is'} {whose}'s own)")
     if "recipe" in tgt.knobs:  # under an interpreter, exact f32 unless a recipe is given
         knobs["recipe"] = args.recipe or ("f32" if args.interpret else None)
     return knobs
