@@ -6,6 +6,8 @@ not powers of two, on a dense model, a grouped-query one with q/k norms and a Mo
 
 from __future__ import annotations
 
+import ast
+
 import numpy as np
 import pytest
 
@@ -92,6 +94,13 @@ def test_the_other_batched_entries_equal_the_cpu_targets(odd_configs, tmp_path):
     _same(cuda, cpu, "forward", tokens=prompts)
     _same(cuda, cpu, "decode_paged", tokens=np.array([[4], [7], [1]], np.int32), positions=np.array([9, 0, 3], np.int32),
           table=np.array([[4, 6, -1, -1], [1, -1, -1, -1], [0, -1, -1, -1]], np.int32))
+    # model.py stands alone: the host-input functions copied in, nothing of strata imported, each name once
+    text = (tmp_path / "cuda" / "model.py").read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                and "strata" in (getattr(n, "module", None) or "") + "".join(a.name for a in n.names)]
+    names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    assert len(names) == len(set(names)) and {"entry_call", "EntriesRuntime", "TokenCall"} <= set(names)
 
 
 def test_a_hybrids_batched_entries_are_refused_in_one_line(tmp_path):
