@@ -140,9 +140,6 @@ def emit_cuda(module: ModuleOp, model_name: str | None) -> dict[str, str]:
     tables.convert = _convert_table(fns)
     calls = entry_tables(module)
     model_part = _model_part(fns, tables, name, calls)
-    if calls is not None and tables.recurrent:
-        raise CodegenError("the cuda target's batched entries run attention-only families: a hybrid's recurrent "
-                           "state per row is not compiled for them (serve it with --target cpu)")
     recipe = fns[0].attributes["blueprint.recipe"].data if "blueprint.recipe" in fns[0].attributes else "?"
     kernels, jit = kernel_source(tables.launchers, name, recipe)
     runtime = RUNTIME.read_text(encoding="utf-8")

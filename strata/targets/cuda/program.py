@@ -140,8 +140,31 @@ class CudaProgram:
             raise CudaCallError(str(e)) from None
 
     def read_slot(self, slot: int) -> dict:
-        """No recurrent state per row: the batched entries compile for attention-only families."""
-        return {}
+        """Slot `slot`'s recurrent state (a hybrid's; empty for another family or a program of
+        prefill and decode only), for the scheduler's prefix cache."""
+        read = getattr(self.model, "read_slot", None)
+        if read is None:
+            return {}
+        self._check_slot(slot)
+        return read(slot)
+
+    def write_slot(self, slot: int, state) -> None:
+        self._check_slot(slot)
+        slots = getattr(self.model, "slots", {})
+        if set(state) != set(slots):
+            raise ValueError(f"write_slot: the state names {sorted(state)} are not the program's slot states "
+                             f"{sorted(slots)}")
+        for name, buf in slots.items():
+            if tuple(np.shape(state[name])) != tuple(buf.shape[1:]):
+                raise ValueError(f"write_slot: state {name!r} has shape {list(np.shape(state[name]))}, one slot "
+                                 f"holds {list(buf.shape[1:])}")
+        if slots:
+            self.model.write_slot(slot, state)
+
+    def _check_slot(self, slot: int) -> None:
+        slots = next(iter(getattr(self.model, "slots", {}).values()), None)
+        if slots is not None and not 0 <= slot < slots.shape[0]:
+            raise ValueError(f"slot {slot} is not one of the {slots.shape[0]} sequence slots of the state")
 
     def close(self) -> None:
         pass

@@ -18,7 +18,9 @@ llama.cpp runs a batch. How a row reaches its K/V:
   scratch cache of one page per segment, dropped after the call.
 
 The pool is one buffer per K/V state; the one-sequence prefill and decode use its first MaxSeq
-cells (row 0), as the cpu target's share row 0 of its cache.
+cells (row 0), as the cpu target's share row 0 of its cache. A hybrid's recurrent state lives in
+Batch slots (slot 0 the one-sequence entries'); its call runs each sequence's tokens in turn
+(`_by_sequence`), the state read from the sequence's slot and written back.
 """
 
 from __future__ import annotations
@@ -65,11 +67,28 @@ class EntriesRuntime(Runtime):
                 self.pool[name] = pool
             else:
                 self.pool[name] = buf
+        #: a hybrid's recurrent state per slot (Batch of them; the one-sequence entries keep slot 0),
+        #: and the buffers one run of tokens steps (loaded from its slot, written back)
+        self.slots, self.run_state = {}, {}
+        slots = int(layout["Batch"]) if layout is not None else 1
+        for name in self.RECURRENT:
+            buf = self.state[name]
+            self.slots[name] = torch.zeros((slots, *buf.shape), dtype=buf.dtype, device=self.device)
+            self.state[name] = self.slots[name][0]
+            self.run_state[name] = torch.zeros_like(buf)
 
     def reset(self) -> None:
         super().reset()
-        for buf in self.pool.values():
+        for buf in [*self.pool.values(), *self.slots.values()]:
             buf.zero_()
+
+    def read_slot(self, slot: int) -> dict:
+        """Slot `slot`'s recurrent state (numpy, by state name); empty for a model without one."""
+        return {n: buf[slot].float().cpu().numpy().copy() for n, buf in self.slots.items()}
+
+    def write_slot(self, slot: int, state: dict) -> None:
+        for n, buf in self.slots.items():
+            buf[slot].copy_(torch.as_tensor(np.asarray(state[n], np.float32)).to(buf.dtype))
 
     def _zeros(self, rows: int, cols: int, elem: str) -> torch.Tensor:
         return torch.zeros((rows, cols), dtype=self._dt(elem), device=self.device)
@@ -115,12 +134,55 @@ class EntriesRuntime(Runtime):
                       hidden_only=entry == "hidden_packed")
         ids = torch.from_numpy(call["tokens"].astype(np.int32)).reshape(-1, 1).to(dev)
         try:
-            res = self._tokens(ids, ids.shape[0], self._token_rope(pos_t), a, buffers)
+            if self.RECURRENT:
+                res = self._by_sequence(call, ids, a, buffers, out)
+            else:
+                res = self._tokens(ids, ids.shape[0], self._token_rope(pos_t), a, buffers)
         except ModelError:
             raise
         except Exception as e:  # noqa: BLE001 - reported as one line; the original is the cause
             raise ModelError(launch_failure("tokens", e).replace("@tokens", f"@{entry}", 1)) from e
         return self._results(entry, call, out, res)
+
+    def _by_sequence(self, call: dict, ids, a: TokenCall, buffers: dict, out: np.ndarray) -> dict:
+        """A hybrid's call: each sequence's run of tokens in turn through `_tokens`, its recurrent
+        state read from its slot (zeros for a new one) and written back (host_inputs' `seq`,
+        `state_read`, `state_write`; a call of fresh sequences keeps nothing). Tokens of no
+        sequence (padding, idle rows) are not run: no output row is theirs."""
+        seq, positions = call["seq"], call["positions"].astype(np.int64)
+        fresh = call["fresh"]
+        rows = {}
+        hidden = {}
+        dev = self.device
+        for t0, length, g in self.kernels.token_runs(seq, positions).tolist():
+            read = -1 if fresh else int(call["state_read"][g])
+            write = -1 if fresh else int(call["state_write"][g])
+            for n, buf in self.run_state.items():
+                if read >= 0:
+                    buf.copy_(self.slots[n][read])
+                else:
+                    buf.zero_()
+            mine = np.flatnonzero((out >= t0) & (out < t0 + length))
+            run = TokenCall(a.cells[t0:t0 + length], a.table, a.page, a.positions[t0:t0 + length],
+                            np.array([[0, length, int(call["label"][t0])]], np.int64),
+                            torch.from_numpy(out[mine] - t0).to(dev), hidden_only=a.hidden_only)
+            res = self._tokens(ids[t0:t0 + length], length, self._token_rope(run.positions), run,
+                               {**buffers, **self.run_state})
+            for j, i in enumerate(out[mine].tolist()):
+                hidden[i] = res["hidden"][j]
+                if "logits" in res:
+                    rows[i] = res["logits"][j]
+            if write >= 0:
+                for n, buf in self.run_state.items():
+                    self.slots[n][write].copy_(buf)
+        order = out[out >= 0].tolist()
+        missing = [i for i in order if i not in hidden]
+        if missing:
+            raise ModelError(f"token {missing[0]} is returned but belongs to no sequence")
+        done = {"hidden": torch.stack([hidden[i] for i in order]) if order else None}
+        if rows:
+            done["logits"] = torch.stack([rows[i] for i in order])
+        return done
 
     def _results(self, entry: str, call: dict, out: np.ndarray, res: dict) -> tuple:
         if entry == "hidden_packed":

@@ -1,8 +1,8 @@
 """The cuda target's batched and paged entries (@prefill's kernel groups over many rows' tokens,
 attention through each row's table of cells) in Triton's interpreter, f32: each equals the cpu
 target's (numpy kernels) on the same calls, within 1e-4 of the largest value, at sizes that are
-not powers of two, on a dense model, a grouped-query one with q/k norms and a MoE one. A hybrid
-(per-row recurrent state) is refused in one line."""
+not powers of two, on a dense model, a grouped-query one with q/k norms, a MoE one and a hybrid
+(a Gated DeltaNet's recurrent state per row, in the slots)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ pytest.importorskip("triton", reason="the CUDA target tests need triton (the `te
 pytest.importorskip("torch", reason="the CUDA target tests need torch (the `test` extra)")
 
 from support import HYBRID_FAMILIES, write_checkpoint  # noqa: E402
-from strata.errors import StrataError  # noqa: E402
 from strata.pipeline import compile_model, load_model  # noqa: E402
 from strata.targets.cpu.program import load as cpu_load  # noqa: E402
 from strata.targets.cuda import program as cuda_program  # noqa: E402
@@ -103,11 +102,38 @@ def test_the_other_batched_entries_equal_the_cpu_targets(odd_configs, tmp_path):
     assert len(names) == len(set(names)) and {"entry_call", "EntriesRuntime", "TokenCall"} <= set(names)
 
 
-def test_a_hybrids_batched_entries_are_refused_in_one_line(tmp_path):
-    model = load_model(write_checkpoint(HYBRID_FAMILIES["qwen3_5"], tmp_path / "ckpt"))
-    with pytest.raises(StrataError) as info:
-        compile_model(model, "cuda", tmp_path / "cuda", {"ctx": CTX, "recipe": "f32", "entries": "step_paged", "PageSize": 8})
-    assert "recurrent state" in str(info.value) and "\n" not in str(info.value)
+def test_a_hybrids_entries_keep_each_rows_recurrent_state(odd_configs, tmp_path):
+    """Qwen3.5-MoE at odd sizes (a Gated DeltaNet layer, then gated attention; 6 experts): each
+    sequence's tokens run with its slot's recurrent state (zeros for a new one) and write it back,
+    as the cpu target's do: three step_paged calls (a row continuing from its slot's state in the
+    third), prefill_slots with padded prompts (the state after each prompt's last real token)
+    and fresh segments in log_probs_packed; read_slot / write_slot move a slot's state."""
+    page = 8
+    cuda, cpu = _programs(write_checkpoint(odd_configs["odd_qwen35_moe"], tmp_path / "ckpt"), tmp_path,
+                          {"ctx": CTX, "entries": "step_paged,prefill_slots,log_probs_packed", "Batch": 2,
+                           "Rows": 2, "PageSize": page, "Pages": 4})
+    table = np.array([[3, 5, -1, -1], [0, 7, -1, -1]], np.int32)
+    calls = [  # (tokens, rows, positions, last, step_tokens, step_positions)
+        ([5, 9, 1, 2, 7, 3, 3, 8, 1, 0, 4], [0] * 11, list(range(11)), [10, -1], [0, 0], [-1, -1]),
+        ([4, 4, 2, 9, 1], [1] * 5, [0, 1, 2, 3, 4], [-1, 4], [11, 0], [11, -1]),
+        ([3, 8], [1, 1], [5, 6], [-1, 1], [2, 0], [12, -1]),
+    ]
+    for tokens, rows, pos, last, step_tokens, step_pos in calls:
+        rows, pos = np.array(rows, np.int32), np.array(pos, np.int32)
+        _same(cuda, cpu, "step_paged", tokens=np.array(tokens, np.int32), positions=pos, rows=rows,
+              slots=_slots(table, rows, pos, page), last=np.array(last, np.int32), table=table,
+              step_tokens=np.array(step_tokens, np.int32)[:, None], step_positions=np.array(step_pos, np.int32))
+    saved = cuda.read_slot(1)
+    assert saved and all(np.abs(v).max() > 0 for v in saved.values())
+    _same(cuda, cpu, "prefill_slots", tokens=np.array([[5, 9, 1, 2, 7], [3, 3, 8, 0, 0]], np.int32),
+          slots=np.array([1, 0], np.int32), lengths=np.array([5, 3], np.int32))
+    _same(cuda, cpu, "log_probs_packed", tokens=np.array([5, 9, 1, 2, 7, 3, 3, 8], np.int32),
+          positions=np.array([0, 1, 2, 3, 0, 1, 2, 3], np.int32), segments=np.array([0, 0, 0, 0, 1, 1, 1, 1], np.int32),
+          targets=np.array([9, 1, 2, 7, 3, 8, 1, 1], np.int64))
+    cuda.write_slot(0, saved)
+    assert all(np.array_equal(cuda.read_slot(0)[k], v) for k, v in saved.items())
+    with pytest.raises(ValueError, match="slot 2 is not one of the 2 sequence slots"):
+        cuda.read_slot(2)
 
 
 def test_bad_arguments_are_one_line(odd_configs, tmp_path):
