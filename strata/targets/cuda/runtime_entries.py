@@ -45,6 +45,12 @@ class TokenCall:
         self.blocks: dict = {}  # (group, block_m) -> the attention's block list
 
 
+def _returned(tokens: np.ndarray, device) -> torch.Tensor:
+    """The tokens whose rows the final norm and the head compute (int64): those returned, or token
+    0 when none is (a prompt chunk not at its prompt's end), since a launch of no rows is none."""
+    return torch.from_numpy(np.asarray(tokens if tokens.size else [0], np.int64)).to(device)
+
+
 class EntriesRuntime(Runtime):
     """A Runtime with the entries of its `LAYOUTS` (`call(entry, **arguments)`)."""
 
@@ -130,7 +136,7 @@ class EntriesRuntime(Runtime):
         pos_t = torch.from_numpy(positions.astype(np.int32)).to(dev)
         a = TokenCall(torch.from_numpy(np.asarray(cells, np.int64)).to(dev),
                       torch.from_numpy(np.ascontiguousarray(table, np.int32)).to(dev), page, pos_t,
-                      self.kernels.token_runs(label, positions), torch.from_numpy(out[out >= 0]).to(dev),
+                      self.kernels.token_runs(label, positions), _returned(out[out >= 0], dev),
                       hidden_only=entry == "hidden_packed")
         ids = torch.from_numpy(call["tokens"].astype(np.int32)).reshape(-1, 1).to(dev)
         try:
@@ -165,10 +171,10 @@ class EntriesRuntime(Runtime):
             mine = np.flatnonzero((out >= t0) & (out < t0 + length))
             run = TokenCall(a.cells[t0:t0 + length], a.table, a.page, a.positions[t0:t0 + length],
                             np.array([[0, length, int(call["label"][t0])]], np.int64),
-                            torch.from_numpy(out[mine] - t0).to(dev), hidden_only=a.hidden_only)
+                            _returned(out[mine] - t0, dev), hidden_only=a.hidden_only)
             res = self._tokens(ids[t0:t0 + length], length, self._token_rope(run.positions), run,
                                {**buffers, **self.run_state})
-            for j, i in enumerate(out[mine].tolist()):
+            for j, i in enumerate(out[mine].tolist()):  # (none: the row computed for nothing)
                 hidden[i] = res["hidden"][j]
                 if "logits" in res:
                     rows[i] = res["logits"][j]
@@ -180,15 +186,18 @@ class EntriesRuntime(Runtime):
         if missing:
             raise ModelError(f"token {missing[0]} is returned but belongs to no sequence")
         done = {"hidden": torch.stack([hidden[i] for i in order]) if order else None}
-        if rows:
-            done["logits"] = torch.stack([rows[i] for i in order])
+        if not a.hidden_only:
+            done["logits"] = torch.stack([rows[i] for i in order]) if order else \
+                torch.zeros((0, self.VOCAB), dtype=torch.float32, device=dev)
         return done
 
     def _results(self, entry: str, call: dict, out: np.ndarray, res: dict) -> tuple:
         if entry == "hidden_packed":
             return (res["hidden"].float().cpu().numpy(),)
-        logits = torch.zeros((out.size, res["logits"].shape[1]), dtype=torch.float32, device=self.device)
-        logits[torch.from_numpy(np.flatnonzero(out >= 0)).to(self.device)] = res["logits"].float()
+        logits = torch.zeros((out.size, self.VOCAB), dtype=torch.float32, device=self.device)
+        returned = np.flatnonzero(out >= 0)
+        if returned.size:  # else `_tokens` computed a row of its own for nothing (see _returned)
+            logits[torch.from_numpy(returned).to(self.device)] = res["logits"][:returned.size].float()
         if entry in ("log_probs_packed", "loss_packed"):
             targets = torch.from_numpy(call["args"]["targets"].astype(np.int64)).to(self.device)
             picked = torch.log_softmax(logits.double(), dim=-1)[torch.arange(out.size, device=self.device), targets]

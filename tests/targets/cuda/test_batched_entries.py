@@ -47,20 +47,24 @@ def _slots(table, rows, positions, page):
 
 @pytest.mark.parametrize("cfg", ["odd_llama", "qwen3_moe"])
 def test_step_paged_equals_the_cpu_targets(odd_configs, tmp_path, cfg):
-    """Two scheduler-like steps over pages scattered in the pool: a prompt of 11 tokens over two
-    pages (odd positions past a page end), then a decode step of that row beside two new
-    prompts' chunks, one row idle; only the rows' live pages hold anything."""
+    """Scheduler-like steps over pages scattered in the pool: a prompt of 11 tokens over two
+    pages in two chunks (the first returns no row), then a decode step of that row beside two
+    new prompts' chunks, one row idle; only the rows' live pages hold anything."""
     config = odd_configs.get(cfg) or HYBRID_FAMILIES[cfg]
     page = 8
     cuda, cpu = _programs(write_checkpoint(config, tmp_path / "ckpt"), tmp_path,
                           {"ctx": CTX, "entries": "step_paged", "Batch": 2, "Rows": 4, "PageSize": page, "Pages": 4})
     table = np.array([[3, 5, -1, -1], [0, -1, -1, -1], [7, 1, 2, -1], [-1, -1, -1, -1]], np.int32)
     idle = dict(step_tokens=np.zeros((4, 1), np.int32), step_positions=np.full(4, -1, np.int32))
-    rows, pos = np.zeros(11, np.int32), np.arange(11, dtype=np.int32)
-    first = dict(tokens=np.array([5, 9, 1, 2, 7, 3, 3, 8, 1, 0, 4], np.int32), positions=pos, rows=rows,
-                 slots=_slots(table, rows, pos, page), last=np.array([10, -1, -1, -1], np.int32), table=table, **idle)
-    (logits,) = _same(cuda, cpu, "step_paged", **first)
-    assert logits.shape[0] == 8 and not logits[1:].any()  # only row 0's last token is asked for
+    rows, pos = np.zeros(4, np.int32), np.arange(4, dtype=np.int32)
+    (logits,) = _same(cuda, cpu, "step_paged", tokens=np.array([5, 9, 1, 2], np.int32), positions=pos, rows=rows,
+                      slots=_slots(table, rows, pos, page), last=np.full(4, -1, np.int32), table=table, **idle)
+    assert logits.shape[0] == 8 and not logits.any()  # a prompt's first chunk: no row asked for
+    rows, pos = np.zeros(7, np.int32), np.arange(4, 11, dtype=np.int32)
+    rest = dict(tokens=np.array([7, 3, 3, 8, 1, 0, 4], np.int32), positions=pos, rows=rows,
+                slots=_slots(table, rows, pos, page), last=np.array([6, -1, -1, -1], np.int32), table=table, **idle)
+    (logits,) = _same(cuda, cpu, "step_paged", **rest)
+    assert logits.shape[0] == 8 and logits[0].any() and not logits[1:].any()  # only row 0's last token
     rows = np.array([2, 2, 2, 2, 2, 1, 1, 1], np.int32)
     pos = np.array([0, 1, 2, 3, 4, 0, 1, 2], np.int32)
     second = dict(tokens=np.array([4, 4, 2, 9, 1, 6, 7, 3], np.int32), positions=pos, rows=rows,
