@@ -7,6 +7,10 @@ not powers of two, on a dense model, a grouped-query one with q/k norms, a MoE o
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,7 +18,7 @@ import pytest
 pytest.importorskip("triton", reason="the CUDA target tests need triton (the `test` extra)")
 pytest.importorskip("torch", reason="the CUDA target tests need torch (the `test` extra)")
 
-from support import HYBRID_FAMILIES, write_checkpoint  # noqa: E402
+from support import EXAMPLES, HYBRID_FAMILIES, ROOT, write_checkpoint  # noqa: E402
 from strata.pipeline import compile_model, load_model  # noqa: E402
 from strata.targets.cpu.program import load as cpu_load  # noqa: E402
 from strata.targets.cuda import program as cuda_program  # noqa: E402
@@ -145,3 +149,20 @@ def test_bad_arguments_are_one_line(odd_configs, tmp_path):
                         {"ctx": CTX, "entries": "decode_rows", "Batch": 2})
     with pytest.raises(ValueError, match=r"decode_rows: positions\[1\] = 40 is not in \[0, 31\]"):
         cuda.call("decode_rows", tokens=np.array([[1], [2]], np.int32), positions=np.array([0, 40], np.int32))
+
+
+def test_aot_records_the_batched_entries_launches(tmp_path):
+    """`strata compile --aot sm_90a` of Qwen3-8B (bf16, config only) with step_paged: the token
+    attention at a decode step's tile and at the chunks' (32 and 64 rows), and the cell write,
+    compile for sm_90a within the H200's limits, no spills (a subprocess: TRITON_INTERPRET unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-m", "strata.cli", "compile", str(EXAMPLES / "qwen3-8b"), "--target", "cuda",
+                           "--set", "entries=step_paged", "--aot", "sm_90a", "-o", str(tmp_path / "o")],
+                          capture_output=True, text=True, env=env, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "o" / "aot" / "report.json").read_text())
+    mine = [r for r in report if r["kernel"] in ("token_attention_kernel", "kv_write_cells_kernel")]
+    assert sorted(r["kernel"] for r in mine) == ["kv_write_cells_kernel"] + ["token_attention_kernel"] * 3
+    assert all(r["ok"] and r["local"] == 0 and r["target"] == "sm_90a" for r in mine), mine
