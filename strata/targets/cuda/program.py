@@ -7,6 +7,8 @@ on the CPU.
     step.token, step.logits                   # read back when asked for
     step = program.decode(step.token, 3)      # CUDA-graph replay on a GPU
     step = program.decode(step.token, 4, params)  # drawn by the compiled sampler, beside the argmax
+    logits, = program.call("step_paged", ...)  # a batched entry compiled in (--set entries=...)
+    chooser = program.chooser()               # a sequence's next token from those host logits
 """
 
 from __future__ import annotations
