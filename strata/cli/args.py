@@ -270,3 +270,39 @@ def sampling_of(args: argparse.Namespace):
             warn(f"{', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing at temperature 0 (greedy); "
                  "give --temperature to sample")
     return params
+
+
+def add_entries_target(p: argparse.ArgumentParser) -> None:
+    """--target, --interpret and --recipe of a command that runs batched entries (bench,
+    perplexity): any target that compiles them."""
+    from strata.passes.blueprint_assign_precision import recipe_names
+    from strata.targets import TARGETS
+
+    p.add_argument("--target", choices=sorted(TARGETS), default="cpu",
+                   help="what to compile for: a target that compiles the batched entries (default cpu)")
+    p.add_argument("--interpret", action="store_true",
+                   help="--target cuda: run the generated kernels in Triton's interpreter on the CPU, every edge in f32")
+    p.add_argument("--recipe", choices=recipe_names(), default=None,
+                   help="--target cuda: the precision recipe (default bf16; f32 with --interpret)")
+
+
+def entries_target_knobs(args: argparse.Namespace, owned: tuple[str, ...], whose: str) -> dict:
+    """The knobs of --set for `args.target` but the command's own (`owned`), with its recipe;
+    the target must compile the batched entries, and take --interpret / --recipe if given."""
+    from strata.errors import StrataError
+    from strata.pipeline.compile import parse_settings
+    from strata.targets import target
+
+    tgt = target(args.target)
+    if not tgt.compiles_entries:
+        raise StrataError(f"--target {args.target} does not compile the batched entries {whose} runs")
+    if args.interpret and not tgt.interprets:
+        raise StrataError(f"--interpret does not apply to --target {args.target}")
+    if args.recipe and "recipe" not in tgt.knobs:
+        raise StrataError(f"--recipe does not apply to --target {args.target}")
+    names = ", ".join(owned[:-1]) + " and " + owned[-1] if len(owned) > 1 else owned[0]
+    knobs = parse_settings(args.set, {k: v for k, v in tgt.knobs.items() if k not in owned + ("recipe",)},
+                           f"target '{args.target}' ({names} {'are' if len(owned) > 1 else 'is'} {whose}'s own)")
+    if "recipe" in tgt.knobs:  # under an interpreter, exact f32 unless a recipe is given
+        knobs["recipe"] = args.recipe or ("f32" if args.interpret else None)
+    return knobs

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import argparse
 
-from strata.cli.args import add_allow_nonfinite, add_model, add_threads, bounded_int
+from strata.cli.args import add_allow_nonfinite, add_entries_target, add_model, add_threads, bounded_int, entries_target_knobs
 
 
 def add(sub) -> None:
     p = sub.add_parser("perplexity", help="a text's perplexity, as llama.cpp's llama-perplexity computes it")
     add_model(p)
     add_threads(p)
+    add_entries_target(p)
     p.add_argument("-f", "--file", required=True, metavar="TEXT", help="the text file to score (read as UTF-8)")
     p.add_argument("-c", "--ctx", type=bounded_int(1), default=None,
                    help="tokens per chunk: the first half is context, the second half scored "
@@ -26,22 +27,18 @@ def add(sub) -> None:
     p.add_argument("--kl-divergence", action="store_true",
                    help="judge MODEL against the base saved in --kl-divergence-base (same model shape, vocabulary, text)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="a knob of the cpu target (kv_pad, kv_type, ...), as strata compile --set")
+                   help="a knob of the target (cpu: kv_pad, kv_type, ...), as strata compile --set")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
-                   help="where the compiled model is kept and reused (default: MODEL/.strata-cache/cpu)")
+                   help="where the compiled model is kept and reused (default: MODEL/.strata-cache/TARGET)")
     add_allow_nonfinite(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from strata.pipeline.compile import parse_settings
     from strata.runtime.commands.perplexity import perplexity
-    from strata.targets import target
 
-    owned = ("ctx", "entries")
-    knobs = parse_settings(args.set, {k: v for k, v in target("cpu").knobs.items() if k not in owned},
-                           "target 'cpu' (--ctx is perplexity's own)")
+    knobs = entries_target_knobs(args, ("ctx", "entries"), "perplexity")
     perplexity(args.model, args.file, ctx=args.ctx, batch=args.batch, knobs=knobs, cache_dir=args.cache_dir,
                max_chunks=args.chunks, kl_base=args.kl_divergence_base, kl_divergence=args.kl_divergence,
-               allow_nonfinite=args.allow_nonfinite)
+               allow_nonfinite=args.allow_nonfinite, target_name=args.target, interpret=args.interpret)
     return 0

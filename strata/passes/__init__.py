@@ -28,6 +28,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "cpu-native-kernels": ("strata.passes.cpu_native_kernels", "CpuNativeKernelsPass"),
     "cpu-native-host": ("strata.passes.cpu_native_host", "CpuNativeHostPass"),
     "shard-tensor-parallel": ("strata.passes.shard_tensor_parallel", "ShardTensorParallelPass"),
+    "record-entry-calls": ("strata.passes.record_entry_calls", "RecordEntryCallsPass"),
 }
 
 

@@ -118,9 +118,15 @@ def _cuda() -> Target:
     from strata.targets.cuda.emit import emit_cuda
 
     def pipeline(k: Mapping[str, Any]) -> str:
-        from strata.passes.pipelines import spec_value
+        from strata.passes.pipelines import entry_pipeline, generic_options, spec_value
 
-        return (_tensor_parallel(k) +
+        # The batched entries run @prefill's kernel groups over their tokens (host_tokens.py):
+        # only their host records (arguments, layout) are made, before prefill and decode lower.
+        batched = [e for e in entry_list(k.get("entries", DEFAULT_ENTRIES)) if e not in ("prefill", "decode")]
+        record = "record-entry-calls" + entry_pipeline(
+            ",".join(batched), tokens=k.get("S") or 0, ctx=k["ctx"], kv_pad=1,
+            **generic_options(dict(k))).removeprefix("convert-module-to-op") + "," if batched else ""
+        return (_tensor_parallel(k) + record +
                 f"convert-module-to-op{{entry=prefill,decode tokens=0 start=-1 ctx={k['ctx']} kv_pad=1}},add-sampler,"
                 f"convert-op-to-blueprint{{mode=auto}},blueprint-assign-precision{{recipe={spec_value(k['recipe'])}}},"
                 f"blueprint-place-state{{kv={spec_value(k['kv'])} embed=device sample={spec_value(k['sample'])}}},"
@@ -135,12 +141,22 @@ def _cuda() -> Target:
     # decode attention spills on sm_90 at Qwen3-8B's head size), kv=paged for pages of 16 rows.
     # The sampler (kbp-graph/v1's `sample` placement): on the device by default, beside the argmax;
     # sample=host draws on the host from the logits copied there.
+    def check(model: Any, k: dict[str, Any]) -> dict[str, Any]:
+        loops = [e for e in entry_list(k["entries"]) if e in ("generate", "sample", "generate_until")]
+        if loops:
+            raise TargetError(f"entries: the cuda target does not compile the device loop {loops[0]} "
+                              "(the runtime's loop steps its decode)")
+        return check_entry_knobs(model, k)
+
+    # entries: prefill and decode, and any batched entry of the entry table (the device loops
+    # excepted), with the generics they bind (Batch, PageSize, Rows, Pages, ...).
     # tp, ep: as the cpu target's; its ranks meet on NCCL, or on gloo in the interpreter
     # (`strata.runtime.tp.backend_of`: the interpreter's tensors are on the CPU).
-    return Target("cuda", pipeline, emit, {"ctx": None, "recipe": "bf16", "kv": "contiguous", "sample": "device",
-                                           "tp": 1, "ep": 1},
-                  ("kernels.py", "model.py"), load=program.load, prepare=device.prepare, interprets=True,
-                  prepares_weights=True, aot_archs=("sm_90a",), ranks="nccl")
+    knobs = {"ctx": None, "recipe": "bf16", "kv": "contiguous", "sample": "device", "tp": 1, "ep": 1,
+             **ENTRY_KNOBS}
+    return Target("cuda", pipeline, emit, knobs, ("kernels.py", "model.py"), load=program.load, check=check,
+                  prepare=device.prepare, interprets=True, prepares_weights=True, aot_archs=("sm_90a",),
+                  compiles_entries=True, ranks="nccl")
 
 
 def _epu() -> Target:

@@ -33,7 +33,9 @@ def test_the_table(tmp_path, capsys) -> None:
 
 def test_bad_input_is_one_line(capsys) -> None:
     for argv, message in ((["-b", "2,x"], "got 'x'"), (["-p", "300"], "beyond the model's context of 256"),
-                          (["--set", "Batch=4"], "Batch are the bench's own")):
+                          (["--set", "Batch=4"], "Batch are the bench's own"),
+                          (["--target", "epu"], "--target epu does not compile the batched entries the bench runs"),
+                          (["--interpret"], "--interpret does not apply to --target cpu")):
         assert main(["bench", str(GGUF), *argv]) == 1
         out, err = capsys.readouterr()
         assert out == "" and len(err.splitlines()) == 1 and message in err, err

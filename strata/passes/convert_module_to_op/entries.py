@@ -193,6 +193,19 @@ def lower_plan_entry(root: BlockInstance, entry: str, opts, n_ctx: int, declared
     return [fn]
 
 
+def entry_record(root: BlockInstance, entry: str, opts, n_ctx: int, declared: M.FnOp | None) -> dict[str, Attribute]:
+    """What the host of a plan entry needs without its graph: `op.call` (its layout), `op.args`
+    and `op.arg_types`, as the entry's lowered function records them (for a target that runs
+    the entry's tokens through a graph of its own)."""
+    if entry not in LAYOUTS or entry in ("prefill", "decode"):
+        raise _error(f"'{entry}' is not an entry that runs by a plan")
+    plan, generics = make_plan(root, entry, opts, n_ctx)
+    fn = func.FuncOp(entry, ((), ()), Region(Block([func.ReturnOp()])))
+    streams = "rows" if plan.streams > 1 else "one"
+    _record(fn, root, entry, declared, generics, _layout(root, entry, plan.kv, streams, plan.state, n_ctx, plan.n_kv, {}))
+    return {k: fn.attributes[k] for k in ("op.call", "op.args", "op.arg_types")}
+
+
 def _step_function(root: BlockInstance, opts, n_ctx: int, name: str) -> func.FuncOp:
     """`@greedy_step`: decode_rows' graph at one position for every row, then ARGMAX;
     `@sample_step`: the same graph, then `op.sample` of the step's key, temperature and counter
@@ -315,4 +328,4 @@ def _arg_type(entry: str, name: str, t, env: dict[str, int], root: BlockInstance
     return TensorType(elem, shape)
 
 
-__all__ = ["ENTRIES", "LAYOUTS", "LOOPS", "make_plan", "lower_plan_entry"]
+__all__ = ["ENTRIES", "LAYOUTS", "LOOPS", "entry_record", "make_plan", "lower_plan_entry"]

@@ -99,7 +99,8 @@ def _row(name: str, batch: int, test: str, n_prompt: int, n_gen: int, rates: lis
 
 def bench(model_path: str | Path, *, n_prompt: int = 512, n_gen: int = 128, batches: Sequence[int] = (1, 8, 32),
           repetitions: int = 3, knobs: dict[str, Any] | None = None,
-          cache_dir: str | Path | None = None, allow_nonfinite: bool = False) -> list[BenchRow]:
+          cache_dir: str | Path | None = None, allow_nonfinite: bool = False, target_name: str = "cpu",
+          interpret: bool = False) -> list[BenchRow]:
     """The pp and tg rows of each batch size (see the module docstring), a program compiled per
     batch size (kept in CACHE/bench-bB with a `cache_dir`, else in MODEL/.strata-cache/cpu-bench-bB: a folder
     of its own beside the plain compile's cpu/)."""
@@ -117,7 +118,8 @@ def bench(model_path: str | Path, *, n_prompt: int = 512, n_gen: int = 128, batc
                              f"context of {limit} tokens (max_position_embeddings)")
         return {**(knobs or {}), "ctx": n_prompt + n_gen}
 
-    opened = open_model(model_path, "cpu", checked_knobs, cache_dir=cache_dir, allow_nonfinite=allow_nonfinite)
+    opened = open_model(model_path, target_name, checked_knobs, cache_dir=cache_dir, allow_nonfinite=allow_nonfinite,
+                        interpret=interpret)
     root = opened.cache()
     vocab = opened.vocab
     rng = np.random.default_rng(0)
@@ -129,7 +131,7 @@ def bench(model_path: str | Path, *, n_prompt: int = 512, n_gen: int = 128, batc
     for b in batches:
         k = {**(knobs or {}), "ctx": n_prompt + n_gen, "Batch": b,
              "entries": ONE_ENTRIES if b == 1 else ROWS_ENTRIES}
-        own = root / f"bench-b{b}" if cache_dir is not None else root.with_name(f"cpu-bench-b{b}")
+        own = root / f"bench-b{b}" if cache_dir is not None else root.with_name(f"{root.name}-bench-b{b}")
         program = opened.for_program(k, own).program()  # a program of its own per batch size
         try:
             runner = Runner(program, b, rng.integers(0, vocab, (b, n_prompt + n_gen)))

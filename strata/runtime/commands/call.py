@@ -139,7 +139,10 @@ def call_model(model_path: str | Path, calls_path: str | Path, out_path: str | P
             raise CallError(f"{calls_path}: call {i}: unknown entry {c.entry[:40]!r} (the module level's entries: "
                             f"{', '.join(ENTRIES)})")
     if not target_of(target_name).compiles_entries:
-        raise CallError(f"strata call runs entries on --target cpu; the {target_name} target's program runs "
+        from strata.targets import TARGETS
+
+        takes = ", ".join(f"--target {n}" for n, made in TARGETS.items() if made().compiles_entries)
+        raise CallError(f"strata call runs entries on {takes}; the {target_name} target's program runs "
                         "prefill and decode for the generation loop only")
     knobs = dict(knobs or {})
     if knobs.get("entries") is None:

@@ -219,7 +219,7 @@ def perplexity(model_path: str | Path, text_path: str | Path, *, ctx: int | None
                knobs: dict[str, Any] | None = None, cache_dir: str | Path | None = None,
                out: TextIO | None = sys.stdout, max_chunks: int | None = None,
                kl_base: str | Path | None = None, kl_divergence: bool = False,
-               allow_nonfinite: bool = False) -> PerplexityResult:
+               allow_nonfinite: bool = False, target_name: str = "cpu", interpret: bool = False) -> PerplexityResult:
     """`strata perplexity`: the perplexity of the text file `text_path` under `model_path` on
     the cpu target (see the module docstring); the estimates are printed on `out`.
     `kl_base`: save the scored distributions there (`strata.runtime.kl_divergence`), or with
@@ -251,7 +251,8 @@ def perplexity(model_path: str | Path, text_path: str | Path, *, ctx: int | None
         check_ctx(chunk, limit)
         return {**(knobs or {}), "ctx": chunk, "entries": KL_ENTRIES if kl_base is not None else ENTRIES}
 
-    opened = open_model(model_path, "cpu", program_knobs, cache_dir=cache_dir, allow_nonfinite=allow_nonfinite)
+    opened = open_model(model_path, target_name, program_knobs, cache_dir=cache_dir, allow_nonfinite=allow_nonfinite,
+                        interpret=interpret)
     model, ctx = opened.model, opened.knobs["ctx"]
     tokenizer = opened.tokenizer()
     ids = tokenizer.encode(text)

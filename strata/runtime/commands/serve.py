@@ -89,7 +89,10 @@ def open_serving(model_path: str | Path, target_name: str = "cpu", knobs: Mappin
     if prefix_state_snapshots < 0:
         raise ServeError(f"--prefix-state-snapshots must be at least 0, got {prefix_state_snapshots}")
     if not target_of(target_name).compiles_entries:  # the scheduler steps the step_paged entry
-        raise ServeError(f"strata serve runs on --target cpu: the {target_name} target does not compile the "
+        from strata.targets import TARGETS
+
+        takes = ", ".join(f"--target {n}" for n, made in TARGETS.items() if made().compiles_entries)
+        raise ServeError(f"strata serve runs on {takes}: the {target_name} target does not compile the "
                          "step_paged entry the scheduler batches with")
     template = ChatTemplate.from_option(chat_template)  # a bad file is refused before the model is read
     opened = open_model(model_path, target_name, knobs, interpret=interpret, cache_dir=cache_dir,

@@ -74,6 +74,9 @@ _GEMV = dict(HAS_BIAS=False, SILU_OUT=False, SILU_IN=False, HAS_IDS=False, X_DIV
              BLOCK_N=16, BLOCK_K=256)
 _GEMM = dict(HAS_BIAS=False, SILU_OUT=False, DOT_BF16=True, QBN=1, QBK=1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64)
 _ATT = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf16", "bt_ptr": "*i32", "pos_ptr": "*i32"}
+_TOK = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf16", "table_ptr": "*i32", "pos_ptr": "*i32",
+        "blk_ptr": "*i32"}
+_CELLS = {"k_ptr": "*bf16", "v_ptr": "*bf16", "kc_ptr": "*bf16", "vc_ptr": "*bf16", "cell_ptr": "*i64"}
 
 SPECS: tuple[Spec, ...] = (
     # Qwen3-8B, bf16: hidden 4096, 32 q heads / 8 KV heads of 128, intermediate 12288, vocab 151936
@@ -96,6 +99,15 @@ SPECS: tuple[Spec, ...] = (
          dict(GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, PAGED=False, PAGE=16, DOT_BF16=True,
               POS_DEV=False), _ATT,
          num_warps=8),
+    # the batched and paged entries: K/V to each token's cell, attention through each row's table
+    # (a decode step's run: 16 x 16; a prompt chunk's: token_tiles' 32 x 32, 64 x 64, and 32 x 16 for a head of 256)
+    Spec("q8b.kv_write_cells", "token_attention.kv_write_cells_kernel", dict(BLOCK=1024), _CELLS),
+    Spec("q8b.token_attention_step", "token_attention.token_attention_kernel",
+         dict(PAGE=16, GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=16, DOT_BF16=True), _TOK),
+    Spec("q8b.token_attention_chunk32", "token_attention.token_attention_kernel",
+         dict(PAGE=16, GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=32, BLOCK_N=32, DOT_BF16=True), _TOK, num_warps=8),
+    Spec("q8b.token_attention_chunk", "token_attention.token_attention_kernel",
+         dict(PAGE=16, GROUP=4, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, BLOCK_N=64, DOT_BF16=True), _TOK, num_warps=8),
     Spec("q8b.residual_add", "elementwise.binary_kernel", dict(OP=0, BLOCK=1024),
          {"a_ptr": "*bf16", "b_ptr": "*bf16", "y_ptr": "*bf16"}),
     Spec("q8b.embed", "elementwise.embed_kernel", dict(BLOCK=1024),
@@ -165,6 +177,10 @@ SPECS: tuple[Spec, ...] = (
          dict(GROUP=8, HEAD_DIM=256, BLOCK_D=256, BLOCK_M=64, BLOCK_N=32, PAGED=False, PAGE=16, DOT_BF16=True,
               POS_DEV=False), _ATT,
          num_warps=8),
+    Spec("q36.token_attention_step", "token_attention.token_attention_kernel",
+         dict(PAGE=16, GROUP=8, HEAD_DIM=256, BLOCK_D=256, BLOCK_M=16, BLOCK_N=16, DOT_BF16=True), _TOK),
+    Spec("q36.token_attention_chunk", "token_attention.token_attention_kernel",
+         dict(PAGE=16, GROUP=8, HEAD_DIM=256, BLOCK_D=256, BLOCK_M=32, BLOCK_N=16, DOT_BF16=True), _TOK),
     Spec("q36.sigmoid_gate_mul", "elementwise.binary_kernel", dict(OP=1, BLOCK=1024),
          {"a_ptr": "*bf16", "b_ptr": "*bf16", "y_ptr": "*bf16"}),
     Spec("q36.topk_softmax", "moe.topk_softmax_kernel", dict(TOP_K=8, NORM=True, BLOCK_E=256, BLOCK_K=8),

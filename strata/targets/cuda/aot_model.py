@@ -153,10 +153,35 @@ def record_launches(out_dir: str | Path, params: Mapping[str, tuple[int, ...]],
             m.prefill(torch.zeros((count, 1), dtype=torch.int32, device="meta"), 0)
         pos = torch.zeros((1,), dtype=torch.int32, device="meta")
         m._decode(torch.zeros((1, 1), dtype=torch.int32, device="meta"), 1, pos, m._rope_positions(count, 1))
+        if hasattr(m, "_tokens"):
+            _record_batched(model, m)
     finally:
         for name, fn in originals.items():
             setattr(kernels, name, fn)
     return list(seen.values())
+
+
+#: The runs of one sequence's tokens the batched entries' attention is recorded at: a decode
+#: step and chunks whose (token, query head) rows take each tile `token_tiles` picks.
+BATCHED_RUNS = (1, 4, 8, 16, 64)
+
+
+def _record_batched(model, m) -> None:
+    """The launches of the batched entries (`_tokens`): one run of each length of BATCHED_RUNS,
+    its K/V through a table of the program's page size."""
+    import numpy as np
+    import torch
+
+    layout = next(iter(m.LAYOUTS.values()))
+    page = int(layout["PageSize"]) if layout["kv"] == "paged" else int(layout["MaxSeq"])
+    for length in BATCHED_RUNS:
+        length = max(1, min(length, int(m.N_CTX) - 1))
+        pos = torch.zeros((length,), dtype=torch.int32, device="meta")
+        call = model.TokenCall(torch.zeros((length,), dtype=torch.int64, device="meta"),
+                               torch.zeros((1, 1), dtype=torch.int32, device="meta"), page, pos,
+                               np.array([[0, length, 0]], np.int64), torch.zeros((1,), dtype=torch.int64, device="meta"))
+        m._tokens(torch.zeros((length, 1), dtype=torch.int32, device="meta"), length, m._token_rope(pos), call,
+                  {**m.pool, **m.run_state})
 
 
 def _compile_one(kernels_path: str, spec: Spec, out: str | None, arch: str) -> AotResult:

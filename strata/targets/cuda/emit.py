@@ -26,6 +26,7 @@ from strata.targets.cuda.emit_ranks import pieces_table, program_ranks, rank_run
 from strata.targets.cuda.kernel_source import kernel_source
 
 RUNTIME = Path(__file__).resolve().with_name("runtime.py")
+RUNTIME_ENTRIES = Path(__file__).resolve().with_name("runtime_entries.py")
 
 
 def host_sampler_source() -> str:
@@ -35,6 +36,44 @@ def host_sampler_source() -> str:
 
     library = KernelLibrary.of(sampling)
     return "\n\n\n".join(library.text(n) for n in library.closure({"sample"})) + "\n"
+
+
+def entries_runtime_source() -> str:
+    """The host-input functions `entry_call` needs (strata.semantics.host_inputs) and
+    `runtime_entries.py` without its docstring and imports."""
+    import ast
+
+    from strata.targets.cpu.kernel_library import KernelLibrary
+    from strata.semantics import host_inputs
+
+    library = KernelLibrary.of(host_inputs)
+    text = RUNTIME_ENTRIES.read_text(encoding="utf-8")
+    body = [n for n in ast.parse(text).body if not isinstance(n, (ast.Import, ast.ImportFrom))
+            and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    first = min([body[0].lineno] + [d.lineno for d in getattr(body[0], "decorator_list", [])])
+    own = "\n".join(text.splitlines()[first - 1:])
+    return "\n\n\n".join(library.text(n) for n in library.closure({"entry_call"})) + "\n\n\n" + own + "\n"
+
+
+def entry_tables(module: ModuleOp) -> list[str] | None:
+    """The generated Model's `ARGS` and `LAYOUTS` of the batched entries the module records
+    (record-entry-calls), or None when it records none."""
+    from xdsl.dialects.builtin import DictionaryAttr
+    from xdsl.ir import Block, Region
+
+    from strata.passes.record_entry_calls import ENTRY_CALLS
+    from strata.targets.cpu.emit_entries import arg_spec, entry_layout
+
+    records = module.attributes.get(ENTRY_CALLS)
+    if not isinstance(records, DictionaryAttr):
+        return None
+    args, layouts = [], []
+    for entry, record in records.data.items():
+        fn = func.FuncOp(checked(entry, "entry name"), ((), ()), Region(Block()))
+        fn.attributes.update(record.data)  # type: ignore[attr-defined]
+        args.append(f"    {entry!r}: {arg_spec(fn, set())!r},")
+        layouts.append(f"    {entry!r}: {entry_layout(fn)!r},")
+    return ["ARGS = {", *args, "}", "LAYOUTS = {", *layouts, "}"]
 
 
 def _functions(module: ModuleOp) -> list[func.FuncOp]:
@@ -55,15 +94,23 @@ def _convert_table(fns: list[func.FuncOp]) -> dict:
     return table
 
 
-def _model_part(fns: list[func.FuncOp], tables: Tables, model_name: str, ranks: int = 1) -> list[str]:
+def _model_part(fns: list[func.FuncOp], tables: Tables, model_name: str, ranks: int = 1,
+                calls: list[str] | None = None) -> list[str]:
     methods = [ln for fn in fns for ln in ["", *entry_code(fn, tables)]]
+    if calls is not None:  # the batched entries: @prefill's groups over many sequences' tokens
+        from strata.targets.cuda.host_tokens import tokens_code
+
+        prefill = next((fn for fn in fns if fn.sym_name.data == "prefill"), None)
+        if prefill is None:
+            raise CodegenError("the batched entries need the blueprint function @prefill")
+        methods += ["", *tokens_code(prefill, tables)]
     first = fns[0]
     recipe = first.attributes["blueprint.recipe"].data if "blueprint.recipe" in first.attributes else "?"
     dims = function_dims(first)
     kv_rows = [shape[0] for name, (shape, _) in tables.state.items() if name not in tables.recurrent
                and not name.endswith(".snapshot")]
     out = ["", "", "# " + "-" * 93, f"# Generated for {sanitize_label(model_name)}", "", "",
-           f"class Model({'RankRuntime' if ranks > 1 else 'Runtime'}):",
+           f"class Model({'RankRuntime' if ranks > 1 else 'EntriesRuntime' if calls is not None else 'Runtime'}):",
            f'    """{sanitize_label(model_name)}, recipe {sanitize_label(recipe)}: Model(weights[, device, '
            'interpret, cuda_graph])."""', "",
            f"    MODEL_NAME = {sanitize_label(model_name)!r}",
@@ -84,6 +131,7 @@ def _model_part(fns: list[func.FuncOp], tables: Tables, model_name: str, ranks: 
             f"    ROPE_MODES = {tuple(sorted(tables.rope_modes))!r}"]
     if ranks > 1:  # one rank's program: the rank runtime's tables (emit_ranks)
         out += rank_tables(ranks, pieces_table(fns))
+    out += ["    " + ln for ln in calls or ()]
     out += ["    " + ln if ln else "" for ln in methods]
     return out
 
@@ -95,7 +143,8 @@ def emit_cuda(module: ModuleOp, model_name: str | None) -> dict[str, str]:
     tables = Tables()
     tables.convert = _convert_table(fns)
     ranks = program_ranks(fns)
-    model_part = _model_part(fns, tables, name, ranks)
+    calls = entry_tables(module)
+    model_part = _model_part(fns, tables, name, ranks, calls)
     recipe = fns[0].attributes["blueprint.recipe"].data if "blueprint.recipe" in fns[0].attributes else "?"
     kernels, jit = kernel_source(tables.launchers, name, recipe)
     runtime = RUNTIME.read_text(encoding="utf-8")
@@ -110,6 +159,8 @@ def emit_cuda(module: ModuleOp, model_name: str | None) -> dict[str, str]:
             '"""\n')
     if ranks > 1:  # one rank of a tensor-parallel program: the collectives on torch.distributed
         runtime += "\n\n# " + "-" * 93 + "\n# One rank of a tensor-parallel program\n\n" + rank_runtime_text()
+    if calls is not None:  # the host inputs' functions and the entries' runtime, their imports dropped
+        runtime += "\n\n# " + "-" * 93 + "\n# The batched entries\n\n\n" + entries_runtime_source()
     # the runtime's own docstring is kept below the header as a comment-free module body
     body = runtime.split('"""', 2)[2].lstrip("\n")
     model = head + "\n" + body.rstrip("\n") + "\n" + "\n".join(model_part) + "\n\n\nK = _load_kernels()\n"

@@ -16,7 +16,7 @@ from strata.targets.codegen import CodegenError, sanitize_label
 
 LIBRARY = Path(__file__).resolve().parent / "kernels"
 #: The modules in the order their definitions are written (a module's constants before users).
-MODULES = ("ggml_packed", "gemm", "norms", "elementwise", "attention", "gdn", "moe", "sampling")
+MODULES = ("ggml_packed", "gemm", "norms", "elementwise", "attention", "token_attention", "gdn", "moe", "sampling")
 #: Always kept: what the host program uses besides the launchers.
 HOST_NAMES = ("Weight", "Parts", "ggml_weight", "GGML_FORMATS", "DENSE", "FP8", "INT4", "rope_inv_freq",
               "rope_positions")

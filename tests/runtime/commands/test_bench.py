@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from strata.runtime.commands.bench import BenchError, bench, format_json, format_table, parse_batches
-from support import ROOT
+from support import ROOT, TINY, write_checkpoint
 
 GGUF = ROOT / "tests" / "runtime" / "data" / "tiny-llama-spm-f32.gguf"
 
@@ -30,6 +30,17 @@ def test_a_pp_and_a_tg_row_per_batch(tmp_path) -> None:
     data = json.loads(format_json(rows))
     assert [set(d) for d in data] == [{"model", "batch", "test", "n_prompt", "n_gen", "avg_ts", "stddev_ts",
                                       "samples_ts"}] * 4
+
+
+def test_the_cuda_target_benches_in_the_interpreter(tmp_path) -> None:
+    """prefill / decode for one sequence, prefill_slots / decode_rows for two, on the cuda
+    target in Triton's interpreter (rows only: the interpreter's speed means nothing)."""
+    pytest.importorskip("triton", reason="the cuda target needs triton (the `test` extra)")
+    model = write_checkpoint(TINY["llama"], tmp_path / "tiny")  # a vocabulary of 48: the interpreter is slow
+    rows = bench(model, n_prompt=3, n_gen=1, batches=(1, 2), repetitions=1, cache_dir=tmp_path / "cache",
+                 target_name="cuda", interpret=True, knobs={"recipe": "f32"})
+    assert [(r.batch, r.test) for r in rows] == [(1, "pp3"), (1, "tg1"), (2, "pp3"), (2, "tg1")]
+    assert all(r.avg_ts > 0 for r in rows)
 
 
 def test_a_test_of_zero_tokens_is_left_out(tmp_path) -> None:

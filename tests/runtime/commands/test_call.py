@@ -122,6 +122,22 @@ def test_read_calls_names_the_file(tmp_path):
     assert read_calls(write(tmp_path / "c.json", CALLS))[1] == Call("decode_rows", CALLS[1]["inputs"])
 
 
-def test_only_the_cpu_target_runs_calls(model, tmp_path):
-    with pytest.raises(CallError, match="strata call runs entries on --target cpu"):
-        call_model(model, write(tmp_path / "c.json", CALLS), tmp_path / "o.npz", target_name="cuda")
+def test_only_a_target_that_compiles_entries_runs_calls(model, tmp_path):
+    with pytest.raises(CallError, match="strata call runs entries on --target cpu, --target cuda; the epu target"):
+        call_model(model, write(tmp_path / "c.json", CALLS), tmp_path / "o.npz", target_name="epu")
+
+
+def test_the_cuda_target_runs_the_calls_as_the_cpu_target(model, tmp_path):
+    """The batched calls (not the device loop; the cuda target's prefill is one sequence's), on
+    the cuda target in Triton's interpreter (f32): the cpu target's results, within 1e-4 of the largest."""
+    pytest.importorskip("triton", reason="the cuda target needs triton (the `test` extra)")
+    calls = write(tmp_path / "c.json", [c for c in CALLS if c["entry"] in ("prefill_slots", "decode_rows")])
+    knobs = {"Batch": 2, "ctx": 32}
+    want = call_model(model, calls, tmp_path / "cpu.npz", knobs={**knobs, "kernels": "numpy"},
+                      cache_dir=tmp_path / "cpu")
+    got = call_model(model, calls, tmp_path / "cuda.npz", knobs={**knobs, "recipe": "f32"}, target_name="cuda",
+                     cache_dir=tmp_path / "cuda", interpret=True)
+    assert sorted(got) == sorted(want) == ["call0", "call1"]
+    for k in want:
+        assert got[k].shape == want[k].shape
+        assert float(np.abs(got[k] - want[k]).max()) <= 1e-4 * max(1.0, float(np.abs(want[k]).max())), k

@@ -57,6 +57,18 @@ def test_equals_llama_perplexity(opened) -> None:
     np.testing.assert_allclose([r[0] for r in got.running], running, rtol=1e-4)
 
 
+def test_the_cuda_target_scores_as_llama_perplexity(opened, tmp_path) -> None:
+    """log_probs_packed on the cuda target in Triton's interpreter (f32): two chunks in one call,
+    llama-perplexity's running estimates within 1e-4."""
+    pytest.importorskip("triton", reason="the cuda target needs triton (the `test` extra)")
+    _, ids, bos = opened
+    running = llama_perplexity()[0]
+    program = open_program(load_model(GGUF), "cuda", {"ctx": CTX, "entries": P.ENTRIES, "recipe": "f32"},
+                           cache_dir=tmp_path, interpret=True)
+    got = P.run_perplexity(program, ids, CTX, 2, bos, max_chunks=2)
+    np.testing.assert_allclose([r[0] for r in got.running], running[:2], rtol=1e-4)
+
+
 def test_batching_chunks_changes_nothing(opened) -> None:
     program, ids, bos = opened
     one, all_ = (P.run_perplexity(program, ids, CTX, b, bos) for b in (1, 8))

@@ -6,6 +6,8 @@ that take torch tensors (rows are the blueprint's edges: 2-D, row-major, [rows, 
                  GGUF's block formats read in place (ggml_packed: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)
     attention    RoPE (neox, norm, mrope, imrope, partial), KV write, flash attention
                  (decode and prefill; contiguous or paged cache)
+    token_attention  KV write to given cells, attention of many sequences' tokens, each through
+                 its row's block table (the batched and paged entries)
     gdn          Gated DeltaNet: ba gates, conv1d update + SiLU + L2 norm, recurrence (step, chunked)
     moe          router, softmax + top-k, routed/shared expert GEMVs, weighted blend
     elementwise  residual add, SiLU-mul, sigmoid gate, q/gate split, embedding rows, argmax
