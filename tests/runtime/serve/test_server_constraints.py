@@ -4,9 +4,10 @@ pydantic model>)` parses for 20 schemas (nested objects, arrays, enums, bounded 
 fields); streamed and sampled requests parse too; llama-server's `grammar` and `json_schema`
 fields hold /v1/completions to them; a bad schema or grammar is one 400 and the server serves on.
 
-One server for the whole file. Every schema runs non-streamed and greedy; streamed and sampled
-(temperature 0.8, a seed) run on a subset of 2 small ones, and strings are short (at most 12
-characters), to keep the file's time bounded on two busy cores.
+One server for the whole file. Every schema runs in four ways: greedy and sampled (temperature
+0.8, a seed), each streamed and not; the 80 requests go 8 at a time, so that the server batches
+them, and strings are short (at most 12 characters), to keep the file's time bounded on two
+busy cores.
 """
 
 from __future__ import annotations
@@ -157,8 +158,8 @@ SCHEMAS = [
     (Event, "Name a holiday and its date."), (Product, "Describe a product for sale."),
     (Team, "Describe a small team."), (Translation, "Say hello in French."), (Settings, "Give app settings."),
 ]
-#: The schemas also run streamed and sampled.
-SUBSET = ("Point", "Paint")
+#: How each schema is asked: greedy or sampled (temperature 0.8, seed 7), streamed or whole.
+MODES = ("greedy", "greedy streamed", "sampled", "sampled streamed")
 MAX_TOKENS = 160
 
 
@@ -189,32 +190,37 @@ def _messages(question: str) -> list[dict]:
     return [{"role": "user", "content": question + " Answer in JSON."}]
 
 
+def _ask(client, name: str, model, question: str, mode: str):
+    asked = dict(model=name, messages=_messages(question), response_format=model, max_tokens=MAX_TOKENS)
+    asked.update(temperature=0) if mode.startswith("greedy") else asked.update(temperature=0.8, seed=7)
+    if mode.endswith("streamed"):
+        with client.beta.chat.completions.stream(**asked) as stream:
+            return stream.get_final_completion()
+    return client.beta.chat.completions.parse(**asked)
+
+
+@pytest.fixture(scope="module")
+def replies(client, name):
+    """Every schema asked in every mode, 8 requests at a time: {(schema name, mode): completion}."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    asks = [(model, question, mode) for model, question in SCHEMAS for mode in MODES]
+    with ThreadPoolExecutor(8) as pool:
+        done = list(pool.map(lambda a: _ask(client, name, *a), asks))
+    return {(model.__name__, mode): reply for (model, _, mode), reply in zip(asks, done)}
+
+
 @pytest.mark.parametrize("model, question", SCHEMAS, ids=[m.__name__ for m, _ in SCHEMAS])
-def test_parse_greedy(client, name, model, question):
-    """Greedy, whole: the reply ends with its grammar ("stop") and parses into the model."""
-    done = client.beta.chat.completions.parse(model=name, messages=_messages(question),
-                                              response_format=model, max_tokens=MAX_TOKENS, temperature=0)
-    choice = done.choices[0]
-    assert choice.finish_reason == "stop", choice
-    assert isinstance(choice.message.parsed, model), choice.message.content
-
-
-@pytest.mark.parametrize("model, question", [s for s in SCHEMAS if s[0].__name__ in SUBSET],
-                         ids=list(SUBSET))
-def test_parse_streamed_and_sampled(client, name, model, question):
-    with client.beta.chat.completions.stream(model=name, messages=_messages(question), response_format=model,
-                                             max_tokens=MAX_TOKENS, temperature=0) as stream:
-        streamed = stream.get_final_completion()
-    whole = client.beta.chat.completions.parse(model=name, messages=_messages(question), response_format=model,
-                                               max_tokens=MAX_TOKENS, temperature=0)
-    assert streamed.choices[0].message.content == whole.choices[0].message.content  # greedy: the same text
-    assert isinstance(streamed.choices[0].message.parsed, model)
-    sampled = client.beta.chat.completions.parse(model=name, messages=_messages(question), response_format=model,
-                                                 max_tokens=MAX_TOKENS, temperature=0.8, seed=7)
-    assert isinstance(sampled.choices[0].message.parsed, model), sampled.choices[0].message.content
-    with client.beta.chat.completions.stream(model=name, messages=_messages(question), response_format=model,
-                                             max_tokens=MAX_TOKENS, temperature=0.8, seed=7) as stream:
-        assert stream.get_final_completion().choices[0].message.content == sampled.choices[0].message.content
+def test_parse_greedy_sampled_streamed_and_whole(replies, model, question):
+    """Each reply ends with its grammar ("stop") and parses into the model; streamed, the same seed
+    gives the same text as whole."""
+    for mode in MODES:
+        choice = replies[model.__name__, mode].choices[0]
+        assert choice.finish_reason == "stop", (mode, choice)
+        assert isinstance(choice.message.parsed, model), (mode, choice.message.content)
+    for way in ("greedy", "sampled"):
+        assert replies[model.__name__, way + " streamed"].choices[0].message.content == \
+            replies[model.__name__, way].choices[0].message.content, way
 
 
 def test_llama_server_fields_and_json_object(server, client, name):
