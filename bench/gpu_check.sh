@@ -12,9 +12,8 @@
 #   2. a Qwen3-8B-shaped model with random bf16 weights (bench/gpu_qwen3_8b.py build), then its
 #      prefill and decode tokens/s on strata's cuda target against HF eager and torch.compile on
 #      the same weights, and decode's share of the HBM bandwidth (bench/gpu_qwen3_8b.py bench);
-#   3. `strata serve MODEL --target cuda` at 1 and 64 clients (bench/gpu_serve.py). This needs the
-#      cuda target's paged entries (step_paged, for the server's scheduler); without them the
-#      server refuses in one line and the table says so;
+#   3. `strata serve MODEL --target cuda` at 1 and 64 clients (bench/gpu_serve.py): the server's
+#      scheduler over the cuda target's `step_paged`;
 #   4. the table (bench/gpu_table.py).
 # Without a CUDA GPU (and without --dry-run) it prints one line and exits 2.
 # PYTHON picks the interpreter (default: python3); the checkout is put on PYTHONPATH.

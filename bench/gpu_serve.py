@@ -10,9 +10,8 @@ requests in all) and records output tokens/s and time to first token. The server
 at the end (SIGTERM, then killed). A server that exits before it is healthy, a client that
 fails or a run past its timeout is recorded as that count's one-line error: the table says it.
 
-On the cuda target this needs the paged entries the server steps (`step_paged` and the
-scheduler's), which the cuda target gains with its paged and batched entries; before that,
-`strata serve --target cuda` refuses in one line and so does this bench's row.
+On the cuda target the server's scheduler steps its `step_paged` entry (Triton kernels,
+attention through each row's page table).
 """
 
 from __future__ import annotations
