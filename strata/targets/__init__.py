@@ -78,6 +78,7 @@ def _cpu() -> Target:
         sampler = ",add-sampler" if set(entries.split(",")) <= SAMPLED_ENTRIES else ""
         return shard + entry_pipeline(entries, tokens=k.get("S") or 0, start=-1, ctx=k["ctx"], kv_pad=k["kv_pad"],
                                       flash_attn=k["flash_attn"], kv_type=k.get("kv_type", ""),
+                                      act_quant=k.get("act_quant", True),
                                       **generic_options(dict(k))) + sampler + \
             (",cpu-native-kernels" if k.get("kernels") == "native" else "") + \
             (",cpu-native-host{host=python}" if k.get("kernels") == "native" and k.get("host") == "python" else "")
@@ -106,8 +107,10 @@ def _cpu() -> Target:
     # kernels: native (the compiled library on the GGUF's packed weights, where a compiler is
     # found) or numpy (the portable reference).
     # host: native (each entry the C++ printer takes is one native call per step) or python.
+    # act_quant: a block weight's activations rounded to its vec_dot type as ggml-cpu does (true),
+    # or kept float (false: the numpy kernels, for a comparison with float kernels such as cuda's).
     knobs = {"ctx": None, "flash_attn": True, "kv_pad": 256, "kv_type": "", "tp": 1, "ep": 1, "kernels": "native",
-             "host": "native",
+             "host": "native", "act_quant": True,
              **ENTRY_KNOBS}
     return Target("cpu", pipeline, emit, knobs, ("model.py",), load=program.load, check=check,
                   extra_outputs=native_stage.library_outputs, compiles_entries=True, ranks="gloo")

@@ -42,15 +42,17 @@ def check_kernels(model: Any, knobs: dict[str, Any]) -> dict[str, Any]:
     """`kernels` checked and resolved to what runs: native computes on a GGUF's packed weights
     and over a float16 KV cache, so a model with neither (a checkpoint's float weights, the
     model's own KV type) runs numpy's, as does a tensor-parallel program (it binds pieces of
-    weights, which the native path does not read); native without a compiler becomes numpy
-    (the build said why in one line)."""
+    weights, which the native path does not read), and so does act_quant=false (the library
+    rounds the activations as ggml-cpu does); native without a compiler becomes numpy (the build
+    said why in one line)."""
     kind = knobs.get("kernels")
     if knobs.get("host", "native") not in HOSTS:
         raise TargetError(f"host: {str(knobs.get('host'))[:40]!r} is not one of {', '.join(HOSTS)}")
     if kind not in KERNELS:
         raise TargetError(f"kernels: {str(kind)[:40]!r} is not one of {', '.join(KERNELS)}")
     uses = getattr(model, "gguf", None) is not None or knobs.get("kv_type") == "f16"
-    if kind == "native" and (not uses or knobs.get("tp", 1) > 1 or built_library() is None):
+    if kind == "native" and (not uses or knobs.get("tp", 1) > 1 or not knobs.get("act_quant", True)
+                             or built_library() is None):
         knobs["kernels"] = "numpy"
     return knobs
 

@@ -414,3 +414,17 @@ def test_a_real_model_answers(lib, tmp_path) -> None:
     assert r.stdout.startswith(" Paris"), r.stdout
     assert "(native)" in r.stderr, r.stderr
 
+
+
+def test_float_activations_run_the_numpy_kernels(lib) -> None:
+    """`--set act_quant=false` keeps a block weight's activations float, which the library (it
+    rounds them as ggml-cpu does) cannot: the kernels resolve to numpy's, and the op level's
+    products read float rows (no quantize op before them)."""
+    from strata.targets import target
+
+    cpu = target("cpu")
+    model = load_model(DATA / "llama-q8_0.gguf")
+    assert cpu.check(model, {**cpu.knobs, "ctx": 16})["kernels"] == "native"
+    floats = cpu.check(model, {**cpu.knobs, "ctx": 16, "act_quant": False})
+    assert floats["kernels"] == "numpy"
+    assert "act_quant=false" in cpu.pipeline(floats) and "act_quant=false" not in cpu.pipeline({**cpu.knobs, "ctx": 16})

@@ -6,10 +6,10 @@ Q4_K_M-like mix: q, k, gate, up Q4_K; v, down, output Q6_K), written here with t
 * the blueprint's projections say the file's type (`q4_K`; `gguf` for a merged projection whose
   parts differ), and the program binds them as the file's bytes (uint8, never dequantized);
 * the greedy ids and logits equal those of recipe `f32` on the same file (the store's
-  dequantized weights, f32 math) and, for the file of every type, those of the op level the cpu
-  target lowers to, run by the op interpreter without ggml's activation quantization (the cpu
-  target's numpy kernels quantize a block weight's activations to Q8 as ggml-cpu does, which no
-  float kernel reproduces to 1e-4), within 1e-4 of the largest logit;
+  dequantized weights, f32 math) and, for the file of every type, those of the cpu target
+  compiled with `--set act_quant=false` (its numpy kernels with float activations: by default
+  they quantize a block weight's activations to Q8 as ggml-cpu does, which no float kernel
+  reproduces to 1e-4), within 1e-4 of the largest logit;
 * the weights' device bytes: packed against f32 (the Q4_K_M-like file's ratio is printed), and
   recipe gguf-bf16 (bf16 activations) binds the same blocks;
 * `strata compile --recipe gguf-bf16 --aot sm_90a` of the Q4_K_M-like file: every launch of the
@@ -129,19 +129,15 @@ ALL_TYPES = {"attn_q": "Q8_0", "attn_k": "Q4_0", "attn_v": "Q4_1", "attn_output"
              "ffn_up": "Q6_K", "ffn_down": "Q4_K", "output": "Q6_K"}
 
 
-def op_level_logits(path: Path, prompt: list[int], ids: list[int]) -> np.ndarray:
-    """The cpu target's lowering (its numpy kernels' op level, run by the op interpreter) with
-    float activations (act_quant=false: no Q8 rounding of the rows a block weight multiplies),
-    teacher-forced on `ids`: the logits of the prefill's last row and of each decode step."""
-    from strata.dialects.op import SAMPLER
-    from strata.passes.pipelines import entry_pipeline, lowered
-    from strata.semantics.op_interp import find_function
-    from strata.semantics.programs import OpLevelProgram
+def cpu_target_logits(path: Path, out: Path, prompt: list[int], ids: list[int]) -> np.ndarray:
+    """The cpu target's program compiled with float activations (act_quant=false: no Q8 rounding
+    of the rows a block weight multiplies; its numpy kernels), teacher-forced on `ids`: the logits
+    of the prefill's last row and of each decode step."""
+    from strata.targets.cpu.program import load
 
     model = load_model(path)
-    module = lowered(model.module, entry_pipeline("prefill,decode", ctx=16, act_quant=False) + ",add-sampler")
-    pre, dec, sampler = (find_function(module, n) for n in ("prefill", "decode", SAMPLER))
-    program = OpLevelProgram(pre, dec, model.open_weights(quiet=True), model.name, sampler=sampler)
+    stage = compile_model(model, "cpu", out, {"ctx": 16, "act_quant": False})
+    program = load(stage, model.open_weights(quiet=True))
     rows = [program.prefill(prompt, 0).logits]
     for i, tok in enumerate(ids[:-1]):
         rows.append(program.decode(tok, len(prompt) + i).logits)
@@ -149,14 +145,13 @@ def op_level_logits(path: Path, prompt: list[int], ids: list[int]) -> np.ndarray
 
 
 def test_every_block_type_runs_packed_and_equals_f32(tmp_path):
-    """... and the op level's float math (the cpu target's numpy kernels without ggml's
-    activation quantization) on the same file."""
+    """... and the cpu target's float math (`--set act_quant=false`) on the same file."""
     path = write_llama(tmp_path / "all.gguf", ALL_TYPES)
     m, ref, ids, got = _check_same_as_f32(path, tmp_path, {"q8_0", "q4_0", "q4_1", "q4_K", "gguf", "q6_K"})
     gate_up = next(w for w in m.w if isinstance(w, m.kernels.Parts))
     assert [p.fmt for p in gate_up.parts] == [m.kernels.GGML_FORMATS[t][0] for t in ("q5_K", "q6_K")]
     assert weight_bytes(m) < weight_bytes(ref)
-    want = op_level_logits(path, PROMPT, ids)
+    want = cpu_target_logits(path, tmp_path / "cpu", PROMPT, ids)
     assert float(np.abs(got - want).max()) <= 1e-4 * max(1.0, float(np.abs(want).max()))
 
 
