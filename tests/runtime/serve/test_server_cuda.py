@@ -1,7 +1,8 @@
 """`strata serve --target cuda --interpret` on a tiny model through the official `openai` client:
 the scheduler steps the cuda program's `step_paged` (Triton's interpreter, f32), and each reply
 is the one the same program's one-sequence loop gives alone (sampled: the device sampler with
-the same seed), greedy replies the cpu target's. Few requests: the interpreter is slow."""
+the same seed), greedy replies the cpu target's; and test_server.py's faults and log-probability
+tests. Few requests: the interpreter is slow."""
 
 from __future__ import annotations
 
@@ -17,6 +18,25 @@ from strata.runtime.sampling import SamplingParams
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("triton", reason="the cuda target needs triton (the `test` extra)")
+
+# The cpu target's server tests that hold for any target, run again here on this module's cuda
+# server (pytest gives them this module's `server` fixture): every fault an OpenAI-shaped error,
+# a client gone mid-stream cancelled with its pages freed, and the served log-probabilities
+# those of the cpu target's log_probs_packed entry (greedy, the same tokens).
+def _cpu_server_tests():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("cpu_server_tests", Path(__file__).with_name("test_server.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_cpu = _cpu_server_tests()
+alone = _cpu.alone
+test_faults_are_errors_and_leak_nothing = _cpu.test_faults_are_errors_and_leak_nothing
+test_logprobs_are_the_log_probs_entrys = _cpu.test_logprobs_are_the_log_probs_entrys
 
 
 @pytest.fixture(scope="module")

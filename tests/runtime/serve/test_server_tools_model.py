@@ -178,7 +178,7 @@ def test_smollm2_a_required_named_call_parses_every_time(smollm2_server):
     client = _client(smollm2_server)
     model = _model(client)
     named = {"type": "function", "function": {"name": "book_table"}}
-    for sampling in ({"temperature": 0}, {"temperature": 0.8, "seed": 11}):  # each streamed and not
+    for sampling in ({"temperature": 0}, *({"temperature": 0.8, "seed": s} for s in (11, 12, 13))):  # streamed and not
         whole = _same_streamed(client, model, messages=ASK, tools=[WEATHER, BOOK], tool_choice=named,
                                max_tokens=96, **sampling)
         (call,) = whole.tool_calls
