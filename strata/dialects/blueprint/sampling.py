@@ -28,7 +28,7 @@ class SampleOp(NodeOp):
               !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>,
               !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "vocab", i32>, !blueprint.edge<"n", "vocab", i32>
             -> !blueprint.edge<"n", "1", i32>
-        %ids = blueprint.sample %logits, %key, %step, %t, %k, %p, %m, %rep, %pres, %freq mask %allowed
+        %masked = blueprint.sample %logits, %key, %step, %t, %k, %p, %m, %rep, %pres, %freq mask %allowed
             : !blueprint.edge<"n", "vocab", f32>, !blueprint.edge<"1", "2", i64>, !blueprint.edge<"1", "1", i32>,
               !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", i32>, !blueprint.edge<"n", "1", f32>,
               !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>, !blueprint.edge<"n", "1", f32>,
