@@ -7,6 +7,8 @@ high bits), with each block's f16 scale fields replaced by random finite f16 val
 must read every field where ggml puts it. Row counts are odd and K spans several blocks.
 Tolerance 1e-5 of the output's largest magnitude: the kernels dequantize exactly (f16 -> f32 is
 exact, the products d * sc * q are the reference's) and differ only in the order of f32 sums.
+The packed token-embedding gather (`launch_embed` of a packed table) has no sums: its rows (an
+odd vocabulary, repeated ids, the last row) equal the dequantized rows bit for bit.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 pytest.importorskip("triton", reason="the CUDA kernel tests need triton (the `test` extra)")
 gguf = pytest.importorskip("gguf", reason="the reference dequantizer is the gguf package's")
 
-from strata.targets.cuda.kernels import gemm, moe  # noqa: E402
+from strata.targets.cuda.kernels import elementwise, gemm, moe  # noqa: E402
 from strata.targets.cuda.kernels.ggml_packed import GGML_FORMATS  # noqa: E402
 
 #: ggml type -> the byte offsets of its f16 fields within a block
@@ -123,3 +125,16 @@ def test_packed_routed_experts(ggml_type):
     y = moe.launch_expert_silu_down(torch.from_numpy(g), torch.from_numpy(ids), w_down)
     act = g[:, :k].astype(np.float64) / (1 + np.exp(-g[:, :k].astype(np.float64))) * g[:, k:]
     _check(y, np.stack([act[r] @ ref_down[ids.flat[r]].T for r in range(ids.size)]))
+
+
+@pytest.mark.parametrize("ggml_type", list(GGML_FORMATS))
+def test_gather_equals_the_dequantized_rows(ggml_type):
+    qk = GGML_FORMATS[ggml_type][1]
+    vocab, k = 37, 3 * qk if qk == 32 else 2 * qk
+    blocks = random_blocks(ggml_type, vocab, k, seed=7 + qk)
+    table = gemm.ggml_weight(torch.from_numpy(blocks), k, ggml_type)
+    ids = np.array([5, 0, 36, 5, 17, 5], dtype=np.int32)
+    y = elementwise.launch_embed(torch.from_numpy(ids)[:, None], table)
+    assert y.dtype == torch.float32 and tuple(y.shape) == (len(ids), k)
+    np.testing.assert_array_equal(y.numpy(), dequantized(ggml_type, blocks, k)[ids].astype(np.float32))
+

@@ -7,6 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
+from strata.targets.cuda.kernels.ggml_packed import launch_gather_ggml_rows
+
 
 @triton.jit
 def binary_kernel(a_ptr, b_ptr, y_ptr, n_cols, a_rs, b_rs, y_rs, OP: tl.constexpr, BLOCK: tl.constexpr):
@@ -85,10 +87,17 @@ def embed_kernel(ids_ptr, table_ptr, y_ptr, n_cols, t_rs, y_rs, BLOCK: tl.conste
     tl.store(y_ptr + row.to(tl.int64) * y_rs + cols, tl.load(table_ptr + tok * t_rs + cols, mask=m), mask=m)
 
 
-def launch_embed(ids: torch.Tensor, table: torch.Tensor, *, out: torch.Tensor | None = None,
+def launch_embed(ids: torch.Tensor, table, *, out: torch.Tensor | None = None,
                  out_dtype: torch.dtype | None = None):
-    """`embed` (embed_row_copy): rows `ids` (int32, [n] or [n, 1]) of the table."""
+    """`embed` (embed_row_copy): rows `ids` (int32, [n] or [n, 1]) of the table: a float tensor,
+    or a gemm.Weight (a GGUF block format's uint8 blocks, gathered and dequantized; or its values)."""
     ids = ids.reshape(-1).contiguous()  # the kernel reads id i at ids + i
+    if not torch.is_tensor(table):
+        if table.fmt >= 3:  # a GGUF block format, the file's bytes
+            out = out if out is not None else torch.empty((ids.shape[0], table.k), dtype=out_dtype or torch.float32,
+                                                          device=table.data.device)
+            return launch_gather_ggml_rows(ids, table, out)
+        table = table.data  # the values (a store that cannot give the file's blocks)
     n, c = ids.shape[0], table.shape[1]
     out = out if out is not None else torch.empty((n, c), dtype=out_dtype or table.dtype, device=table.device)
     bl = min(1024, triton.next_power_of_2(c))

@@ -16,10 +16,15 @@ so a value is
 
 computed in f32 in ggml's order ((d * sc) * q - dmin * mn). The activations are not quantized:
 the products are the dequantized weight's with f32 (or bf16) activations.
+
+A packed token embedding is gathered from the same blocks (`gather_ggml_rows_kernel`): each
+requested row dequantized with `load_ggml_tile`, so a tied LM head and the lookup read one copy
+of the file's bytes.
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -95,3 +100,24 @@ def load_ggml_tile(w_ptr, r, c, m, w_rs, FMT: tl.constexpr):
         sc = tl.load(blk + 192 + h * 8 + lane // 16 + quad * 2, mask=m, other=0).to(tl.int8, bitcast=True)
         w = (_f16_at(blk + 208, m) * sc.to(tl.float32)) * ((low | (high << 4)) - 32).to(tl.float32)
     return w
+
+
+@triton.jit
+def gather_ggml_rows_kernel(ids_ptr, w_ptr, y_ptr, n_cols, w_rs, y_rs, FMT: tl.constexpr, BLOCK: tl.constexpr):
+    """y[i, :] = row ids[i] of a packed table of format FMT (`w_rs` bytes per row), dequantized."""
+    i = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = cols < n_cols
+    tok = tl.load(ids_ptr + i)
+    w = load_ggml_tile(w_ptr, tok, cols, m, w_rs, FMT)
+    tl.store(y_ptr + i.to(tl.int64) * y_rs + cols, w.to(y_ptr.dtype.element_ty), mask=m)
+
+
+def launch_gather_ggml_rows(ids: torch.Tensor, table, out: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` (int32 [n]) of a packed table (a Weight whose `data` is uint8 [vocab, row bytes]
+    of format `fmt`, `k` values per row) into `out` [n, k], dequantized."""
+    n, k = ids.shape[0], table.k
+    bl = min(1024, triton.next_power_of_2(k))
+    gather_ggml_rows_kernel[(n, triton.cdiv(k, bl))](ids, table.data, out, k, table.data.stride(0), out.stride(0),
+                                                     FMT=table.fmt, BLOCK=bl)
+    return out
