@@ -147,6 +147,8 @@ SPECS: tuple[Spec, ...] = (
     *(Spec(f"q8b.gemm_{t}_gate_up_silu", "gemm.gemm_kernel", dict(_GEMM, FMT=f, SILU_OUT=True, BLOCK_N=32,
                                                                     BLOCK_K=32), _GG, num_warps=8, num_stages=3)
       for t, f in _GGML),
+    *(Spec(f"q8b.embed_{t}", "ggml_packed.gather_ggml_rows_kernel", dict(FMT=f, BLOCK=1024),
+           {"ids_ptr": "*i32", "w_ptr": "*u8", "y_ptr": "*bf16"}) for t, f in _GGML),
     *(Spec(f"q36.expert_gate_up_{t}", "gemm.gemv_kernel", dict(_GEMV, FMT=f, HAS_IDS=True, X_DIV=8, BLOCK_N=8,
                                                                  BLOCK_K=128), _GGE) for t, f in _GGML),
     *(Spec(f"q36.expert_silu_down_{t}", "gemm.gemv_kernel", dict(_GEMV, FMT=f, HAS_IDS=True, SILU_IN=True,

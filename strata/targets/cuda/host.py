@@ -194,7 +194,11 @@ class _Printer(CollectivePrinter):
         return self.names[v]
 
     def g_embed(self, op, snap=False):
-        w = self.t.weight("raw", (op.param.data,))
+        fmt, _ = _fmt(op)
+        if fmt == "f32":
+            w = self.t.weight("raw", (op.param.data,))
+        else:  # a GGUF block format: the linear spec a tied head has too, so both read one copy of the blocks
+            w = self.t.weight("linear", (op.param.data,), fmt, (1, 1))
         r = op.results[0]
         self.emit(f"{self.name(r)} = {self.embed_call(op)}({self.x(op.operands[0])}, {w}, out={self.new(r)})",
                   "launch_embed")

@@ -46,7 +46,8 @@ def _e(rule: str, ops: str, launchers: str, kernels: str, note: str = "") -> Ker
 _GEMM = "gemm.gemv_kernel gemm.gemm_kernel"
 _GDN = "gdn.gdn_step_kernel gdn.gdn_chunk_prep_kernel gdn.gdn_chunk_state_kernel"
 ENTRIES: tuple[KernelEntry, ...] = (
-    _e("embed_row_copy", "embed", "elementwise.launch_embed", "elementwise.embed_kernel"),
+    _e("embed_row_copy", "embed", "elementwise.launch_embed", "elementwise.embed_kernel ggml_packed.gather_ggml_rows_kernel",
+       "a packed table (a GGUF block format): its rows gathered and dequantized from the blocks"),
     _e("input_norm_residual", "rms_norm", "norms.launch_rms_norm", "norms.rms_norm_kernel"),
     _e("gdn_ba_gates_gemv_per_row", "linear gdn_gates", "gdn.launch_gdn_gates", "gdn.gdn_gates_kernel",
        "weights: the ba linear's (b rows, then a rows), the gates' A (= -exp(A_log)) and dt_bias"),
@@ -106,7 +107,7 @@ ENTRIES: tuple[KernelEntry, ...] = (
 
 #: A lone node's group, `single_<op>`: op -> (launcher, kernels).
 SINGLE: dict[str, tuple[str, str]] = {
-    "embed": ("elementwise.launch_embed", "elementwise.embed_kernel"),
+    "embed": ("elementwise.launch_embed", "elementwise.embed_kernel ggml_packed.gather_ggml_rows_kernel"),
     "rms_norm": ("norms.launch_rms_norm", "norms.rms_norm_kernel"),
     "final_norm": ("norms.launch_rms_norm", "norms.rms_norm_kernel"),
     "qk_norm": ("norms.launch_qk_norm", "norms.rms_norm_kernel"),

@@ -58,7 +58,9 @@ def _quantized(w: np.ndarray, kind: str) -> np.ndarray:
 
 def write_llama(path: Path, types: dict[str, str], seed: int = 0) -> Path:
     """A one-layer llama (hidden 256, 4 heads / 2 KV heads of 64, FFN 256, the fixture's vocabulary
-    of 272) with random weights, each projection (and the output) in `types[name]`."""
+    of 272) with random weights, each projection (and the output) in `types[name]`; the token
+    embedding in `types["token_embd"]` (f32 without it); no output.weight (a head tied to the
+    embedding) when `types["output"]` is None."""
     r = gguf.GGUFReader(FIXTURE)
     w = gguf.GGUFWriter(path, "llama")
     sizes = {"llama.block_count": 1, "llama.embedding_length": HIDDEN, "llama.feed_forward_length": FFN,
@@ -75,7 +77,11 @@ def write_llama(path: Path, types: dict[str, str], seed: int = 0) -> Path:
     vocab = 272
     rows = {"attn_q": HEADS * HEAD_DIM, "attn_k": KV_HEADS * HEAD_DIM, "attn_v": KV_HEADS * HEAD_DIM,
             "attn_output": HIDDEN, "ffn_gate": FFN, "ffn_up": FFN, "ffn_down": HIDDEN}
-    w.add_tensor("token_embd.weight", rng.standard_normal((vocab, HIDDEN)).astype(np.float32))
+    embd = rng.standard_normal((vocab, HIDDEN)).astype(np.float32)
+    if "token_embd" in types:
+        w.add_tensor("token_embd.weight", _quantized(embd, types["token_embd"]), raw_dtype=Q[types["token_embd"]])
+    else:
+        w.add_tensor("token_embd.weight", embd)
     for name in ("attn_norm", "ffn_norm"):
         w.add_tensor(f"blk.0.{name}.weight", (1 + 0.1 * rng.standard_normal(HIDDEN)).astype(np.float32))
     for name in PROJECTIONS:
@@ -84,7 +90,8 @@ def write_llama(path: Path, types: dict[str, str], seed: int = 0) -> Path:
         w.add_tensor(f"blk.0.{name}.weight", _quantized(x, types[name]), raw_dtype=Q[types[name]])
     w.add_tensor("output_norm.weight", (1 + 0.1 * rng.standard_normal(HIDDEN)).astype(np.float32))
     head = (rng.standard_normal((vocab, HIDDEN)) / np.sqrt(HIDDEN)).astype(np.float32)
-    w.add_tensor("output.weight", _quantized(head, types["output"]), raw_dtype=Q[types["output"]])
+    if types["output"] is not None:
+        w.add_tensor("output.weight", _quantized(head, types["output"]), raw_dtype=Q[types["output"]])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -177,6 +184,22 @@ def test_q4_k_m_like_weights_stay_packed(tmp_path, capsys):
     mb = bf16_module.Model(bf16_store, interpret=False, device="cpu")
     assert [(w.fmt, w.data.shape) for w in mb.w if isinstance(w, mb.kernels.Weight) and w.fmt > 2] == \
         [(w.fmt, w.data.shape) for w in linear]
+
+
+@pytest.mark.parametrize("embd, output", [("Q6_K", "Q8_0"), ("Q4_0", None)], ids=["untied", "tied"])
+def test_packed_token_embedding(tmp_path, embd, output):
+    """A block-typed token_embd stays packed: the lookup gathers its rows from the file's blocks,
+    and a tied head (no output.weight) multiplies by the same blocks (one weight, one copy on the
+    device). The device holds exactly the file's tensor bytes."""
+    types = dict(Q4_K_M, token_embd=embd, output=output)
+    path = write_llama(tmp_path / "embd.gguf", types)
+    name = embd.lower().replace("_k", "_K")  # ggml's spelling
+    m, ref, *_ = _check_same_as_f32(path, tmp_path, {"q4_K", "q6_K", name} | ({output.lower()} if output else set()))
+    reads = [spec for spec in m.WEIGHTS if "token_embd.weight" in spec[1]]
+    assert reads == [("linear", ("token_embd.weight",), name, (1, 1))]
+    table = m.w[m.WEIGHTS.index(reads[0])]
+    assert table.data.dtype == torch.uint8 and table.fmt == m.kernels.GGML_FORMATS[reads[0][2]][0]
+    assert weight_bytes(m) == sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors)
 
 
 @pytest.mark.parametrize("family", ["qwen3moe", "qwen35moe"])
