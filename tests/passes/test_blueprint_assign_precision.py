@@ -240,10 +240,11 @@ def _gguf_weight_formats(path: Path, recipe: str = "gguf") -> dict[str, str]:
 
 
 def test_recipe_gguf_keeps_each_weight_in_its_files_type():
-    """llama-q8_0.gguf stores every projection and the output in Q8_0 (the nodes say q8_0, the
-    merged gate_up too); llama-f32.gguf stores floats (f32)."""
+    """llama-q8_0.gguf stores every projection, the output and the token embedding in Q8_0 (the
+    nodes say q8_0, the merged gate_up and the embedding lookup too); llama-f32.gguf stores floats
+    (f32)."""
     q8 = _gguf_weight_formats(ROOT / "tests/frontends/data/llama-q8_0.gguf")
-    assert q8["l0.ffn.gate_up"] == q8["l1.attn.q"] == q8["head.lm_head"] == "q8_0"
+    assert q8["l0.ffn.gate_up"] == q8["l1.attn.q"] == q8["head.lm_head"] == q8["embed.embed"] == "q8_0"
     assert set(q8.values()) == {"q8_0"}
     assert set(_gguf_weight_formats(ROOT / "tests/frontends/data/llama-f32.gguf").values()) == {"f32"}
     assert _gguf_weight_formats(ROOT / "tests/frontends/data/llama-q8_0.gguf", "gguf-bf16") == q8

@@ -213,8 +213,9 @@ def test_converted_q8_0_families(tmp_path, family):
 
 def test_aot_of_the_packed_model_within_limits(tmp_path):
     """The model's own launches, recorded on the meta device with the blocks as meta uint8
-    tensors (aot_model), compiled for sm_90a (TRITON_INTERPRET unset, in a subprocess)."""
-    path = write_llama(tmp_path / "q4_k_m.gguf", Q4_K_M)
+    tensors (aot_model), compiled for sm_90a (TRITON_INTERPRET unset, in a subprocess); the token
+    embedding Q4_K as llama.cpp's Q4_K_M stores it (its packed gather among the launches)."""
+    path = write_llama(tmp_path / "q4_k_m.gguf", dict(Q4_K_M, token_embd="Q4_K"))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3]) + os.pathsep + env.get("PYTHONPATH", "")
@@ -227,3 +228,4 @@ def test_aot_of_the_packed_model_within_limits(tmp_path):
     assert report and all(r["ok"] and r["target"] == "sm_90a" for r in report)
     ptx = "".join((out / "aot" / f"{r['name']}.ptx").read_text() for r in report if r["kernel"] == "gemv_kernel")
     assert re.search(r"ld\.global(\.nc)?\.[bu]8", ptx)  # the GEMVs load single bytes: the packed blocks
+    assert any(r["kernel"] == "gather_ggml_rows_kernel" for r in report)
