@@ -138,3 +138,11 @@ def test_gather_equals_the_dequantized_rows(ggml_type):
     assert y.dtype == torch.float32 and tuple(y.shape) == (len(ids), k)
     np.testing.assert_array_equal(y.numpy(), dequantized(ggml_type, blocks, k)[ids].astype(np.float32))
 
+
+
+def test_embed_of_a_weight_holding_values_copies_its_rows():
+    """A packed embedding's weight whose store could not give the file's blocks holds the values
+    (a dense Weight, as `Model` builds from a mapping of arrays): launch_embed copies its rows."""
+    values = torch.from_numpy(np.random.default_rng(1).standard_normal((11, 40)).astype(np.float32))
+    y = elementwise.launch_embed(torch.tensor([10, 3, 3], dtype=torch.int32), gemm.Weight(values, 40))
+    assert torch.equal(y, values[[10, 3, 3]])
