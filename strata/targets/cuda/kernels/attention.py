@@ -131,6 +131,33 @@ def launch_kv_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_c
 
 
 @triton.jit
+def attend_keys(q, k_ptr, v_ptr, rows, j, j_ok, d, d_ok, kvh, kv_rs, q_pos, m_i, l_i, acc, scale,
+                HEAD_DIM: tl.constexpr, DOT_BF16: tl.constexpr):
+    """One block of keys of the online softmax: the K/V cache rows `rows` (positions `j`, `j_ok`
+    live) against the queries `q` at positions `q_pos` (causal), folded into the running max
+    `m_i`, sum `l_i` and output `acc`: (m_i, l_i, acc) after them."""
+    kvm = j_ok[:, None] & d_ok[None, :]
+    kt = tl.load(k_ptr + rows[:, None] * kv_rs + kvh * HEAD_DIM + d[None, :], mask=kvm, other=0.0).to(tl.float32)
+    vt = tl.load(v_ptr + rows[:, None] * kv_rs + kvh * HEAD_DIM + d[None, :], mask=kvm, other=0.0).to(tl.float32)
+    if DOT_BF16:
+        s = tl.dot(q.to(tl.bfloat16), tl.trans(kt.to(tl.bfloat16)))
+    else:
+        s = tl.dot(q, tl.trans(kt), input_precision="ieee")
+    s = s * scale
+    vis = (j[None, :] <= q_pos[:, None]) & j_ok[None, :]
+    s = tl.where(vis, s, -float("inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    p = tl.exp(s - m_new[:, None])
+    alpha = tl.exp(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    if DOT_BF16:
+        acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), vt.to(tl.bfloat16))
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p, vt, input_precision="ieee")
+    return m_new, l_i, acc
+
+
+@triton.jit
 def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, bt_ptr, pos_ptr, n_q, pos, q_rs, kv_rs, o_rs, scale,
                      GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr, DOT_BF16: tl.constexpr,
@@ -160,25 +187,8 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, bt_ptr, pos_ptr, n_q, pos, q_rs
             rows = tl.load(bt_ptr + j // PAGE, mask=j_ok, other=0).to(tl.int64) * PAGE + j % PAGE
         else:
             rows = j.to(tl.int64)
-        kvm = j_ok[:, None] & d_ok[None, :]
-        kt = tl.load(k_ptr + rows[:, None] * kv_rs + kvh * HEAD_DIM + d[None, :], mask=kvm, other=0.0).to(tl.float32)
-        vt = tl.load(v_ptr + rows[:, None] * kv_rs + kvh * HEAD_DIM + d[None, :], mask=kvm, other=0.0).to(tl.float32)
-        if DOT_BF16:
-            s = tl.dot(q.to(tl.bfloat16), tl.trans(kt.to(tl.bfloat16)))
-        else:
-            s = tl.dot(q, tl.trans(kt), input_precision="ieee")
-        s = s * scale
-        vis = (j[None, :] <= q_pos[:, None]) & j_ok[None, :]
-        s = tl.where(vis, s, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        if DOT_BF16:
-            acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), vt.to(tl.bfloat16))
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p, vt, input_precision="ieee")
-        m_i = m_new
+        m_i, l_i, acc = attend_keys(q, k_ptr, v_ptr, rows, j, j_ok, d, d_ok, kvh, kv_rs, q_pos, m_i, l_i, acc, scale,
+                                    HEAD_DIM, DOT_BF16)
     out = acc / l_i[:, None]
     tl.store(o_ptr + tok[:, None].to(tl.int64) * o_rs + hq[:, None] * HEAD_DIM + d[None, :], out,
              mask=m_ok[:, None] & d_ok[None, :])

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strata.targets.cuda.kernels.attention import attention_tiles
+from strata.targets.cuda.kernels.attention import attend_keys, attention_tiles
 
 
 @triton.jit
@@ -76,25 +76,8 @@ def token_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, table_ptr, pos_ptr, blk_p
         j = start + tl.arange(0, BLOCK_N)
         j_ok = j < hi
         cells = tl.load(tb + j // PAGE, mask=j_ok, other=0).to(tl.int64) * PAGE + j % PAGE
-        kvm = j_ok[:, None] & d_ok[None, :]
-        kt = tl.load(k_ptr + cells[:, None] * kv_rs + kvh * HEAD_DIM + d[None, :], mask=kvm, other=0.0).to(tl.float32)
-        vt = tl.load(v_ptr + cells[:, None] * kv_rs + kvh * HEAD_DIM + d[None, :], mask=kvm, other=0.0).to(tl.float32)
-        if DOT_BF16:
-            s = tl.dot(q.to(tl.bfloat16), tl.trans(kt.to(tl.bfloat16)))
-        else:
-            s = tl.dot(q, tl.trans(kt), input_precision="ieee")
-        s = s * scale
-        vis = (j[None, :] <= q_pos[:, None]) & j_ok[None, :]
-        s = tl.where(vis, s, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        if DOT_BF16:
-            acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), vt.to(tl.bfloat16))
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p, vt, input_precision="ieee")
-        m_i = m_new
+        m_i, l_i, acc = attend_keys(q, k_ptr, v_ptr, cells, j, j_ok, d, d_ok, kvh, kv_rs, q_pos, m_i, l_i, acc, scale,
+                                    HEAD_DIM, DOT_BF16)
     out = acc / l_i[:, None]
     tl.store(o_ptr + rows_q * o_rs + hq[:, None] * HEAD_DIM + d[None, :], out, mask=m_ok[:, None] & d_ok[None, :])
 
