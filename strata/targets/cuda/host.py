@@ -476,6 +476,24 @@ def sampler_code(fn: func.FuncOp, tables: Tables) -> list[str]:
     return lines
 
 
+def print_groups(p: _Printer, fn: func.FuncOp) -> dict[str, str]:
+    """Print each kernel group of `fn` (its one argument the ids) with `p`; its results by kind,
+    {"next": ..., "logits": ...}, as the printer names them."""
+    (arg,) = fn.body.block.args
+    p.names[arg] = "ids"
+    ret = None
+    for op in fn.body.block.ops:
+        if isinstance(op, B.GroupOp):
+            p.group(op)
+        elif isinstance(op, func.ReturnOp):
+            ret = op
+        else:
+            raise CodegenError(f"@{sanitize_label(fn.sym_name.data)}: '{sanitize_label(op.name)}' outside a kernel "
+                               "group (run blueprint-fuse)")
+    assert ret is not None
+    return {("next" if str(v.type.element) == "i32" else "logits"): p.x(v) for v in ret.operands}
+
+
 def entry_code(fn: func.FuncOp, tables: Tables) -> list[str]:
     """The lines of the method `_<entry>` (indented for the class body)."""
     entry = fn.sym_name.data
@@ -486,18 +504,7 @@ def entry_code(fn: func.FuncOp, tables: Tables) -> list[str]:
     if "blueprint.dims" not in fn.attributes:
         raise CodegenError(f"@{entry} is not at the blueprint level (lower it with convert-op-to-blueprint)")
     p = _Printer(fn, tables)
-    (arg,) = fn.body.block.args
-    p.names[arg] = "ids"
-    ret = None
-    for op in fn.body.block.ops:
-        if isinstance(op, B.GroupOp):
-            p.group(op)
-        elif isinstance(op, func.ReturnOp):
-            ret = op
-        else:
-            raise CodegenError(f"@{entry}: '{op.name}' outside a kernel group (run blueprint-fuse)")
-    assert ret is not None
-    outs = {("next" if str(v.type.element) == "i32" else "logits"): p.x(v) for v in ret.operands}
+    outs = print_groups(p, fn)
     if set(outs) != {"next", "logits"}:
         raise CodegenError(f"@{entry} must return the next ids and the logits")
     body = ["K, W, S = self.kernels, self.w, self.state", *p.lines, f"return {{'next': {outs['next']}, 'logits': {outs['logits']}}}"]

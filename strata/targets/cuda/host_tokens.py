@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from xdsl.dialects import func
 
-from strata.dialects import blueprint as B
-from strata.targets.codegen import CodegenError, sanitize_label
-from strata.targets.cuda.host import Tables, _attr_float, _Printer
+from strata.targets.codegen import CodegenError
+from strata.targets.cuda.host import Tables, _attr_float, _Printer, print_groups
 
 
 class _TokensPrinter(_Printer):
@@ -62,18 +61,7 @@ def tokens_code(fn: func.FuncOp, tables: Tables) -> list[str]:
     p = _TokensPrinter(fn, tables)
     p.hidden = None
     tables.launchers.add("token_runs")  # the runtime splits a call's tokens into runs with it
-    (arg,) = fn.body.block.args
-    p.names[arg] = "ids"
-    ret = None
-    for op in fn.body.block.ops:
-        if isinstance(op, B.GroupOp):
-            p.group(op)
-        elif isinstance(op, func.ReturnOp):
-            ret = op
-        else:
-            raise CodegenError(f"@prefill: '{sanitize_label(op.name)}' outside a kernel group (run blueprint-fuse)")
-    assert ret is not None
-    outs = {("next" if str(v.type.element) == "i32" else "logits"): p.x(v) for v in ret.operands}
+    outs = print_groups(p, fn)
     if set(outs) != {"next", "logits"} or p.hidden is None:
         raise CodegenError("@prefill must end in the final norm, the head and the next ids")
     body = ["K, W = self.kernels, self.w", *p.lines,
