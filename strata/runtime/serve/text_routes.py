@@ -33,25 +33,23 @@ def add_text_routes(app: FastAPI, engine: Any, model_name: str, embedder: Embedd
     def refused(e: ApiError) -> Response:
         return error_response(e.status, e.message, param=e.param, code=e.code)
 
-    @app.post("/tokenize", openapi_extra=json_body(tokenize_body(model_name)))
-    async def tokenize(request: Request):
+    async def answer(request: Request, reply: Callable[..., Any]):
+        """`reply(body, limits, model_name)` on a worker thread (a long text does not block the loop)."""
         body = await read_json(request)
         if isinstance(body, Response):
             return body
         try:
-            return await asyncio.to_thread(tokenize_reply, body, limits, model_name)
+            return await asyncio.to_thread(reply, body, limits, model_name)
         except ApiError as e:
             return refused(e)
 
+    @app.post("/tokenize", openapi_extra=json_body(tokenize_body(model_name)))
+    async def tokenize(request: Request):
+        return await answer(request, tokenize_reply)
+
     @app.post("/detokenize", openapi_extra=json_body(detokenize_body(model_name, limits.tokenizer.vocab_size)))
     async def detokenize(request: Request):
-        body = await read_json(request)
-        if isinstance(body, Response):
-            return body
-        try:
-            return await asyncio.to_thread(detokenize_reply, body, limits, model_name)
-        except ApiError as e:
-            return refused(e)
+        return await answer(request, detokenize_reply)
 
     if embedder is None:
         return
