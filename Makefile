@@ -9,9 +9,9 @@ STAMP := $(VENV)/.installed
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Runtime deps only: the demo needs no torch.
+# Runtime deps and the GGUF reader (the demo's model is a GGUF file): the demo needs no torch.
 $(VENV)/.installed-runtime: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[gguf]'
 	touch $@
 
 # torch is pinned to the CPU wheel (see pyproject's `test` extra).
